@@ -1,0 +1,40 @@
+# Two commands for a new user: `make run` and `make test`. Everything installs from pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test install lint db-stop clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required" if sys.version_info < (3, 11) else 0)'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
+run: install
+	@mkdir -p .celery/queue .celery/processed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	$(BIN)/python manage.py demo_setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+
+## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server).
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+
+## Stop the embedded PostgreSQL started when DATABASE_URL is unset.
+db-stop: install
+	$(BIN)/python -m config.embedded_db stop
+
+clean:
+	rm -rf $(VENV) .celery staticfiles

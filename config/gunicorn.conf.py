@@ -1,0 +1,11 @@
+"""gunicorn settings; the bind address comes from ``WEB_BIND`` (default 127.0.0.1:8000)."""
+
+import os
+
+bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+threads = int(os.environ.get("WEB_THREADS", "4"))
+# Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is
+# never cut off by the worker timeout in the middle of phase 2.
+timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
+accesslog = "-"

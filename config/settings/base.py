@@ -1,0 +1,174 @@
+"""Settings shared by every environment, read from the environment with django-environ.
+
+Every value that an operator may change is an environment variable; README.md lists them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+env = environ.Env()
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="insecure-local-development-key-change-me")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "merchants",
+    "idempotency",
+    "payments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Request bodies: POST /payments needs well under 1 KiB; anything larger is refused early.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("API_MAX_BODY_BYTES", default=16 * 1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["merchants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["payments.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "payments.problems.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Payment service API",
+    "DESCRIPTION": (
+        "Card payments with Idempotency-Key semantics. Amounts are integers in the minor "
+        "units of an ISO 4217 currency. Errors are RFC 9457 application/problem+json."
+    ),
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Idempotency keys (idempotency/) ---------------------------------------------------------
+IDEMPOTENCY_KEY_RETENTION_SECONDS = env.int("IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600)
+IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS = env.int("IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS", default=60)
+IDEMPOTENCY_KEY_PURGE_BATCH_SIZE = env.int("IDEMPOTENCY_KEY_PURGE_BATCH_SIZE", default=1000)
+
+# --- The acquirer (payments/acquirer.py builds gateway_client from these) -------------------
+ACQUIRER_BASE_URL = env("ACQUIRER_BASE_URL", default="http://127.0.0.1:8090")
+ACQUIRER_API_KEY = env("ACQUIRER_API_KEY", default="sandbox_sk_dev")
+ACQUIRER_CONNECT_TIMEOUT_SECONDS = env.float("ACQUIRER_CONNECT_TIMEOUT_SECONDS", default=1.0)
+ACQUIRER_READ_TIMEOUT_SECONDS = env.float("ACQUIRER_READ_TIMEOUT_SECONDS", default=3.0)
+ACQUIRER_HONOURS_IDEMPOTENCY_KEYS = env.bool("ACQUIRER_HONOURS_IDEMPOTENCY_KEYS", default=True)
+
+# --- Payments API ---------------------------------------------------------------------------
+# Retry-After (seconds) sent with 202 (outcome unknown) and 503 (acquirer unavailable).
+PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS = env.int("PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS", default=5)
+PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
+    "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
+)
+
+# --- Celery ---------------------------------------------------------------------------------
+# Without CELERY_BROKER_URL, kombu's filesystem transport: no server needed (make run).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
+_celery_dir = Path(env("CELERY_FILESYSTEM_DIR", default=str(BASE_DIR / ".celery")))
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {
+        "data_folder_in": str(_celery_dir / "queue"),
+        "data_folder_out": str(_celery_dir / "queue"),
+        "processed_folder": str(_celery_dir / "processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem://")
+    else {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)}
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-idempotency-keys": {
+        "task": "payments.tasks.purge_expired_idempotency_keys",
+        "schedule": env.float("IDEMPOTENCY_KEY_PURGE_INTERVAL_SECONDS", default=3600.0),
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "pgserver": {"level": "WARNING"},
+    },
+}

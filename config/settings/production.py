@@ -1,0 +1,14 @@
+"""Settings for production: secrets and the database must come from the environment."""
+
+from config.embedded_db import database_settings
+from config.settings.base import *  # noqa: F403
+from config.settings.base import env
+
+SECRET_KEY = env("DJANGO_SECRET_KEY")
+DATABASES = database_settings(env, allow_embedded=False)
+ACQUIRER_API_KEY = env("ACQUIRER_API_KEY")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+DEBUG = False
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True

@@ -1,0 +1,10 @@
+"""Settings for the test suite: the same PostgreSQL rules, faster password hashing."""
+
+from config.embedded_db import database_settings
+from config.settings.base import *  # noqa: F403
+from config.settings.base import env
+
+DATABASES = database_settings(env, allow_embedded=True)
+# Closed after each request, so threads and the live server never share a connection.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,20 @@
+"""URL routes: the merchant API, OpenAPI, health, and the operators' admin."""
+
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+
+from payments.apis import PaymentDetailApi, PaymentListCreateApi, healthz
+
+urlpatterns = [
+    path("payments", PaymentListCreateApi.as_view(), name="payments"),
+    path("payments/<str:payment_id>", PaymentDetailApi.as_view(), name="payment-detail"),
+    path("healthz", healthz, name="healthz"),
+    path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = "payments.problems.bad_request"
+handler404 = "payments.problems.not_found"
+handler500 = "payments.problems.server_error"

@@ -1,0 +1,41 @@
+"""Merchants and their API keys.
+
+An API key is shown once, when it is issued, and stored only as a SHA-256 hash. Keys are 256
+bits of randomness, so a fast hash is enough (a password hash protects low-entropy secrets).
+A merchant may hold several active keys at once, so a key can be rotated without downtime.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Merchant(models.Model):
+    """A client account of the API. Everything a merchant can see is scoped to it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_authenticated(self) -> bool:
+        """Always true: DRF's ``IsAuthenticated`` reads this on ``request.user``."""
+        return True
+
+
+class ApiKey(models.Model):
+    """One API key of a merchant: a display prefix and the SHA-256 hex digest of the key."""
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="api_keys")
+    prefix = models.CharField(max_length=16, help_text="The first characters, for display.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}…"

@@ -1,0 +1,56 @@
+"""Writes for merchants and API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from merchants.models import ApiKey, Merchant
+
+#: Every key starts with this, so secret scanners and humans recognise it.
+API_KEY_PREFIX = "sk_live_"
+#: Characters of the key kept in clear for display (the prefix plus 4 random characters).
+DISPLAY_PREFIX_LENGTH = len(API_KEY_PREFIX) + 4
+
+
+def api_key_hash(raw_key: str) -> str:
+    """Return the SHA-256 hex digest (64 characters) under which ``raw_key`` is stored."""
+    return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedApiKey:
+    """A newly issued key: ``raw`` is shown once and never stored."""
+
+    api_key: ApiKey
+    raw: str
+
+
+def api_key_issue(*, merchant: Merchant) -> IssuedApiKey:
+    """Issue a new API key (``sk_live_`` + 43 URL-safe characters) for ``merchant``.
+
+    Earlier keys stay active (rotation); revoke them with :func:`api_key_revoke`.
+    """
+    raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    api_key = ApiKey.objects.create(
+        merchant=merchant, prefix=raw[:DISPLAY_PREFIX_LENGTH], key_hash=api_key_hash(raw)
+    )
+    return IssuedApiKey(api_key=api_key, raw=raw)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> None:
+    """Revoke ``api_key``: from now on it answers 401."""
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+
+
+@transaction.atomic
+def merchant_create(*, name: str) -> tuple[Merchant, IssuedApiKey]:
+    """Create a merchant named ``name`` with one API key. Raises ``IntegrityError`` on a taken name."""
+    merchant = Merchant.objects.create(name=name)
+    return merchant, api_key_issue(merchant=merchant)

@@ -1,0 +1,207 @@
+"""The merchant API: thin views over ``services`` and ``selectors``.
+
+``POST /payments`` (idempotent, see README), ``GET /payments``, ``GET /payments/{id}``,
+``GET /healthz``. Every error is an RFC 9457 problem (``payments.problems``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from idempotency.keys import parse_idempotency_key
+from idempotency.responses import replay_response
+from payments.acquirer import acquirer_client
+from payments.card_data import card_data_fields
+from payments.models import Payment, PaymentStatus
+from payments.problems import PROBLEM_CONTENT_TYPE, Problem, problem_body
+from payments.selectors import PaymentNotFound, payment_get, payment_list
+from payments.serializers import (
+    PaymentCreateInputSerializer,
+    PaymentListQuerySerializer,
+    PaymentListSerializer,
+    PaymentSerializer,
+)
+from payments.services import Outcome, StoredResponse, payment_create
+
+PROBLEM_RESPONSE = OpenApiResponse(
+    response=OpenApiTypes.OBJECT, description="application/problem+json (RFC 9457)"
+)
+
+
+def _json_bytes(document: object) -> bytes:
+    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+
+
+def render_payment_answer(payment: Payment) -> StoredResponse:
+    """The answer to ``POST /payments`` for ``payment``, as stored for replay.
+
+    succeeded/declined: 201; processing/needs_review: 202 with ``Retry-After``; failed because
+    the acquirer refused our request: 502 problem ``acquirer_error`` (with ``payment_id``).
+    """
+    location = f"/payments/{payment.id}"
+    body = _json_bytes(PaymentSerializer(payment).data)
+    if payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.DECLINED):
+        return StoredResponse(201, {"Content-Type": "application/json", "Location": location}, body)
+    if payment.status in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
+        return StoredResponse(
+            202,
+            {
+                "Content-Type": "application/json",
+                "Location": location,
+                "Retry-After": str(settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS),
+            },
+            body,
+        )
+    problem = json.loads(
+        problem_body(
+            status_code=502,
+            code="acquirer_error",
+            title="The acquirer refused the request",
+            detail="The acquirer refused this payment request; it was not authorized. "
+            "Contact support with the payment id.",
+        )
+    )
+    problem["payment_id"] = payment.id
+    return StoredResponse(
+        502, {"Content-Type": PROBLEM_CONTENT_TYPE, "Location": location}, _json_bytes(problem)
+    )
+
+
+def _to_http(stored: StoredResponse) -> HttpResponse:
+    response = HttpResponse(stored.body, status=stored.status_code)
+    for name, value in stored.headers.items():
+        response[name] = value
+    return response
+
+
+class PaymentListCreateApi(APIView):
+    """``GET /payments`` (list) and ``POST /payments`` (create, idempotent)."""
+
+    @extend_schema(
+        operation_id="payments_create",
+        summary="Create and authorize a payment",
+        request=PaymentCreateInputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="1-255 printable ASCII characters, unique per payment attempt.",
+            )
+        ],
+        responses={
+            201: PaymentSerializer,
+            202: PaymentSerializer,
+            400: PROBLEM_RESPONSE,
+            401: PROBLEM_RESPONSE,
+            409: PROBLEM_RESPONSE,
+            422: PROBLEM_RESPONSE,
+            502: PROBLEM_RESPONSE,
+            503: PROBLEM_RESPONSE,
+        },
+    )
+    def post(self, request: Request) -> HttpResponse:
+        key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        if request.content_type.split(";")[0].strip().lower() != "application/json":
+            raise Problem(
+                "Send the body as JSON with 'Content-Type: application/json'.",
+                code="unsupported_media_type",
+                title="The body must be application/json",
+            )
+        data = request.data
+        card_fields = card_data_fields(data)
+        if card_fields:
+            raise Problem(
+                "Card numbers are not accepted. Tokenise the card and send payment_method.",
+                code="card_data_not_accepted",
+                title="Card data is not accepted",
+                errors=[
+                    {"field": name, "code": "card_data_not_accepted", "message": "Looks like a card number."}
+                    for name in card_fields
+                ],
+            )
+        serializer = PaymentCreateInputSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        result = payment_create(
+            merchant=request.user,
+            idempotency_key=key,
+            data=serializer.validated_data,
+            client=acquirer_client(),
+            render=render_payment_answer,
+        )
+        if result.replay_of is not None:
+            return replay_response(result.replay_of)
+        if result.outcome is Outcome.NOT_SENT:
+            raise Problem(
+                "The acquirer could not be reached; the payment was not sent and nothing was "
+                "charged. Retry later, with the same Idempotency-Key if you wish.",
+                code="acquirer_unavailable",
+                title="The acquirer is unavailable",
+                status_code=503,
+                retry_after=result.retry_after or settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS,
+            )
+        return _to_http(result.response)
+
+    @extend_schema(
+        operation_id="payments_list",
+        summary="List payments, newest first",
+        parameters=[PaymentListQuerySerializer],
+        responses={200: PaymentListSerializer, 400: PROBLEM_RESPONSE, 401: PROBLEM_RESPONSE},
+    )
+    def get(self, request: Request) -> HttpResponse:
+        unknown = sorted(set(request.query_params) - set(PaymentListQuerySerializer().fields))
+        if unknown:
+            raise Problem(
+                "Unknown query parameter.",
+                code="validation_error",
+                title="The query is invalid",
+                errors=[{"field": n, "code": "unknown_parameter", "message": "Unknown parameter."} for n in unknown],
+            )
+        query = PaymentListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        try:
+            page = payment_list(merchant=request.user, **query.validated_data)
+        except PaymentNotFound as exc:
+            raise Problem(
+                "starting_after is not the id of one of your payments.",
+                code="validation_error",
+                title="The query is invalid",
+                errors=[{"field": "starting_after", "code": "not_found", "message": "No such payment."}],
+            ) from exc
+        document = {
+            "object": "list",
+            "data": PaymentSerializer(page.payments, many=True).data,
+            "has_more": page.has_more,
+        }
+        return HttpResponse(_json_bytes(document), content_type="application/json")
+
+
+class PaymentDetailApi(APIView):
+    """``GET /payments/{id}``: another merchant's payment answers 404."""
+
+    @extend_schema(
+        operation_id="payments_retrieve",
+        summary="Retrieve a payment",
+        responses={200: PaymentSerializer, 401: PROBLEM_RESPONSE, 404: PROBLEM_RESPONSE},
+    )
+    def get(self, request: Request, payment_id: str) -> HttpResponse:
+        try:
+            payment = payment_get(merchant=request.user, payment_id=payment_id)
+        except PaymentNotFound as exc:
+            raise Problem(
+                "No payment with this id.", code="not_found", title="Not found", status_code=404
+            ) from exc
+        return HttpResponse(_json_bytes(PaymentSerializer(payment).data), content_type="application/json")
+
+
+def healthz(request) -> JsonResponse:
+    """``GET /healthz``: 200 while the process is up (no database or acquirer check)."""
+    return JsonResponse({"status": "ok"})

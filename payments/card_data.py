@@ -1,0 +1,45 @@
+"""Refusing card data: this service accepts payment method tokens only.
+
+A body in which any value (or key) holds a run of 13 to 19 digits, optionally separated by
+single spaces or dashes, is refused before anything is stored or logged (PCI DSS scope stays
+with the token vault). The refusal names the field but never repeats its value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: 13-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
+CARD_NUMBER_PATTERN = re.compile(r"(?<!\d)\d(?:[ -]?\d){12,18}(?!\d)")
+
+REDACTED = "[redacted]"
+
+
+def looks_like_card_number(text: str) -> bool:
+    """True when ``text`` contains a run of 13-19 digits (spaces or dashes allowed between)."""
+    return CARD_NUMBER_PATTERN.search(text) is not None
+
+
+def card_data_fields(data: Any) -> list[str]:
+    """Return the dotted paths of the fields of a parsed JSON value that look like card data.
+
+    Integers are checked by their decimal form; keys are checked too, and a key that looks like
+    card data is reported as ``[redacted]``. Iterative, so any depth is safe.
+    """
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                name = REDACTED if looks_like_card_number(str(key)) else str(key)
+                if name == REDACTED:
+                    found.append(f"{path}.{name}" if path else name)
+                stack.append((f"{path}.{name}" if path else name, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, (str, int)) and not isinstance(value, bool):
+            if looks_like_card_number(str(value)):
+                found.append(path)
+    return sorted(set(found))

@@ -1,0 +1,103 @@
+"""Payments and their append-only event log.
+
+State machine (see README): a payment is created ``processing`` in the same transaction that
+claims its idempotency key, then moves once to ``succeeded``, ``declined`` or ``failed``, or
+stays ``processing`` until reconciliation resolves it (``needs_review`` when it cannot).
+``payments.services.ALLOWED_TRANSITIONS`` is the only place that changes a status.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+
+from payments.money import MAX_AMOUNT, MIN_AMOUNT
+
+
+def new_payment_id() -> str:
+    """Return a new payment id: ``pay_`` + 24 lower-case hex characters (96 random bits)."""
+    return "pay_" + secrets.token_hex(12)
+
+
+class PaymentStatus(models.TextChoices):
+    PROCESSING = "processing", "Processing"
+    SUCCEEDED = "succeeded", "Succeeded"
+    DECLINED = "declined", "Declined"
+    FAILED = "failed", "Failed"
+    NEEDS_REVIEW = "needs_review", "Needs review"
+
+
+class Payment(models.Model):
+    """One authorization request of a merchant, in minor units of an ISO 4217 currency."""
+
+    id = models.CharField(primary_key=True, max_length=32, default=new_payment_id, editable=False)
+    merchant = models.ForeignKey("merchants.Merchant", on_delete=models.PROTECT, related_name="payments")
+    idempotency_key = models.OneToOneField(
+        "idempotency.IdempotencyKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="payment",
+        help_text="The key that created this payment; null once the key expired or was released.",
+    )
+    amount = models.BigIntegerField(help_text="Minor units of the currency.")
+    currency = models.CharField(max_length=3, help_text="ISO 4217 alphabetic code.")
+    payment_method = models.CharField(max_length=68)
+    reference = models.CharField(max_length=128, null=True, blank=True)
+    description = models.CharField(max_length=255, null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.PROCESSING
+    )
+    decline_code = models.CharField(max_length=64, null=True, blank=True)
+    failure_code = models.CharField(max_length=64, null=True, blank=True)
+    acquirer_reference = models.CharField(max_length=64, null=True, blank=True)
+    acquirer_idempotency_key = models.CharField(
+        max_length=64,
+        unique=True,
+        help_text="Sent to the acquirer on every attempt and every re-send of this payment.",
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"),
+            models.Index(fields=["merchant", "reference"], name="payment_merchant_reference"),
+            models.Index(fields=["merchant", "status", "-created_at"], name="payment_merchant_status"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(amount__gte=MIN_AMOUNT, amount__lte=MAX_AMOUNT),
+                name="payment_amount_in_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=PaymentStatus.values), name="payment_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class PaymentEvent(models.Model):
+    """An append-only record of something that happened to a payment.
+
+    ``data`` never holds secrets or card data: acquirer outcomes are stored as classified
+    values (status code, error class, elapsed seconds), never raw headers.
+    """
+
+    payment = models.ForeignKey(Payment, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=64)
+    from_status = models.CharField(max_length=16, null=True, blank=True)
+    to_status = models.CharField(max_length=16, null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["payment", "created_at"], name="payment_event_timeline")]
+
+    def __str__(self) -> str:
+        return f"{self.payment_id} {self.type}"

@@ -1,0 +1,175 @@
+"""Input and output shapes of the payments API.
+
+Input fields are strict: JSON types are not coerced (``"1000"`` and ``1000.0`` are not
+integers, ``true`` is not a number, ``123`` is not a string), unknown fields are refused, and no
+error message echoes the value it refuses.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from payments.models import Payment, PaymentStatus
+from payments.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
+
+PAYMENT_METHOD_PATTERN = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
+
+
+@extend_schema_field({"type": "integer", "minimum": MIN_AMOUNT, "maximum": MAX_AMOUNT})
+class StrictIntegerField(serializers.Field):
+    """A JSON integer (not a float, string or boolean) within [min_value, max_value]."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON integer.",
+        "min_value": "Must be at least {min_value}.",
+        "max_value": "Must be at most {max_value}.",
+    }
+
+    def __init__(self, *, min_value: int, max_value: int, **kwargs: Any) -> None:
+        self.min_value, self.max_value = min_value, max_value
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if type(data) is not int:
+            self.fail("invalid")
+        if data < self.min_value:
+            self.fail("min_value", min_value=self.min_value)
+        if data > self.max_value:
+            self.fail("max_value", max_value=self.max_value)
+        return data
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+@extend_schema_field({"type": "string"})
+class StrictStringField(serializers.Field):
+    """A JSON string of 1..max_length printable characters, optionally matching ``pattern``."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON string.",
+        "blank": "Must not be empty.",
+        "max_length": "Must be at most {max_length} characters.",
+        "not_printable": "Must contain printable characters only.",
+        "pattern": "Has an invalid format.",
+    }
+
+    def __init__(self, *, max_length: int, pattern: re.Pattern[str] | None = None, **kwargs: Any):
+        self.max_length, self.pattern = max_length, pattern
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if not data:
+            self.fail("blank")
+        if len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        if not data.isprintable():
+            self.fail("not_printable")
+        if self.pattern is not None and not self.pattern.fullmatch(data):
+            self.fail("pattern")
+        return data
+
+    def to_representation(self, value: str) -> str:
+        return value
+
+
+class PaymentCreateInputSerializer(serializers.Serializer):
+    """Body of ``POST /payments``."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        help_text="Amount in minor units of the currency (1999 EUR = 19.99 EUR).",
+    )
+    currency = StrictStringField(
+        max_length=3, help_text="ISO 4217 alphabetic code, upper case, for example EUR or JPY."
+    )
+    payment_method = StrictStringField(
+        max_length=68,
+        pattern=PAYMENT_METHOD_PATTERN,
+        help_text="A payment method token: 'tok_' + 1-64 of [A-Za-z0-9_]. Card numbers are refused.",
+    )
+    reference = StrictStringField(
+        max_length=128, required=False, help_text="Your order reference (printable, <= 128)."
+    )
+    description = StrictStringField(
+        max_length=255, required=False, help_text="Free text (printable, <= 255)."
+    )
+
+    default_error_messages = {"unknown_field": "Unknown field."}
+
+    def validate_currency(self, value: str) -> str:
+        if value not in CURRENCY_EXPONENTS:
+            raise serializers.ValidationError(
+                "Must be a supported ISO 4217 currency code in upper case.", code="unknown_currency"
+            )
+        return value
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict) or hasattr(data, "getlist"):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["The body must be a JSON object."]}, code="invalid"
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for name in unknown}
+            )
+        return super().to_internal_value(data)
+
+
+class PaymentSerializer(serializers.ModelSerializer):
+    """The payment object of every answer. Timestamps are RFC 3339 in UTC."""
+
+    created_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
+    updated_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
+    object = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Payment
+        fields = [
+            "id",
+            "object",
+            "status",
+            "amount",
+            "currency",
+            "payment_method",
+            "reference",
+            "description",
+            "decline_code",
+            "failure_code",
+            "acquirer_reference",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_object(self, payment: Payment) -> str:
+        return "payment"
+
+
+class PaymentListQuerySerializer(serializers.Serializer):
+    """Query parameters of ``GET /payments``."""
+
+    status = serializers.ChoiceField(
+        choices=PaymentStatus.choices,
+        required=False,
+        error_messages={"invalid_choice": "Must be one of the payment statuses."},
+    )
+    reference = serializers.CharField(max_length=128, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    starting_after = serializers.CharField(max_length=32, required=False)
+
+
+class PaymentListSerializer(serializers.Serializer):
+    """``{"object": "list", "data": [...], "has_more": bool}``."""
+
+    object = serializers.CharField(default="list")
+    data = PaymentSerializer(many=True)
+    has_more = serializers.BooleanField()
