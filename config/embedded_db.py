@@ -31,7 +31,9 @@ def embedded_database_config(name: str = "postgres") -> dict[str, Any]:
     Raises ``RuntimeError`` with a hint when the server cannot start.
     """
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import pgserver
     except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency
         raise RuntimeError(
             "DATABASE_URL is not set and the 'pgserver' package is not installed; "

@@ -1,0 +1,75 @@
+"""Shared fixtures: merchants with API keys, API clients, and the sandbox acquirer process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from merchants.models import Merchant
+from merchants.services import merchant_create
+from tests.support.sandbox import SandboxProcess
+
+PAYMENT_BODY: dict[str, Any] = {
+    "amount": 1999,
+    "currency": "EUR",
+    "payment_method": "tok_visa",
+    "reference": "order-1",
+}
+
+
+@dataclass
+class MerchantClient:
+    """An authenticated API client of one merchant."""
+
+    merchant: Merchant
+    api_key: str
+    client: APIClient
+
+    def create_payment(self, body: Any, key: str | None = "auto", **headers: str):
+        """POST /payments with ``body`` as JSON (a dict) or raw bytes/str; ``key`` None omits it."""
+        if key == "auto":
+            key = uuid.uuid4().hex
+        if key is not None:
+            headers["HTTP_IDEMPOTENCY_KEY"] = key
+        content_type = headers.pop("content_type", "application/json")
+        if isinstance(body, (bytes, str)):
+            return self.client.generic("POST", "/payments", body, content_type=content_type, **headers)
+        return self.client.post("/payments", body, format="json", **headers)
+
+
+def _merchant_client(name: str) -> MerchantClient:
+    merchant, issued = merchant_create(name=name)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw}")
+    return MerchantClient(merchant=merchant, api_key=issued.raw, client=client)
+
+
+@pytest.fixture
+def merchant_a(db) -> MerchantClient:
+    return _merchant_client("merchant-a")
+
+
+@pytest.fixture
+def merchant_b(db) -> MerchantClient:
+    return _merchant_client("merchant-b")
+
+
+@pytest.fixture(scope="session")
+def sandbox_process() -> Iterator[SandboxProcess]:
+    """One sandbox acquirer process for the whole session (real HTTP on loopback)."""
+    with SandboxProcess.start() as process:
+        yield process
+
+
+@pytest.fixture
+def sandbox(sandbox_process: SandboxProcess, settings) -> SandboxProcess:
+    """The sandbox, reset, with the service's acquirer settings pointing at it."""
+    sandbox_process.reset()
+    settings.ACQUIRER_BASE_URL = sandbox_process.url
+    settings.ACQUIRER_API_KEY = sandbox_process.api_key
+    return sandbox_process

@@ -1,0 +1,31 @@
+"""factory_boy factories for the project's models."""
+
+from __future__ import annotations
+
+import factory
+from django.utils import timezone
+
+from merchants.models import Merchant
+from payments.models import Payment, PaymentStatus, new_payment_id
+
+
+class MerchantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Merchant
+
+    name = factory.Sequence(lambda n: f"merchant-{n}")
+
+
+class PaymentFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Payment
+
+    id = factory.LazyFunction(new_payment_id)
+    merchant = factory.SubFactory(MerchantFactory)
+    amount = 1000
+    currency = "EUR"
+    payment_method = "tok_visa"
+    status = PaymentStatus.SUCCEEDED
+    acquirer_idempotency_key = factory.LazyAttribute(lambda p: f"authorize-{p.id}")
+    created_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyAttribute(lambda p: p.created_at)
