@@ -1,0 +1,155 @@
+"""End to end over real HTTP: gunicorn serving the API and the sandbox acquirer, each its own
+process, on free ports, against the test database; merchants made by ``create_merchant``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.db import connection
+
+from idempotency.models import IdempotencyKey
+from tests.support.sandbox import SandboxProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = {"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "reference": "e2e"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL naming the test database this session created."""
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "postgres") + (f":{quote(s['PASSWORD'])}" if s["PASSWORD"] else "")
+    host = s["HOST"] or ""
+    if host.startswith("/"):  # the embedded server's Unix socket directory
+        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}"
+    return f"postgresql://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+test_database_url.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path) -> Iterator[dict]:
+    """The sandbox and gunicorn as subprocesses; yields their URLs and the environment."""
+    with SandboxProcess.start() as sandbox:
+        port = free_port()
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings.local",
+            "DJANGO_DEBUG": "false",
+            "DATABASE_URL": test_database_url(),
+            "WEB_BIND": f"127.0.0.1:{port}",
+            "WEB_CONCURRENCY": "2",
+            "ACQUIRER_BASE_URL": sandbox.url,
+            "ACQUIRER_API_KEY": sandbox.api_key,
+            "ACQUIRER_READ_TIMEOUT_SECONDS": "2",
+        }
+        log = (tmp_path / "gunicorn.log").open("w")
+        web = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert web.poll() is None, (tmp_path / "gunicorn.log").read_text()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+            yield {"url": url, "sandbox": sandbox, "env": env}
+        finally:
+            web.terminate()
+            try:
+                web.wait(10)
+            except subprocess.TimeoutExpired:
+                web.kill()
+            log.close()
+
+
+def create_merchant(env: dict, name: str) -> str:
+    """Run ``manage.py create_merchant NAME`` and return the key from its last line."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "create_merchant", name],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return result.stdout.strip().splitlines()[-1]
+
+
+def pay(url: str, api_key: str, key: str, **changes) -> httpx.Response:
+    return httpx.post(
+        f"{url}/payments",
+        json={**BODY, **changes},
+        headers={"Authorization": f"Bearer {api_key}", "Idempotency-Key": key},
+        timeout=30,
+    )
+
+
+def test_payments_end_to_end(stack):
+    """Approve, decline, replay, 422, 409, timeout and 500 after commit, and merchant scoping."""
+    url, sandbox = stack["url"], stack["sandbox"]
+    key_a = create_merchant(stack["env"], f"e2e-a-{uuid.uuid4().hex[:6]}")
+    key_b = create_merchant(stack["env"], f"e2e-b-{uuid.uuid4().hex[:6]}")
+    assert key_a.startswith("sk_live_")
+
+    approved = pay(url, key_a, "e2e-1")
+    assert approved.status_code == 201 and approved.json()["status"] == "succeeded"
+    replay = pay(url, key_a, "e2e-1")
+    assert replay.headers["Idempotent-Replayed"] == "true" and replay.content == approved.content
+    assert pay(url, key_a, "e2e-1", amount=2000).status_code == 422
+
+    declined = pay(url, key_a, "e2e-2", payment_method="tok_decline")
+    assert declined.status_code == 201 and declined.json()["decline_code"] == "do_not_honor"
+
+    unknown = pay(url, key_a, "e2e-3", payment_method="tok_timeout_after_commit", reference="t")
+    assert unknown.status_code == 202 and unknown.json()["status"] == "processing"
+    assert sandbox.stats()["charges_by_reference"][unknown.json()["id"]] == 1
+    retried = pay(url, key_a, "e2e-3", payment_method="tok_timeout_after_commit", reference="t")
+    assert retried.json()["id"] == unknown.json()["id"]
+    assert sandbox.stats()["charges_by_reference"][unknown.json()["id"]] == 1
+
+    failed_500 = pay(url, key_a, "e2e-4", payment_method="tok_500_after_commit")
+    assert failed_500.status_code == 202
+    assert pay(url, key_a, "e2e-4", payment_method="tok_500_after_commit").status_code == 201
+    assert sandbox.stats()["charges_by_reference"][failed_500.json()["id"]] == 1
+
+    results: dict[str, httpx.Response] = {}
+    slow = threading.Thread(
+        target=lambda: results.setdefault("first", pay(url, key_a, "e2e-5", payment_method="tok_slow_1500"))
+    )
+    slow.start()
+    deadline = time.monotonic() + 10
+    while not IdempotencyKey.objects.filter(key="e2e-5").exists():  # the first one claimed it
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    conflict = pay(url, key_a, "e2e-5", payment_method="tok_slow_1500")
+    slow.join()
+    assert conflict.status_code == 409 and conflict.headers["Retry-After"] == "1"
+    assert results["first"].status_code == 201
+
+    assert httpx.get(f"{url}/payments/{approved.json()['id']}", headers={"Authorization": f"Bearer {key_b}"}).status_code == 404
+    listed = httpx.get(f"{url}/payments", headers={"Authorization": f"Bearer {key_a}"}).json()
+    assert len(listed["data"]) == 5
+    assert sandbox.stats()["charges_total"] == 5
