@@ -1,0 +1,575 @@
+"""The sandbox acquirer over real HTTP: one subprocess for the module, reset before each test.
+
+The process runs with ``--hang-seconds 2`` (so ``tok_timeout_after_commit`` stays short) and
+accepts two API keys, one per account.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.sandbox import SandboxProcess
+
+API_KEY = "sandbox_sk_test_primary"
+OTHER_API_KEY = "sandbox_sk_test_other"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxProcess]:
+    with SandboxProcess.start(
+        api_key=API_KEY, extra_args=("--hang-seconds", "2", "--api-key", OTHER_API_KEY)
+    ) as process:
+        yield process
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sandbox(sandbox: SandboxProcess) -> None:
+    sandbox.reset()
+
+
+@pytest.fixture
+def client(sandbox: SandboxProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=sandbox.url, headers=sandbox.auth_headers(), timeout=10.0, trust_env=False
+    ) as http:
+        yield http
+
+
+def charge_body(**overrides: Any) -> dict[str, Any]:
+    body = {"amount": 1050, "currency": "EUR", "payment_method": "tok_visa", "reference": "order-1"}
+    body.update(overrides)
+    return body
+
+
+def post_charge(
+    client: httpx.Client, key: str | None, body: dict[str, Any], **kwargs: Any
+) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return client.post("/charges", json=body, headers=headers, **kwargs)
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    problem = response.json()
+    assert problem["status"] == status
+    assert problem["code"] == code
+    assert problem["type"].endswith("/" + code)
+    assert problem["title"]
+    assert problem["detail"]
+
+
+# -- basics -----------------------------------------------------------------------------
+
+
+def test_healthz_answers_ok_without_auth(sandbox: SandboxProcess) -> None:
+    """GET /healthz needs no API key and answers {"status": "ok"}."""
+    response = httpx.get(f"{sandbox.url}/healthz", trust_env=False)
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_visa_token_is_approved(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """tok_visa gives a 201 approved charge echoing the request, dated in RFC 3339 UTC."""
+    response = post_charge(client, "approve-1", charge_body())
+
+    assert response.status_code == 201
+    assert response.headers["content-type"] == "application/json"
+    assert "idempotent-replayed" not in response.headers
+    charge = response.json()
+    assert charge["id"].startswith("ch_")
+    assert charge["status"] == "approved"
+    assert charge["decline_code"] is None
+    assert (charge["amount"], charge["currency"], charge["reference"]) == (1050, "EUR", "order-1")
+    assert time.strptime(charge["created_at"], "%Y-%m-%dT%H:%M:%SZ")
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_unknown_token_is_approved(client: httpx.Client) -> None:
+    """A tok_ token the sandbox does not know is approved."""
+    response = post_charge(client, "unknown-token", charge_body(payment_method="tok_mastercard"))
+
+    assert response.status_code == 201
+    assert response.json()["status"] == "approved"
+
+
+@pytest.mark.parametrize(
+    ("token", "decline_code"),
+    [("tok_decline", "do_not_honor"), ("tok_insufficient_funds", "insufficient_funds")],
+)
+def test_decline_tokens_give_a_declined_charge_with_its_code(
+    client: httpx.Client, sandbox: SandboxProcess, token: str, decline_code: str
+) -> None:
+    """A decline is a recorded 201 charge with status declined and the token's code."""
+    response = post_charge(client, f"decline-{token}", charge_body(payment_method=token))
+
+    assert response.status_code == 201
+    assert response.json()["status"] == "declined"
+    assert response.json()["decline_code"] == decline_code
+    assert sandbox.stats()["charges_total"] == 1
+
+
+# -- authentication ---------------------------------------------------------------------
+
+
+def test_missing_api_key_is_401_and_records_nothing(sandbox: SandboxProcess) -> None:
+    """POST /charges without Authorization answers 401 and records no charge."""
+    response = httpx.post(
+        f"{sandbox.url}/charges",
+        json=charge_body(),
+        headers={"Idempotency-Key": "no-auth"},
+        trust_env=False,
+    )
+
+    assert_problem(response, 401, "authentication_required")
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert sandbox.stats()["charges_total"] == 0
+
+
+def test_wrong_api_key_is_401_and_records_nothing(sandbox: SandboxProcess) -> None:
+    """POST /charges with an unknown bearer key answers 401 and records no charge."""
+    response = httpx.post(
+        f"{sandbox.url}/charges",
+        json=charge_body(),
+        headers={"Idempotency-Key": "bad-auth", "Authorization": "Bearer sandbox_sk_wrong"},
+        trust_env=False,
+    )
+
+    assert_problem(response, 401, "invalid_api_key")
+    assert sandbox.stats()["charges_total"] == 0
+
+
+def test_listing_charges_requires_the_api_key(sandbox: SandboxProcess) -> None:
+    """GET /charges without Authorization answers 401."""
+    response = httpx.get(f"{sandbox.url}/charges", params={"reference": "order-1"}, trust_env=False)
+
+    assert_problem(response, 401, "authentication_required")
+
+
+# -- request validation -----------------------------------------------------------------
+
+
+def test_missing_idempotency_key_is_400_and_records_nothing(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """POST /charges without Idempotency-Key answers 400 and records no charge."""
+    response = post_charge(client, None, charge_body())
+
+    assert_problem(response, 400, "invalid_request")
+    assert sandbox.stats()["charges_total"] == 0
+
+
+@pytest.mark.parametrize("key", ["", "ab c", "a" * 256, "kéy"])
+def test_malformed_idempotency_key_is_400(client: httpx.Client, key: str) -> None:
+    """An empty, spaced, over-long (256) or non-ASCII Idempotency-Key answers 400."""
+    response = client.post(
+        "/charges",
+        json=charge_body(),
+        headers={"Idempotency-Key": key.encode("utf-8")},  # type: ignore[dict-item]
+    )
+
+    assert_problem(response, 400, "invalid_request")
+
+
+def test_longest_idempotency_key_is_accepted(client: httpx.Client) -> None:
+    """An Idempotency-Key of 255 printable characters is accepted."""
+    response = post_charge(client, "a" * 255, charge_body())
+
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(charge_body(amount=0), id="amount-zero"),
+        pytest.param(charge_body(amount=-5), id="amount-negative"),
+        pytest.param(charge_body(amount=10.5), id="amount-fraction"),
+        pytest.param(charge_body(amount="1050"), id="amount-string"),
+        pytest.param(charge_body(amount=True), id="amount-bool"),
+        pytest.param(charge_body(currency="eur"), id="currency-lower-case"),
+        pytest.param(charge_body(currency="EURO"), id="currency-four-letters"),
+        pytest.param(charge_body(payment_method="card_4242"), id="payment-method-not-token"),
+        pytest.param(charge_body(payment_method="tok_slow_soon"), id="slow-token-not-a-number"),
+        pytest.param(charge_body(payment_method="tok_slow_60001"), id="slow-token-too-slow"),
+        pytest.param(charge_body(reference=""), id="reference-empty"),
+        pytest.param(charge_body(reference=7), id="reference-not-string"),
+        pytest.param(charge_body(extra="x"), id="unknown-field"),
+        pytest.param({"amount": 1050, "currency": "EUR", "payment_method": "tok_visa"},
+                     id="reference-missing"),
+        pytest.param([charge_body()], id="not-an-object"),
+    ],
+)  # fmt: skip
+def test_invalid_body_is_400_and_records_nothing(
+    client: httpx.Client, sandbox: SandboxProcess, body: Any
+) -> None:
+    """A body that breaks the charge schema answers 400 invalid_request, nothing recorded."""
+    response = post_charge(client, "invalid-body", body)
+
+    assert_problem(response, 400, "invalid_request")
+    assert sandbox.stats()["charges_total"] == 0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b'{"amount": NaN}', b'{"amount": 1, "amount": 2}', b"\xff\xfe"],
+    ids=["syntax", "nan", "duplicate-key", "not-utf8"],
+)
+def test_invalid_json_is_400(client: httpx.Client, content: bytes) -> None:
+    """A body that is not strict UTF-8 JSON answers 400 invalid_request."""
+    response = client.post(
+        "/charges",
+        content=content,
+        headers={"Idempotency-Key": "bad-json", "Content-Type": "application/json"},
+    )
+
+    assert_problem(response, 400, "invalid_request")
+
+
+def test_non_json_content_type_is_415(client: httpx.Client) -> None:
+    """A form-encoded body answers 415: the sandbox speaks JSON only."""
+    response = client.post("/charges", data={"amount": "1050"}, headers={"Idempotency-Key": "form"})
+
+    assert_problem(response, 415, "unsupported_media_type")
+
+
+def test_validation_failure_leaves_the_key_free(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """After a 400 the same Idempotency-Key runs a valid request as a fresh one."""
+    post_charge(client, "retry-after-400", charge_body(amount=0))
+
+    response = post_charge(client, "retry-after-400", charge_body())
+
+    assert response.status_code == 201
+    assert "idempotent-replayed" not in response.headers
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_body_over_64_kib_is_413(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """A body of 64 KiB + 1 byte answers 413 and records nothing."""
+    response = client.post(
+        "/charges",
+        content=b" " * (64 * 1024 + 1),
+        headers={"Idempotency-Key": "too-big", "Content-Type": "application/json"},
+    )
+
+    assert_problem(response, 413, "payload_too_large")
+    assert sandbox.stats()["charges_total"] == 0
+
+
+def test_body_of_exactly_64_kib_is_accepted(client: httpx.Client) -> None:
+    """A valid body padded to exactly 64 KiB is within the limit."""
+    content = json.dumps(charge_body()).encode()
+    content += b" " * (64 * 1024 - len(content))
+
+    response = client.post(
+        "/charges",
+        content=content,
+        headers={"Idempotency-Key": "just-fits", "Content-Type": "application/json"},
+    )
+
+    assert response.status_code == 201
+
+
+def test_unknown_path_is_404(client: httpx.Client) -> None:
+    """A path the sandbox does not serve answers 404 JSON."""
+    assert_problem(client.get("/refunds"), 404, "not_found")
+
+
+def test_wrong_method_is_405_with_allow(client: httpx.Client) -> None:
+    """A known path with another method answers 405 JSON and lists the allowed methods."""
+    response = client.delete("/charges")
+
+    assert_problem(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "GET, POST"
+
+
+# -- idempotency ------------------------------------------------------------------------
+
+
+def test_same_key_and_body_replays_byte_identical(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """The same key with the same JSON (other key order, other spacing) replays the 201."""
+    first = post_charge(client, "replay-1", charge_body())
+    reordered = (
+        b'{ "reference" : "order-1",\n "payment_method": "tok_visa", "currency": "EUR",'
+        b' "amount": 1050 }'
+    )
+
+    second = client.post(
+        "/charges",
+        content=reordered,
+        headers={"Idempotency-Key": "replay-1", "Content-Type": "application/json"},
+    )
+
+    assert second.status_code == first.status_code == 201
+    assert second.content == first.content
+    assert second.headers["idempotent-replayed"] == "true"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_replay_of_a_decline_is_the_same_decline(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """A declined charge is a completed result: the same key replays it."""
+    first = post_charge(client, "replay-decline", charge_body(payment_method="tok_decline"))
+
+    second = post_charge(client, "replay-decline", charge_body(payment_method="tok_decline"))
+
+    assert second.content == first.content
+    assert second.headers["idempotent-replayed"] == "true"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_same_key_with_changed_body_is_422(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """The same key with another amount answers 422 idempotency_key_reused, no new charge."""
+    post_charge(client, "changed-body", charge_body(amount=1000))
+
+    response = post_charge(client, "changed-body", charge_body(amount=2000))
+
+    assert_problem(response, 422, "idempotency_key_reused")
+    assert sandbox.stats()["charges_total"] == 1
+    assert sandbox.charges("order-1")[0]["amount"] == 1000
+
+
+def test_same_key_while_in_flight_is_409(sandbox: SandboxProcess) -> None:
+    """Of two overlapping same-key requests one runs (201), the other gets 409 at once."""
+    body = charge_body(payment_method="tok_slow_1500")
+    # Whichever request claims the key first holds it for 1.5 s; the other, sent at the
+    # same moment, finds it in progress. The order does not matter, so assert on the pair.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [
+            pool.submit(
+                httpx.post,
+                f"{sandbox.url}/charges",
+                json=body,
+                headers={**sandbox.auth_headers(), "Idempotency-Key": "in-flight"},
+                timeout=10.0,
+                trust_env=False,
+            )
+            for _ in range(2)
+        ]
+        responses = sorted((future.result() for future in futures), key=lambda r: r.status_code)
+
+    created, conflict = responses
+    assert created.status_code == 201
+    assert_problem(conflict, 409, "idempotency_key_in_use")
+    assert conflict.headers["retry-after"] == "1"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_same_key_after_the_slow_request_completes_replays(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """Once a tok_slow_ request has finished, its key replays like any other."""
+    first = post_charge(client, "slow-done", charge_body(payment_method="tok_slow_50"))
+
+    second = post_charge(client, "slow-done", charge_body(payment_method="tok_slow_50"))
+
+    assert second.content == first.content
+    assert second.headers["idempotent-replayed"] == "true"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_idempotency_keys_are_scoped_per_api_key(sandbox: SandboxProcess) -> None:
+    """Two API keys using the same Idempotency-Key get two separate charges."""
+    responses = [
+        httpx.post(
+            f"{sandbox.url}/charges",
+            json=charge_body(),
+            headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "shared-key"},
+            trust_env=False,
+        )
+        for key in (API_KEY, OTHER_API_KEY)
+    ]
+
+    assert [response.status_code for response in responses] == [201, 201]
+    assert responses[0].json()["id"] != responses[1].json()["id"]
+    assert "idempotent-replayed" not in responses[1].headers
+    assert sandbox.stats()["charges_total"] == 2
+
+
+# -- ambiguous outcomes -------------------------------------------------------------------
+
+
+def test_timeout_after_commit_then_retry_replays_the_charge(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """A read timeout hides a recorded charge; the retry with the same key replays it."""
+    body = charge_body(payment_method="tok_timeout_after_commit", reference="order-timeout")
+    with pytest.raises(httpx.ReadTimeout):
+        post_charge(client, "hang-1", body, timeout=httpx.Timeout(10.0, read=0.5))
+
+    retry = post_charge(client, "hang-1", body)
+
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json()["id"] == sandbox.charges("order-timeout")[0]["id"]
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_timeout_after_commit_answers_after_hang_seconds(client: httpx.Client) -> None:
+    """A patient client receives the 201 charge once --hang-seconds (2 s) have passed."""
+    started = time.monotonic()
+
+    response = post_charge(client, "hang-2", charge_body(payment_method="tok_timeout_after_commit"))
+
+    assert response.status_code == 201
+    assert "idempotent-replayed" not in response.headers
+    assert time.monotonic() - started >= 1.9
+
+
+def test_500_after_commit_then_retry_replays_the_same_charge(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """A 500 hides a recorded charge; the retry with the same key gets it as a 201 replay."""
+    body = charge_body(payment_method="tok_500_after_commit", reference="order-500")
+
+    first = post_charge(client, "boom-1", body)
+    retry = post_charge(client, "boom-1", body)
+
+    assert_problem(first, 500, "api_error")
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    recorded = sandbox.charges("order-500")
+    assert [charge["id"] for charge in recorded] == [retry.json()["id"]]
+    assert sandbox.stats()["charges_total"] == 1
+
+
+# -- lookup, stats, reset -----------------------------------------------------------------
+
+
+def test_lookup_by_reference_lists_charges_oldest_first(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """GET /charges?reference=R lists that reference's charges in creation order."""
+    first = post_charge(client, "lookup-1", charge_body(reference="order-lookup"))
+    second = post_charge(
+        client, "lookup-2", charge_body(reference="order-lookup", payment_method="tok_decline")
+    )
+    post_charge(client, "lookup-3", charge_body(reference="order-other"))
+
+    response = client.get("/charges", params={"reference": "order-lookup"})
+
+    assert response.status_code == 200
+    assert response.json() == {"data": [first.json(), second.json()]}
+
+
+def test_lookup_only_shows_the_callers_charges(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """Another API key's charges with the same reference are not listed."""
+    post_charge(client, "mine", charge_body(reference="order-shared"))
+
+    response = httpx.get(
+        f"{sandbox.url}/charges",
+        params={"reference": "order-shared"},
+        headers={"Authorization": f"Bearer {OTHER_API_KEY}"},
+        trust_env=False,
+    )
+
+    assert response.json() == {"data": []}
+
+
+def test_lookup_without_reference_is_400(client: httpx.Client) -> None:
+    """GET /charges without a reference parameter answers 400."""
+    assert_problem(client.get("/charges"), 400, "invalid_request")
+
+
+def test_stats_count_charges_and_requests(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """Stats count charges per reference and acquirer requests per status, not control calls."""
+    post_charge(client, "stats-1", charge_body(reference="order-a"))
+    post_charge(client, "stats-1", charge_body(reference="order-a"))  # a replay
+    post_charge(client, "stats-2", charge_body(reference="order-b"))
+    post_charge(client, None, charge_body())
+    client.get("/healthz")
+
+    assert sandbox.stats() == {
+        "charges_total": 2,
+        "charges_by_reference": {"order-a": 1, "order-b": 1},
+        "requests_total": 4,
+        "requests_by_status": {"201": 3, "400": 1},
+    }
+
+
+def test_reset_clears_ledger_keys_and_counters(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """After POST /_sandbox/reset the counters are zero and an old key runs afresh."""
+    first = post_charge(client, "reset-1", charge_body())
+
+    sandbox.reset()
+
+    assert sandbox.stats() == {
+        "charges_total": 0,
+        "charges_by_reference": {},
+        "requests_total": 0,
+        "requests_by_status": {},
+    }
+    assert sandbox.charges("order-1") == []
+    again = post_charge(client, "reset-1", charge_body())
+    assert "idempotent-replayed" not in again.headers
+    assert again.json()["id"] != first.json()["id"]
+
+
+# -- the process ------------------------------------------------------------------------
+
+
+def test_request_log_never_contains_the_api_key(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """The stderr request log has method, path and status, but no bearer key."""
+    post_charge(client, "log-1", charge_body())
+
+    log = sandbox.stderr_text()
+
+    assert "POST /charges 201" in log
+    assert API_KEY not in log
+    assert "Bearer" not in log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_process_exits_cleanly_on_signal(signum: signal.Signals) -> None:
+    """SIGTERM and SIGINT stop the process with exit status 0."""
+    process = SandboxProcess.start()
+    try:
+        process.process.send_signal(signum)
+        status = process.process.wait(timeout=10)
+    finally:
+        process.stop()
+
+    assert status == 0
+
+
+def test_server_module_imports_only_the_standard_library() -> None:
+    """Importing the sandbox loads no Django, DRF, Celery, project app or third-party module."""
+    probe = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import sandbox_acquirer.server, sandbox_acquirer.__main__\n"
+        "new = {name.split('.')[0] for name in set(sys.modules) - before}\n"
+        "print(','.join(sorted(new - set(sys.stdlib_module_names) - {'sandbox_acquirer'})))\n"
+        "print(','.join(sorted(name for name in sys.modules if name.split('.')[0] in\n"
+        "    {'django', 'rest_framework', 'celery', 'config', 'payments', 'idempotency',\n"
+        "     'gateway_client'})))\n"
+    )
+
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+
+    assert result.stdout.splitlines() == ["", ""]

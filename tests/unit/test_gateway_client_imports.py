@@ -1,0 +1,78 @@
+"""gateway_client stays framework-free: no Django, DRF, Celery or project package."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gateway_client
+
+FORBIDDEN = {
+    "django",
+    "rest_framework",
+    "celery",
+    "kombu",
+    "payments",
+    "idempotency",
+    "config",
+    "sandbox_acquirer",
+}
+
+PACKAGE_DIR = Path(gateway_client.__file__).resolve().parent
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Return (line, absolute module name) for every import in a file; relative ones skipped."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            in {"import_module", "__import__"}
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_package_files_are_found() -> None:
+    """The scan sees the package's modules (a guard against scanning nothing)."""
+    names = {path.name for path in PACKAGE_DIR.rglob("*.py")}
+    assert {"__init__.py", "client.py", "errors.py", "types.py", "classify.py"} <= names
+
+
+def test_no_forbidden_imports_in_source() -> None:
+    """No module under gateway_client imports Django, DRF, Celery, kombu or a project package."""
+    offenders = [
+        f"{path.relative_to(PACKAGE_DIR.parent)}:{line}: {module}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for line, module in imported_modules(path)
+        if module.split(".")[0] in FORBIDDEN
+    ]
+    assert offenders == []
+
+
+def test_import_loads_no_forbidden_module() -> None:
+    """`import gateway_client` in a fresh interpreter leaves no forbidden module in sys.modules."""
+    script = "import json, sys\nimport gateway_client\nprint(json.dumps(sorted(sys.modules)))\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        cwd=PACKAGE_DIR.parent,
+    )
+    loaded = json.loads(result.stdout)
+    assert "gateway_client.client" in loaded
+    assert sorted(name for name in loaded if name.split(".")[0] in FORBIDDEN) == []

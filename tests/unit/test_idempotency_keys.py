@@ -1,0 +1,95 @@
+"""Parsing the Idempotency-Key header and fingerprinting requests (no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
+from idempotency.fingerprint import canonical_json, request_fingerprint
+from idempotency.keys import parse_idempotency_key
+
+
+@pytest.mark.parametrize(
+    ("header", "key"),
+    [
+        ("abc", "abc"),
+        ("  abc\t", "abc"),
+        ('"abc"', "abc"),
+        ('"a\\"b"', 'a"b'),
+        ('"a\\\\b"', "a\\b"),
+        ("a" * 255, "a" * 255),
+        ("550e8400-e29b-41d4-a716-446655440000", "550e8400-e29b-41d4-a716-446655440000"),
+        ("!~", "!~"),
+        ("Key", "Key"),
+    ],
+)
+def test_valid_keys(header, key):
+    """Bare and RFC 8941 quoted forms, 1-255 characters of %x21-7E."""
+    assert parse_idempotency_key(header) == key
+
+
+def test_absent_header_is_missing():
+    """No header at all -> idempotency_key_missing."""
+    with pytest.raises(IdempotencyKeyMissing):
+        parse_idempotency_key(None)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "   ",
+        '""',
+        "a" * 256,
+        '"' + "a" * 256 + '"',
+        "ab c",
+        '"ab c"',
+        "caf\u00e9",  # a non-ASCII header arrives latin-1 decoded under WSGI
+        "\u00c3\u00a9",  # UTF-8 bytes of 'é' seen as latin-1: mojibake
+        "a\x00b",
+        "a\x7fb",
+        '"abc',
+        '"a\\nb"',
+        '"a"b"',
+    ],
+)
+def test_invalid_keys(header):
+    """Empty, too long, inner space, non-ASCII, control characters, broken quoting -> invalid."""
+    with pytest.raises(IdempotencyKeyInvalid):
+        parse_idempotency_key(header)
+
+
+def test_fingerprint_ignores_key_order():
+    """The same object with another key order has the same fingerprint."""
+    a = request_fingerprint("POST", "/payments", {"amount": 1, "currency": "EUR"})
+    b = request_fingerprint("POST", "/payments", {"currency": "EUR", "amount": 1})
+    assert a == b
+    assert len(a) == 64
+
+
+@pytest.mark.parametrize(
+    ("method", "route", "body"),
+    [
+        ("POST", "/payments", {"amount": 2, "currency": "EUR"}),
+        ("PUT", "/payments", {"amount": 1, "currency": "EUR"}),
+        ("POST", "/refunds", {"amount": 1, "currency": "EUR"}),
+        ("POST", "/payments", {"amount": 1, "currency": "EUR", "reference": "r"}),
+    ],
+)
+def test_fingerprint_changes_with_method_route_or_body(method, route, body):
+    """Any change of method, route or body changes the fingerprint."""
+    base = request_fingerprint("POST", "/payments", {"amount": 1, "currency": "EUR"})
+    assert request_fingerprint(method, route, body) != base
+
+
+def test_canonical_json_form():
+    """Sorted keys, no whitespace, UTF-8 (RFC 8785 style)."""
+    assert canonical_json({"b": "é", "a": [1, {"d": 2, "c": 3}]}) == (
+        '{"a":[1,{"c":3,"d":2}],"b":"é"}'.encode()
+    )
+
+
+def test_canonical_json_refuses_nan():
+    """NaN has no JSON form."""
+    with pytest.raises(ValueError):
+        canonical_json({"a": float("nan")})
