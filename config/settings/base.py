@@ -142,6 +142,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     if CELERY_BROKER_URL.startswith("filesystem://")
     else {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)}
 )
+# One queue name per deployment; tests give each run its own, so they never share messages.
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -3,47 +3,23 @@ process, on free ports, against the test database; merchants made by ``create_me
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 import pytest
-from django.db import connection
 
 from idempotency.models import IdempotencyKey
+from tests.support.processes import ROOT, free_port, service_env, wait_until
 from tests.support.sandbox import SandboxProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 BODY = {"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "reference": "e2e"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_database_url() -> str:
-    """A DATABASE_URL naming the test database this session created."""
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "postgres") + (f":{quote(s['PASSWORD'])}" if s["PASSWORD"] else "")
-    host = s["HOST"] or ""
-    if host.startswith("/"):  # the embedded server's Unix socket directory
-        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}"
-    return f"postgresql://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-test_database_url.__test__ = False  # a helper, not a test
 
 
 @pytest.fixture
@@ -51,17 +27,13 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
     """The sandbox and gunicorn as subprocesses; yields their URLs and the environment."""
     with SandboxProcess.start() as sandbox:
         port = free_port()
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings.local",
-            "DJANGO_DEBUG": "false",
-            "DATABASE_URL": test_database_url(),
-            "WEB_BIND": f"127.0.0.1:{port}",
-            "WEB_CONCURRENCY": "2",
-            "ACQUIRER_BASE_URL": sandbox.url,
-            "ACQUIRER_API_KEY": sandbox.api_key,
-            "ACQUIRER_READ_TIMEOUT_SECONDS": "2",
-        }
+        env = service_env(
+            WEB_BIND=f"127.0.0.1:{port}",
+            WEB_CONCURRENCY="2",
+            ACQUIRER_BASE_URL=sandbox.url,
+            ACQUIRER_API_KEY=sandbox.api_key,
+            ACQUIRER_READ_TIMEOUT_SECONDS="2",
+        )
         log = (tmp_path / "gunicorn.log").open("w")
         web = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
@@ -140,10 +112,9 @@ def test_payments_end_to_end(stack):
         target=lambda: results.setdefault("first", pay(url, key_a, "e2e-5", payment_method="tok_slow_1500"))
     )
     slow.start()
-    deadline = time.monotonic() + 10
-    while not IdempotencyKey.objects.filter(key="e2e-5").exists():  # the first one claimed it
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(
+        IdempotencyKey.objects.filter(key="e2e-5").exists, timeout=10, what="the first claim"
+    )
     conflict = pay(url, key_a, "e2e-5", payment_method="tok_slow_1500")
     slow.join()
     assert conflict.status_code == 409 and conflict.headers["Retry-After"] == "1"

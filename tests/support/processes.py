@@ -1,0 +1,52 @@
+"""Helpers for tests that run the service's own processes (gunicorn, Celery) as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url_for_subprocess() -> str:
+    """A ``DATABASE_URL`` naming the test database this session created (TCP or Unix socket)."""
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "postgres") + (f":{quote(s['PASSWORD'])}" if s["PASSWORD"] else "")
+    host = s["HOST"] or ""
+    if host.startswith("/"):  # the embedded server's Unix socket directory
+        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}"
+    return f"postgresql://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def service_env(**overrides: str) -> dict[str, str]:
+    """The environment for a subprocess of the service pointed at the test database."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.local",
+        "DJANGO_DEBUG": "false",
+        "DATABASE_URL": database_url_for_subprocess(),
+        "PYTHONUNBUFFERED": "1",
+        **overrides,
+    }
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``condition`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
