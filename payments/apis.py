@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import json
-
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
@@ -19,8 +17,8 @@ from idempotency.keys import parse_idempotency_key
 from idempotency.responses import replay_response
 from payments.acquirer import acquirer_client
 from payments.card_data import card_data_fields
-from payments.models import Payment, PaymentStatus
-from payments.problems import PROBLEM_CONTENT_TYPE, Problem, problem_body
+from payments.problems import Problem
+from payments.responses import json_bytes
 from payments.selectors import PaymentNotFound, payment_get, payment_list
 from payments.serializers import (
     PaymentCreateInputSerializer,
@@ -33,45 +31,6 @@ from payments.services import Outcome, StoredResponse, payment_create
 PROBLEM_RESPONSE = OpenApiResponse(
     response=OpenApiTypes.OBJECT, description="application/problem+json (RFC 9457)"
 )
-
-
-def _json_bytes(document: object) -> bytes:
-    return json.dumps(document, ensure_ascii=False).encode("utf-8")
-
-
-def render_payment_answer(payment: Payment) -> StoredResponse:
-    """The answer to ``POST /payments`` for ``payment``, as stored for replay.
-
-    succeeded/declined: 201; processing/needs_review: 202 with ``Retry-After``; failed because
-    the acquirer refused our request: 502 problem ``acquirer_error`` (with ``payment_id``).
-    """
-    location = f"/payments/{payment.id}"
-    body = _json_bytes(PaymentSerializer(payment).data)
-    if payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.DECLINED):
-        return StoredResponse(201, {"Content-Type": "application/json", "Location": location}, body)
-    if payment.status in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
-        return StoredResponse(
-            202,
-            {
-                "Content-Type": "application/json",
-                "Location": location,
-                "Retry-After": str(settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS),
-            },
-            body,
-        )
-    problem = json.loads(
-        problem_body(
-            status_code=502,
-            code="acquirer_error",
-            title="The acquirer refused the request",
-            detail="The acquirer refused this payment request; it was not authorized. "
-            "Contact support with the payment id.",
-        )
-    )
-    problem["payment_id"] = payment.id
-    return StoredResponse(
-        502, {"Content-Type": PROBLEM_CONTENT_TYPE, "Location": location}, _json_bytes(problem)
-    )
 
 
 def _to_http(stored: StoredResponse) -> HttpResponse:
@@ -135,7 +94,6 @@ class PaymentListCreateApi(APIView):
             idempotency_key=key,
             data=serializer.validated_data,
             client=acquirer_client(),
-            render=render_payment_answer,
         )
         if result.replay_of is not None:
             return replay_response(result.replay_of)
@@ -181,7 +139,7 @@ class PaymentListCreateApi(APIView):
             "data": PaymentSerializer(page.payments, many=True).data,
             "has_more": page.has_more,
         }
-        return HttpResponse(_json_bytes(document), content_type="application/json")
+        return HttpResponse(json_bytes(document), content_type="application/json")
 
 
 class PaymentDetailApi(APIView):
@@ -199,7 +157,7 @@ class PaymentDetailApi(APIView):
             raise Problem(
                 "No payment with this id.", code="not_found", title="Not found", status_code=404
             ) from exc
-        return HttpResponse(_json_bytes(PaymentSerializer(payment).data), content_type="application/json")
+        return HttpResponse(json_bytes(PaymentSerializer(payment).data), content_type="application/json")
 
 
 def healthz(request) -> JsonResponse:

@@ -6,3 +6,6 @@ class PaymentsConfig(AppConfig):
 
     name = "payments"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from payments import checks  # noqa: F401  (registers the system checks)

@@ -59,6 +59,15 @@ class Payment(models.Model):
     )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # Reconciliation of unresolved payments (payments/reconciliation.py). The schedule lives
+    # here, in PostgreSQL, not in broker countdowns.
+    next_check_at = models.DateTimeField(
+        null=True, blank=True, help_text="When reconciliation looks at this payment next."
+    )
+    reconciliation_attempts = models.PositiveIntegerField(default=0)
+    reconciliation_lease_until = models.DateTimeField(
+        null=True, blank=True, help_text="A reconciliation worker owns the payment until then."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -66,6 +75,11 @@ class Payment(models.Model):
             models.Index(fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"),
             models.Index(fields=["merchant", "reference"], name="payment_merchant_reference"),
             models.Index(fields=["merchant", "status", "-created_at"], name="payment_merchant_status"),
+            models.Index(
+                fields=["next_check_at"],
+                name="payment_reconciliation_due",
+                condition=models.Q(status="processing"),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

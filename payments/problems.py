@@ -15,7 +15,6 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from rest_framework import exceptions, status
-from rest_framework.views import set_rollback
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -123,6 +122,8 @@ def problem_exception_handler(exc: Exception, context: dict) -> HttpResponse | N
     only ``application/json``). Exceptions that are not API errors return ``None``, so Django
     answers them with :func:`server_error` (500) after logging them.
     """
+    from rest_framework.views import set_rollback  # here: rest_framework.views imports parsers
+
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

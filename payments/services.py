@@ -9,8 +9,8 @@
   and complete the key; or, when the request was certainly not applied, mark the payment
   ``failed`` and release the key so the merchant can retry with the same key.
 
-The HTTP shape of the answers is the caller's: it passes ``render``, which turns the payment into
-the stored response (status, headers, body bytes), so the replay is byte-identical.
+The answer is rendered once, in phase 2, by ``payments.responses.render_payment_answer`` and
+stored with the key, so every replay is byte-identical.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from idempotency.services import (
 )
 from merchants.models import Merchant
 from payments.models import Payment, PaymentEvent, PaymentStatus, new_payment_id
+from payments.responses import StoredResponse, render_payment_answer
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +88,6 @@ class Outcome(enum.Enum):
 
 
 @dataclass(frozen=True)
-class StoredResponse:
-    """An HTTP answer as stored for replay: status code, headers, body bytes."""
-
-    status_code: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
-@dataclass(frozen=True)
 class CreateResult:
     """What :func:`payment_create` did: the payment (None on a replay of a released payment),
     the outcome of this call, the response to send, and whether it is a replay.
@@ -108,8 +100,6 @@ class CreateResult:
     retry_after: int | None = field(default=None)
 
 
-#: Turns a payment into the answer stored for its idempotency key.
-Renderer = Callable[[Payment], StoredResponse]
 
 
 def payment_transition(
@@ -150,7 +140,8 @@ def payment_event_record(*, payment: Payment, event_type: str, now: datetime, da
     )
 
 
-def _authorization_request(payment: Payment) -> AuthorizationRequest:
+def authorization_request(payment: Payment) -> AuthorizationRequest:
+    """The request sent to the acquirer for ``payment``: always its own acquirer idempotency key."""
     return AuthorizationRequest(
         amount=payment.amount,
         currency=payment.currency,
@@ -166,7 +157,7 @@ def _authorize(client: AcquirerClient, payment: Payment) -> tuple[Outcome, Autho
         raise RuntimeError("The acquirer must not be called inside a database transaction.")
     started = time.monotonic()
     try:
-        authorization = client.authorize(_authorization_request(payment))
+        authorization = client.authorize(authorization_request(payment))
     except GatewayError as exc:
         if isinstance(exc, RetryableError):
             outcome = Outcome.NOT_SENT
@@ -198,13 +189,28 @@ def _authorize(client: AcquirerClient, payment: Payment) -> tuple[Outcome, Autho
     return outcome, authorization, attempt
 
 
+def _schedule_reconciliation(payment: Payment, now: datetime) -> None:
+    """After an unknown outcome (inside phase 2): the sweep's fallback time in the database,
+    and a task enqueued when the transaction commits, so the common case resolves in seconds.
+    A lost task only delays the payment until the next sweep."""
+    from payments.tasks import reconcile_payment  # tasks import services
+
+    payment.next_check_at = now + timedelta(seconds=settings.RECONCILIATION_BACKOFF_BASE_SECONDS)
+    payment.save(update_fields=["next_check_at"])
+    transaction.on_commit(
+        lambda: reconcile_payment.apply_async(
+            args=[payment.id], countdown=settings.RECONCILIATION_FIRST_CHECK_SECONDS
+        ),
+        robust=True,
+    )
+
+
 def payment_create(
     *,
     merchant: Merchant,
     idempotency_key: str,
     data: Mapping[str, Any],
     client: AcquirerClient,
-    render: Renderer,
     clock: Callable[[], datetime] = timezone.now,
 ) -> CreateResult:
     """Create a payment idempotently and authorize it at the acquirer.
@@ -216,6 +222,7 @@ def payment_create(
     ``IdempotencyKeyInUse`` (409) from the claim.
     """
     fingerprint = request_fingerprint("POST", PAYMENTS_ROUTE, data)
+    lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
     now = clock()
     with transaction.atomic():
         claim = idempotency_key_claim(
@@ -226,9 +233,12 @@ def payment_create(
             fingerprint=fingerprint,
             now=now,
             retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
-            lock_timeout=timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS),
+            lock_timeout=lock_timeout,
         )
         record = claim.record
+        # Only a first attempt can prove that nothing was ever applied; a resumed payment (a
+        # retry of a 202, or a take-over after a crash) may have been applied before.
+        first_attempt = claim.outcome is ClaimOutcome.CREATED
         payment = Payment.objects.filter(idempotency_key=record).first()
         if claim.outcome is ClaimOutcome.COMPLETED:
             still_unknown = payment is not None and payment.status == PaymentStatus.PROCESSING
@@ -254,6 +264,8 @@ def payment_create(
                 acquirer_idempotency_key=f"authorize-{payment_id}",
                 created_at=now,
                 updated_at=now,
+                # If this request dies before phase 2, reconciliation finds the payment here.
+                next_check_at=now + lock_timeout,
             )
             payment_event_record(payment=payment, event_type="payment_created", now=now, data={})
         else:
@@ -262,6 +274,8 @@ def payment_create(
             )
 
     outcome, authorization, attempt = _authorize(client, payment)
+    if outcome is Outcome.NOT_SENT and not first_attempt:
+        outcome = Outcome.UNKNOWN  # this attempt was not applied; an earlier one may have been
 
     now = clock()
     with transaction.atomic():
@@ -277,6 +291,7 @@ def payment_create(
                 event_type="authorization_approved",
                 now=now,
                 acquirer_reference=authorization.acquirer_reference,
+                next_check_at=None,
             )
         elif outcome is Outcome.DECLINED:
             payment_transition(
@@ -286,6 +301,7 @@ def payment_create(
                 now=now,
                 acquirer_reference=authorization.acquirer_reference,
                 decline_code=authorization.decline_code,
+                next_check_at=None,
             )
         elif outcome is Outcome.NOT_SENT:
             payment_transition(
@@ -294,6 +310,7 @@ def payment_create(
                 event_type="authorization_not_sent",
                 now=now,
                 failure_code="acquirer_unavailable",
+                next_check_at=None,
             )
             idempotency_key_release(record=record)
             return CreateResult(
@@ -309,12 +326,14 @@ def payment_create(
                 event_type="authorization_rejected",
                 now=now,
                 failure_code="acquirer_rejected",
+                next_check_at=None,
             )
         else:
             payment_event_record(
                 payment=payment, event_type="authorization_outcome_unknown", now=now, data={}
             )
-        response = render(payment)
+            _schedule_reconciliation(payment, now)
+        response = render_payment_answer(payment)
         idempotency_key_complete(
             record=record,
             status_code=response.status_code,

@@ -13,7 +13,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from idempotency.services import idempotency_keys_purge_expired
+from payments.acquirer import acquirer_client
 from payments.models import PaymentStatus
+from payments.reconciliation import (
+    ReconciliationPolicy,
+    Result,
+    payment_reconcile,
+    reconciliation_claim_payment,
+    reconciliation_sweep,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +42,26 @@ def purge_expired_idempotency_keys() -> int:
     )
     logger.info("purged %d expired idempotency keys", deleted)
     return deleted
+
+
+@shared_task(name="payments.tasks.reconcile_payment", ignore_result=True)
+def reconcile_payment(payment_id: str) -> str:
+    """Reconcile one payment now (enqueued on commit after a 202). Claims it first: a duplicate
+    or redelivered message finds it claimed or resolved and does nothing. Never autoretries."""
+    policy = ReconciliationPolicy.from_settings()
+    if not reconciliation_claim_payment(payment_id=payment_id, now=timezone.now(), policy=policy):
+        return Result.NOT_CLAIMED.value
+    outcome = payment_reconcile(payment_id=payment_id, client=acquirer_client(), policy=policy)
+    logger.info("reconcile %s: %s %s", payment_id, outcome.result.value, outcome.detail)
+    return outcome.result.value
+
+
+@shared_task(name="payments.tasks.reconcile_due_payments", ignore_result=True)
+def reconcile_due_payments() -> int:
+    """The beat sweep: claim one batch of due payments and reconcile each. Returns how many."""
+    results = reconciliation_sweep(
+        client=acquirer_client(), policy=ReconciliationPolicy.from_settings()
+    )
+    for outcome in results:
+        logger.info("reconcile %s: %s %s", outcome.payment_id, outcome.result.value, outcome.detail)
+    return len(results)

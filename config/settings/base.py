@@ -128,6 +128,24 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
 
+# --- Reconciliation (payments/reconciliation.py) ------------------------------------------
+RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float("RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0)
+RECONCILIATION_FIRST_CHECK_SECONDS = env.float("RECONCILIATION_FIRST_CHECK_SECONDS", default=2.0)
+RECONCILIATION_GRACE_SECONDS = env.float("RECONCILIATION_GRACE_SECONDS", default=60.0)
+RECONCILIATION_BACKOFF_BASE_SECONDS = env.float("RECONCILIATION_BACKOFF_BASE_SECONDS", default=30.0)
+RECONCILIATION_BACKOFF_CAP_SECONDS = env.float("RECONCILIATION_BACKOFF_CAP_SECONDS", default=1800.0)
+RECONCILIATION_MAX_AGE_SECONDS = env.float("RECONCILIATION_MAX_AGE_SECONDS", default=6 * 3600.0)
+RECONCILIATION_MAX_ATTEMPTS = env.int("RECONCILIATION_MAX_ATTEMPTS", default=40)
+# A sweep works through its batch one payment at a time, each at most a look-up and a re-send
+# (2 x the client's deadline), so the lease covers a whole batch and the task time limit ends a
+# stuck sweep before its lease runs out.
+RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=10)
+RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
+# How long the acquirer remembers an idempotency key; the maximum age must stay well below it.
+ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(
+    "ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600.0
+)
+
 # --- Celery ---------------------------------------------------------------------------------
 # Without CELERY_BROKER_URL, kombu's filesystem transport: no server needed (make run).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
@@ -145,13 +163,21 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
+# Why each of these: README "Celery settings". Tasks are idempotent (leases, status checks under
+# row locks, the acquirer idempotency key), so a redelivered task is harmless.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_TASK_TIME_LIMIT = int(RECONCILIATION_LEASE_SECONDS) - 20
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
+    "reconcile-due-payments": {
+        "task": "payments.tasks.reconcile_due_payments",
+        "schedule": RECONCILIATION_SWEEP_INTERVAL_SECONDS,
+    },
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",
         "schedule": env.float("IDEMPOTENCY_KEY_PURGE_INTERVAL_SECONDS", default=3600.0),

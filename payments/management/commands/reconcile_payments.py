@@ -1,0 +1,83 @@
+"""``python manage.py reconcile_payments [--payment ID] [--dry-run]``.
+
+Runs the same reconciliation code as the Celery tasks, by hand, and prints what it did. With
+``--dry-run`` it only looks payments up at the acquirer and prints what it found: no claim, no
+write, no re-send.
+"""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from gateway_client import GatewayError
+from payments.acquirer import acquirer_client
+from payments.models import Payment, PaymentStatus
+from payments.reconciliation import (
+    ReconciliationPolicy,
+    payment_reconcile,
+    reconciliation_claim_payment,
+    reconciliation_sweep,
+)
+
+
+class Command(BaseCommand):
+    help = "Reconcile processing payments now (one, or one batch of the due ones)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--payment", metavar="ID", help="Reconcile this payment, due or not.")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Only look up and print; change nothing."
+        )
+
+    def handle(self, *args, payment: str | None, dry_run: bool, **options):
+        policy = ReconciliationPolicy.from_settings()
+        client = acquirer_client()
+        if dry_run:
+            return self._dry_run(payment, client)
+        if payment:
+            if not reconciliation_claim_payment(
+                payment_id=payment, now=timezone.now(), policy=policy
+            ):
+                raise CommandError(
+                    f"{payment} is not processing, does not exist, or is held by a worker."
+                )
+            results = [payment_reconcile(payment_id=payment, client=client, policy=policy)]
+        else:
+            results = reconciliation_sweep(client=client, policy=policy)
+        for result in results:
+            when = (
+                f" next check {result.next_check_at:%Y-%m-%dT%H:%M:%SZ}"
+                if result.next_check_at
+                else ""
+            )
+            self.stdout.write(
+                f"{result.payment_id}: {result.result.value} {result.detail}{when}".rstrip()
+            )
+        self.stdout.write(f"{len(results)} payment(s) reconciled.")
+
+    def _dry_run(self, payment_id: str | None, client) -> None:
+        payments = Payment.objects.filter(status=PaymentStatus.PROCESSING)
+        if payment_id:
+            payments = payments.filter(id=payment_id)
+        else:
+            payments = payments.filter(next_check_at__lte=timezone.now()).order_by("next_check_at")[
+                :50
+            ]
+        count = 0
+        for payment in payments:
+            count += 1
+            try:
+                charges = client.lookup(payment.id)
+            except GatewayError as exc:
+                found = f"look-up failed ({type(exc).__name__})"
+            else:
+                found = (
+                    ", ".join(
+                        f"{c.acquirer_reference} {'approved' if c.approved else 'declined'}"
+                        for c in charges
+                    )
+                    or "not found"
+                )
+            self.stdout.write(
+                f"{payment.id}: processing, {payment.reconciliation_attempts} attempt(s); acquirer: {found}"
+            )
+        self.stdout.write(f"{count} payment(s) examined (dry run: nothing changed).")
