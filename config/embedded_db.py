@@ -81,7 +81,9 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
 
 def stop_embedded_database() -> bool:
     """Stop the embedded server if it runs; return whether it was running (``make db-stop``)."""
-    from pgserver.postgres_server import pg_ctl
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        from pgserver.postgres_server import pg_ctl
 
     data_dir = embedded_data_dir()
     if not (data_dir / "postmaster.pid").exists():

@@ -9,3 +9,5 @@ threads = int(os.environ.get("WEB_THREADS", "4"))
 # never cut off by the worker timeout in the middle of phase 2.
 timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
 accesslog = "-"
+# No control socket in the home directory: two copies on one machine would share it.
+control_socket_disable = True

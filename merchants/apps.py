@@ -6,3 +6,6 @@ class MerchantsConfig(AppConfig):
 
     name = "merchants"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from merchants import schema  # noqa: F401  (registers the OpenAPI auth extension)

@@ -22,3 +22,19 @@ def reconciliation_stops_before_the_acquirer_forgets(app_configs=None, **kwargs)
             )
         ]
     return []
+
+
+@register()
+def task_time_limit_below_reconciliation_lease(app_configs=None, **kwargs) -> list[Error]:
+    """A sweep must be killed before its lease ends, or two workers could hold one payment."""
+    limit = settings.CELERY_TASK_TIME_LIMIT
+    lease = settings.RECONCILIATION_LEASE_SECONDS
+    if limit is None or limit >= lease:
+        return [
+            Error(
+                f"CELERY_TASK_TIME_LIMIT_SECONDS ({limit}) must be below "
+                f"RECONCILIATION_LEASE_SECONDS ({lease:g}).",
+                id="payments.E002",
+            )
+        ]
+    return []

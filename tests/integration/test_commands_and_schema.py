@@ -55,6 +55,7 @@ def test_openapi_schema_documents_the_payments_api(client):
     assert {"201", "202", "400", "409", "422", "503"} <= set(post["responses"])
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
     assert "/payments/{payment_id}" in schema["paths"]
+    assert schema["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     body = schema["components"]["schemas"]["PaymentCreateInputRequest"]
     assert body["properties"]["amount"]["maximum"] == 99_999_999_999
 

@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
 from payments.acquirer import acquirer_client
-from payments.apis import render_payment_answer
 from payments.models import Payment
 from payments.services import payment_create
 from tests.conftest import PAYMENT_BODY
@@ -131,7 +130,6 @@ def test_replay_until_retention_ends(merchant_a, sandbox, age, replayed):
             idempotency_key="k11",
             data=PAYMENT_BODY,
             client=acquirer_client(),
-            render=render_payment_answer,
             clock=lambda: at,
         )
 

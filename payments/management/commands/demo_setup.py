@@ -4,6 +4,8 @@ Used by ``make run``. Each run issues a new key for the merchant ``demo`` (earli
 valid: keys rotate, they are never shown twice).
 """
 
+import secrets
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -23,6 +25,7 @@ class Command(BaseCommand):
         else:
             issued = api_key_issue(merchant=merchant)
         key = issued.raw
+        run = secrets.token_hex(3)  # fresh idempotency keys each run: the first curl creates
         body = '{"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "reference": "order-1"}'
         declined = '{"amount": 500, "currency": "JPY", "payment_method": "tok_decline"}'
         self.stdout.write(
@@ -30,7 +33,7 @@ class Command(BaseCommand):
 Payment service is starting.
   API            {API}/payments
   OpenAPI        {API}/openapi.json   docs {API}/docs/
-  Admin          {API}/admin/   (python manage.py createsuperuser)
+  Admin          {API}/admin/   (.venv/bin/python manage.py createsuperuser)
   Sandbox        {settings.ACQUIRER_BASE_URL}   (stats: {settings.ACQUIRER_BASE_URL}/_sandbox/stats)
 
 Demo merchant API key (shown once):
@@ -38,12 +41,12 @@ Demo merchant API key (shown once):
 
 Create a payment (run it twice: the second answer is a replay with Idempotent-Replayed: true):
   curl -i -X POST {API}/payments -H "Authorization: Bearer $API_KEY" \\
-       -H "Content-Type: application/json" -H "Idempotency-Key: demo-order-1" \\
+       -H "Content-Type: application/json" -H "Idempotency-Key: demo-{run}-order-1" \\
        -d '{body}'
 
 A declined payment:
   curl -i -X POST {API}/payments -H "Authorization: Bearer $API_KEY" \\
-       -H "Content-Type: application/json" -H "Idempotency-Key: demo-decline-1" \\
+       -H "Content-Type: application/json" -H "Idempotency-Key: demo-{run}-decline-1" \\
        -d '{declined}'
 
 List payments:

@@ -1,0 +1,90 @@
+"""Reconciliation by a real Celery worker on Redis, behind gunicorn, against the sandbox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import httpx
+import pytest
+
+from payments.models import Payment
+from tests.support.processes import ROOT, free_port, service_env, wait_until
+from tests.support.sandbox import SandboxProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@contextmanager
+def process(command: list[str], env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path) -> Iterator[dict]:
+    """Sandbox, gunicorn and a Celery worker sharing a Redis queue of their own."""
+    with ExitStack() as stack:
+        sandbox = stack.enter_context(SandboxProcess.start())
+        port = free_port()
+        env = service_env(
+            WEB_BIND=f"127.0.0.1:{port}",
+            WEB_CONCURRENCY="1",
+            ACQUIRER_BASE_URL=sandbox.url,
+            ACQUIRER_API_KEY=sandbox.api_key,
+            ACQUIRER_READ_TIMEOUT_SECONDS="1",
+            CELERY_BROKER_URL=REDIS_URL,
+            CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
+            RECONCILIATION_FIRST_CHECK_SECONDS="1",
+        )
+        gunicorn = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"]
+        worker = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "--loglevel", "INFO",
+                  "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
+        stack.enter_context(process(gunicorn, env, tmp_path / "web.log"))
+        stack.enter_context(process(worker, env, tmp_path / "worker.log"))
+        url = f"http://127.0.0.1:{port}"
+
+        def web_up() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(web_up, timeout=30, what="gunicorn")
+        yield {"url": url, "sandbox": sandbox, "env": env, "logs": tmp_path}
+
+
+def test_worker_resolves_timeout_after_commit(stack, merchant_a):
+    """202 processing, resolved to succeeded by the worker; the replay then answers the final
+    201; exactly one charge at the sandbox."""
+    headers = {"Authorization": f"Bearer {merchant_a.api_key}", "Idempotency-Key": "worker-1"}
+    body = {"amount": 1999, "currency": "EUR", "payment_method": "tok_timeout_after_commit"}
+    first = httpx.post(f"{stack['url']}/payments", json=body, headers=headers, timeout=30)
+    assert first.status_code == 202
+    payment_id = first.json()["id"]
+    wait_until(
+        lambda: Payment.objects.get(pk=payment_id).status == "succeeded",
+        timeout=30,
+        what="the worker to reconcile the payment",
+    )
+    replay = httpx.post(f"{stack['url']}/payments", json=body, headers=headers, timeout=30)
+    assert replay.status_code == 201
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json()["status"] == "succeeded"
+    assert stack["sandbox"].stats()["charges_total"] == 1
+    assert "reconcile " + payment_id in (stack["logs"] / "worker.log").read_text()
