@@ -31,7 +31,9 @@ class IdempotencyKeyMissing(IdempotencyError):
     status_code = status.HTTP_400_BAD_REQUEST
     default_code = "idempotency_key_missing"
     title = "Idempotency-Key is missing"
-    default_detail = "This endpoint requires an Idempotency-Key header (1-255 printable ASCII characters)."
+    default_detail = (
+        "This endpoint requires an Idempotency-Key header (1-255 printable ASCII characters)."
+    )
 
 
 class IdempotencyKeyInvalid(IdempotencyError):

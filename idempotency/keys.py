@@ -51,13 +51,17 @@ def parse_idempotency_key(header_value: str | None) -> str:
     if value.startswith('"'):
         key = _unquote_sf_string(value)
         if key is None:
-            raise IdempotencyKeyInvalid("The quoted Idempotency-Key is not a valid RFC 8941 string.")
+            raise IdempotencyKeyInvalid(
+                "The quoted Idempotency-Key is not a valid RFC 8941 string."
+            )
     else:
         key = value
     if not key:
         raise IdempotencyKeyInvalid("The Idempotency-Key is empty.")
     if len(key) > MAX_KEY_LENGTH:
-        raise IdempotencyKeyInvalid(f"The Idempotency-Key is longer than {MAX_KEY_LENGTH} characters.")
+        raise IdempotencyKeyInvalid(
+            f"The Idempotency-Key is longer than {MAX_KEY_LENGTH} characters."
+        )
     if not _is_visible_ascii(key):
         raise IdempotencyKeyInvalid(
             "The Idempotency-Key may only contain printable ASCII characters without spaces."

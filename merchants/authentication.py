@@ -26,7 +26,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() != self.keyword.lower() or not token or " " in token:
-            raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <API key>'.")
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header must be 'Bearer <API key>'."
+            )
         api_key = (
             ApiKey.objects.select_related("merchant")
             .filter(key_hash=api_key_hash(token), revoked_at__isnull=True)

@@ -51,6 +51,9 @@ def api_key_revoke(*, api_key: ApiKey) -> None:
 
 @transaction.atomic
 def merchant_create(*, name: str) -> tuple[Merchant, IssuedApiKey]:
-    """Create a merchant named ``name`` with one API key. Raises ``IntegrityError`` on a taken name."""
+    """Create a merchant named ``name`` with one API key.
+
+    Raises ``IntegrityError`` when the name is taken.
+    """
     merchant = Merchant.objects.create(name=name)
     return merchant, api_key_issue(merchant=merchant)

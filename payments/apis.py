@@ -83,7 +83,11 @@ class PaymentListCreateApi(APIView):
                 code="card_data_not_accepted",
                 title="Card data is not accepted",
                 errors=[
-                    {"field": name, "code": "card_data_not_accepted", "message": "Looks like a card number."}
+                    {
+                        "field": name,
+                        "code": "card_data_not_accepted",
+                        "message": "Looks like a card number.",
+                    }
                     for name in card_fields
                 ],
             )
@@ -121,7 +125,10 @@ class PaymentListCreateApi(APIView):
                 "Unknown query parameter.",
                 code="validation_error",
                 title="The query is invalid",
-                errors=[{"field": n, "code": "unknown_parameter", "message": "Unknown parameter."} for n in unknown],
+                errors=[
+                    {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
+                    for n in unknown
+                ],
             )
         query = PaymentListQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -132,7 +139,9 @@ class PaymentListCreateApi(APIView):
                 "starting_after is not the id of one of your payments.",
                 code="validation_error",
                 title="The query is invalid",
-                errors=[{"field": "starting_after", "code": "not_found", "message": "No such payment."}],
+                errors=[
+                    {"field": "starting_after", "code": "not_found", "message": "No such payment."}
+                ],
             ) from exc
         document = {
             "object": "list",
@@ -157,7 +166,9 @@ class PaymentDetailApi(APIView):
             raise Problem(
                 "No payment with this id.", code="not_found", title="Not found", status_code=404
             ) from exc
-        return HttpResponse(json_bytes(PaymentSerializer(payment).data), content_type="application/json")
+        return HttpResponse(
+            json_bytes(PaymentSerializer(payment).data), content_type="application/json"
+        )
 
 
 def healthz(request) -> JsonResponse:

@@ -32,7 +32,9 @@ class Payment(models.Model):
     """One authorization request of a merchant, in minor units of an ISO 4217 currency."""
 
     id = models.CharField(primary_key=True, max_length=32, default=new_payment_id, editable=False)
-    merchant = models.ForeignKey("merchants.Merchant", on_delete=models.PROTECT, related_name="payments")
+    merchant = models.ForeignKey(
+        "merchants.Merchant", on_delete=models.PROTECT, related_name="payments"
+    )
     idempotency_key = models.OneToOneField(
         "idempotency.IdempotencyKey",
         null=True,
@@ -72,9 +74,13 @@ class Payment(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            models.Index(fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"),
+            models.Index(
+                fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"
+            ),
             models.Index(fields=["merchant", "reference"], name="payment_merchant_reference"),
-            models.Index(fields=["merchant", "status", "-created_at"], name="payment_merchant_status"),
+            models.Index(
+                fields=["merchant", "status", "-created_at"], name="payment_merchant_status"
+            ),
             models.Index(
                 fields=["next_check_at"],
                 name="payment_reconciliation_due",

@@ -46,7 +46,9 @@ def currency_exponent(currency: str) -> int:
 
 
 def format_minor_units(amount: int, currency: str) -> str:
-    """Format ``amount`` minor units for display: (1999, "EUR") -> "19.99", (1234, "KWD") -> "1.234".
+    """Format ``amount`` minor units for display.
+
+    (1999, "EUR") -> "19.99", (500, "JPY") -> "500", (1234, "KWD") -> "1.234".
 
     Raises ``KeyError`` for an unknown currency.
     """

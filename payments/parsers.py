@@ -68,7 +68,9 @@ class StrictJSONParser(BaseParser):
             )
         try:
             text = raw.decode("utf-8")
-            data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+            data = json.loads(
+                text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
+            )
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise Problem(
                 "The body must be a JSON document encoded as UTF-8.",

@@ -92,7 +92,9 @@ def _flatten_errors(detail: Any, prefix: str = "") -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
         for name, value in detail.items():
             field = name if name != "non_field_errors" else ""
-            out.extend(_flatten_errors(value, f"{prefix}.{field}" if prefix and field else prefix or field))
+            out.extend(
+                _flatten_errors(value, f"{prefix}.{field}" if prefix and field else prefix or field)
+            )
         return out
     if isinstance(detail, list):
         out = []
@@ -165,7 +167,12 @@ def problem_exception_handler(exc: Exception, context: dict) -> HttpResponse | N
         headers["Retry-After"] = str(int(wait))
     set_rollback()
     return problem_response(
-        status_code=status_code, code=code, title=title, detail=detail, errors=errors, headers=headers
+        status_code=status_code,
+        code=code,
+        title=title,
+        detail=detail,
+        errors=errors,
+        headers=headers,
     )
 
 

@@ -64,5 +64,3 @@ def render_payment_answer(payment: Payment) -> StoredResponse:
     return StoredResponse(
         502, {"Content-Type": PROBLEM_CONTENT_TYPE, "Location": location}, json_bytes(problem)
     )
-
-

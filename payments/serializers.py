@@ -94,7 +94,8 @@ class PaymentCreateInputSerializer(serializers.Serializer):
     payment_method = StrictStringField(
         max_length=68,
         pattern=PAYMENT_METHOD_PATTERN,
-        help_text="A payment method token: 'tok_' + 1-64 of [A-Za-z0-9_]. Card numbers are refused.",
+        help_text="A payment method token: 'tok_' + 1-64 of [A-Za-z0-9_]. "
+        "Card numbers are refused.",
     )
     reference = StrictStringField(
         max_length=128, required=False, help_text="Your order reference (printable, <= 128)."
@@ -120,7 +121,10 @@ class PaymentCreateInputSerializer(serializers.Serializer):
         unknown = sorted(set(data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError(
-                {name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for name in unknown}
+                {
+                    name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")]
+                    for name in unknown
+                }
             )
         return super().to_internal_value(data)
 

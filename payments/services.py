@@ -100,10 +100,14 @@ class CreateResult:
     retry_after: int | None = field(default=None)
 
 
-
-
 def payment_transition(
-    *, payment: Payment, to_status: str, event_type: str, now: datetime, data: dict | None = None, **changes: Any
+    *,
+    payment: Payment,
+    to_status: str,
+    event_type: str,
+    now: datetime,
+    data: dict | None = None,
+    **changes: Any,
 ) -> None:
     """Move ``payment`` to ``to_status``, apply ``changes`` and append a :class:`PaymentEvent`.
 
@@ -151,7 +155,9 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
     )
 
 
-def _authorize(client: AcquirerClient, payment: Payment) -> tuple[Outcome, Authorization | None, dict]:
+def _authorize(
+    client: AcquirerClient, payment: Payment
+) -> tuple[Outcome, Authorization | None, dict]:
     """Call the acquirer once (outside any transaction); classify what it established."""
     if connection.in_atomic_block:
         raise RuntimeError("The acquirer must not be called inside a database transaction.")

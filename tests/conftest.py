@@ -38,7 +38,9 @@ class MerchantClient:
             headers["HTTP_IDEMPOTENCY_KEY"] = key
         content_type = headers.pop("content_type", "application/json")
         if isinstance(body, (bytes, str)):
-            return self.client.generic("POST", "/payments", body, content_type=content_type, **headers)
+            return self.client.generic(
+                "POST", "/payments", body, content_type=content_type, **headers
+            )
         return self.client.post("/payments", body, format="json", **headers)
 
 

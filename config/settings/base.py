@@ -9,7 +9,6 @@ from pathlib import Path
 
 import environ
 
-
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -123,13 +122,17 @@ ACQUIRER_HONOURS_IDEMPOTENCY_KEYS = env.bool("ACQUIRER_HONOURS_IDEMPOTENCY_KEYS"
 
 # --- Payments API ---------------------------------------------------------------------------
 # Retry-After (seconds) sent with 202 (outcome unknown) and 503 (acquirer unavailable).
-PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS = env.int("PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS", default=5)
+PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS = env.int(
+    "PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS", default=5
+)
 PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
 
 # --- Reconciliation (payments/reconciliation.py) ------------------------------------------
-RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float("RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0)
+RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float(
+    "RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0
+)
 RECONCILIATION_FIRST_CHECK_SECONDS = env.float("RECONCILIATION_FIRST_CHECK_SECONDS", default=2.0)
 RECONCILIATION_GRACE_SECONDS = env.float("RECONCILIATION_GRACE_SECONDS", default=60.0)
 RECONCILIATION_BACKOFF_BASE_SECONDS = env.float("RECONCILIATION_BACKOFF_BASE_SECONDS", default=30.0)

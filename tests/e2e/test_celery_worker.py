@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
 from tests.factories import MerchantFactory
-from tests.support.processes import ROOT, service_env, wait_until
+from tests.support.processes import CELERY_WORKER, ROOT, service_env, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -46,8 +46,7 @@ def test_worker_runs_the_purge_task(broker_env, tmp_path):
     expired_key("to-purge")
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo",
-         "--loglevel", "INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        CELERY_WORKER,
         cwd=ROOT, env=broker_env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

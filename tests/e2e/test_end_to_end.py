@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from idempotency.models import IdempotencyKey
-from tests.support.processes import ROOT, free_port, service_env, wait_until
+from tests.support.processes import GUNICORN, ROOT, free_port, service_env, wait_until
 from tests.support.sandbox import SandboxProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -36,7 +36,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
         )
         log = (tmp_path / "gunicorn.log").open("w")
         web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
+            GUNICORN,
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
@@ -109,7 +109,9 @@ def test_payments_end_to_end(stack):
 
     results: dict[str, httpx.Response] = {}
     slow = threading.Thread(
-        target=lambda: results.setdefault("first", pay(url, key_a, "e2e-5", payment_method="tok_slow_1500"))
+        target=lambda: results.setdefault(
+            "first", pay(url, key_a, "e2e-5", payment_method="tok_slow_1500")
+        )
     )
     slow.start()
     wait_until(
@@ -120,7 +122,12 @@ def test_payments_end_to_end(stack):
     assert conflict.status_code == 409 and conflict.headers["Retry-After"] == "1"
     assert results["first"].status_code == 201
 
-    assert httpx.get(f"{url}/payments/{approved.json()['id']}", headers={"Authorization": f"Bearer {key_b}"}).status_code == 404
+    assert (
+        httpx.get(
+            f"{url}/payments/{approved.json()['id']}", headers={"Authorization": f"Bearer {key_b}"}
+        ).status_code
+        == 404
+    )
     listed = httpx.get(f"{url}/payments", headers={"Authorization": f"Bearer {key_a}"}).json()
     assert len(listed["data"]) == 5
     assert sandbox.stats()["charges_total"] == 5

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -13,7 +12,14 @@ import httpx
 import pytest
 
 from payments.models import Payment
-from tests.support.processes import ROOT, free_port, service_env, wait_until
+from tests.support.processes import (
+    CELERY_WORKER,
+    GUNICORN,
+    ROOT,
+    free_port,
+    service_env,
+    wait_until,
+)
 from tests.support.sandbox import SandboxProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -52,11 +58,8 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
             RECONCILIATION_FIRST_CHECK_SECONDS="1",
         )
-        gunicorn = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"]
-        worker = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "--loglevel", "INFO",
-                  "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
-        stack.enter_context(process(gunicorn, env, tmp_path / "web.log"))
-        stack.enter_context(process(worker, env, tmp_path / "worker.log"))
+        stack.enter_context(process(GUNICORN, env, tmp_path / "web.log"))
+        stack.enter_context(process(CELERY_WORKER, env, tmp_path / "worker.log"))
         url = f"http://127.0.0.1:{port}"
 
         def web_up() -> bool:

@@ -37,14 +37,31 @@ def assert_nothing_stored(sandbox) -> None:
         (b"[1, 2]", "application/json", "validation_error"),
         (b'"a string"', "application/json", "validation_error"),
         (b"null", "application/json", "validation_error"),
-        (b"amount=1999&currency=EUR", "application/x-www-form-urlencoded", "unsupported_media_type"),
+        (
+            b"amount=1999&currency=EUR",
+            "application/x-www-form-urlencoded",
+            "unsupported_media_type",
+        ),
         (b'{"amount": 1999}', "text/plain", "unsupported_media_type"),
         (b'{"amount": 1999}', "", "unsupported_media_type"),
         (b" " * (1024 * 1024), "application/json", "body_too_large"),
     ],
     ids=[
-        "not-json", "empty", "truncated", "nan", "not-utf8", "duplicate-key", "deep-array",
-        "deep-object", "array", "string", "null", "form", "text-plain", "no-content-type", "1MB",
+        "not-json",
+        "empty",
+        "truncated",
+        "nan",
+        "not-utf8",
+        "duplicate-key",
+        "deep-array",
+        "deep-object",
+        "array",
+        "string",
+        "null",
+        "form",
+        "text-plain",
+        "no-content-type",
+        "1MB",
     ],  # fmt: skip
 )
 def test_malformed_bodies_are_400(merchant_a, sandbox, body, content_type, code):
@@ -117,7 +134,9 @@ def test_unknown_field_is_400(merchant_a, sandbox):
     ]
 
 
-@pytest.mark.parametrize("currency,amount", [("JPY", 500), ("KWD", 1234), ("BHD", 1), ("CHF", 99_999_999_999)])
+@pytest.mark.parametrize(
+    "currency,amount", [("JPY", 500), ("KWD", 1234), ("BHD", 1), ("CHF", 99_999_999_999)]
+)
 def test_currencies_with_other_exponents_are_accepted(merchant_a, sandbox, currency, amount):
     """JPY (0), KWD and BHD (3) and the largest amount are accepted as minor units."""
     response = merchant_a.create_payment({**PAYMENT_BODY, "currency": currency, "amount": amount})

@@ -63,7 +63,10 @@ def test_key_with_inner_space_is_400(merchant_a, sandbox):
 def test_same_json_in_another_order_replays(merchant_a, sandbox):
     """Vector 5: same key, same JSON reordered and respaced -> identical replay, 1 acquirer call."""
     first = merchant_a.create_payment(PAYMENT_BODY, key="k5")
-    reordered = '{ "reference" : "order-1",\n "payment_method":"tok_visa", "currency": "EUR","amount":1999 }'
+    reordered = (
+        '{ "reference" : "order-1",\n "payment_method":"tok_visa", '
+        '"currency": "EUR","amount":1999 }'
+    )
     second = merchant_a.create_payment(reordered, key="k5")
     assert first.status_code == second.status_code == 201
     assert second.content == first.content

@@ -41,7 +41,9 @@ def test_declined_payment_is_201_with_decline_code(merchant_a, sandbox):
 
 def test_insufficient_funds_decline_code(merchant_a, sandbox):
     """tok_insufficient_funds -> declined insufficient_funds."""
-    response = merchant_a.create_payment({**PAYMENT_BODY, "payment_method": "tok_insufficient_funds"})
+    response = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_insufficient_funds"}
+    )
     assert response.json()["decline_code"] == "insufficient_funds"
 
 
@@ -214,7 +216,14 @@ def test_list_filters_status_and_reference(merchant_a):
 
 @pytest.mark.parametrize(
     "query",
-    [{"limit": 0}, {"limit": 101}, {"limit": "x"}, {"status": "paid"}, {"starting_after": "pay_x"}, {"page": 2}],
+    [
+        {"limit": 0},
+        {"limit": 101},
+        {"limit": "x"},
+        {"status": "paid"},
+        {"starting_after": "pay_x"},
+        {"page": 2},
+    ],
 )
 def test_list_rejects_bad_query(merchant_a, query):
     """Out-of-range limit, unknown status, unknown cursor or parameter -> 400 problem."""

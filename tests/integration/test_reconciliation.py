@@ -28,14 +28,20 @@ from tests.factories import MerchantFactory, PaymentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-POLICY = ReconciliationPolicy(grace=60, backoff_base=30, backoff_cap=1800, max_age=6 * 3600, max_attempts=5)
+POLICY = ReconciliationPolicy(
+    grace=60, backoff_base=30, backoff_cap=1800, max_age=6 * 3600, max_attempts=5
+)
 
 
 def reconcile(payment_id: str, at: datetime, random=lambda: 0.5):
     """Claim then reconcile one payment at the injected instant ``at``."""
     assert reconciliation_claim_payment(payment_id=payment_id, now=at, policy=POLICY)
     return payment_reconcile(
-        payment_id=payment_id, client=acquirer_client(), policy=POLICY, clock=lambda: at, random=random
+        payment_id=payment_id,
+        client=acquirer_client(),
+        policy=POLICY,
+        clock=lambda: at,
+        random=random,
     )
 
 
@@ -73,7 +79,9 @@ def test_timeout_after_commit_is_resolved_and_the_key_replays_the_final_answer(m
 
 def test_500_after_commit_is_resolved_by_look_up(merchant_a, sandbox):
     """The acquirer's 500 after recording: the look-up finds the charge; one charge."""
-    payment_id = merchant_a.create_payment({**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}).json()["id"]
+    payment_id = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+    ).json()["id"]
     assert reconcile(payment_id, timezone.now()).result is Result.RESOLVED
     assert Payment.objects.get(pk=payment_id).status == "succeeded"
     assert sandbox.stats()["charges_total"] == 1
@@ -137,7 +145,17 @@ def test_backoff_grows_with_attempts(merchant_a, settings):
 
 @pytest.mark.parametrize(
     ("attempt", "bound"),
-    [(0, 30), (1, 60), (2, 120), (3, 240), (4, 480), (5, 960), (6, 1800), (7, 1800), (10_000, 1800)],
+    [
+        (0, 30),
+        (1, 60),
+        (2, 120),
+        (3, 240),
+        (4, 480),
+        (5, 960),
+        (6, 1800),
+        (7, 1800),
+        (10_000, 1800),
+    ],
 )
 def test_backoff_bound_schedule(attempt, bound):
     """From 30 s doubling, capped at 30 min (the only cap), no overflow for huge attempts."""
@@ -170,12 +188,17 @@ def test_too_many_attempts_reach_needs_review(merchant_a, settings):
     payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=30))
     Payment.objects.filter(pk=payment.pk).update(reconciliation_attempts=POLICY.max_attempts)
     assert reconcile(payment.id, now).result is Result.NEEDS_REVIEW
-    assert "5 reconciliation attempts" in Payment.objects.get().events.get(type="needs_review").data["reason"]
+    assert (
+        "5 reconciliation attempts"
+        in Payment.objects.get().events.get(type="needs_review").data["reason"]
+    )
 
 
 def test_found_at_max_age_is_still_resolved(merchant_a, sandbox):
     """A late look-up that finds the charge resolves it rather than escalating."""
-    payment_id = merchant_a.create_payment({**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}).json()["id"]
+    payment_id = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+    ).json()["id"]
     later = timezone.now() + timedelta(hours=7)
     assert reconcile(payment_id, later).result is Result.RESOLVED
 
@@ -216,8 +239,12 @@ def test_claim_skips_rows_held_by_another_worker(merchant_a):
     now = timezone.now()
     payment = PaymentFactory(merchant=merchant_a.merchant, status="processing", next_check_at=now)
     assert reconciliation_claim_due(now=now, policy=POLICY) == [payment.id]
-    assert reconciliation_claim_due(now=now + timedelta(seconds=POLICY.lease - 1), policy=POLICY) == []
-    assert reconciliation_claim_due(now=now + timedelta(seconds=POLICY.lease), policy=POLICY) == [payment.id]
+    assert (
+        reconciliation_claim_due(now=now + timedelta(seconds=POLICY.lease - 1), policy=POLICY) == []
+    )
+    assert reconciliation_claim_due(now=now + timedelta(seconds=POLICY.lease), policy=POLICY) == [
+        payment.id
+    ]
     assert Payment.objects.get().reconciliation_attempts == 2
 
 
@@ -229,7 +256,9 @@ def test_resolved_payments_are_not_claimed(merchant_a):
 
 def test_command_reconciles_one_payment_and_prints_it(merchant_a, sandbox, capsys):
     """`reconcile_payments --payment ID` runs the same code and says what it did."""
-    payment_id = merchant_a.create_payment({**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}).json()["id"]
+    payment_id = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+    ).json()["id"]
     call_command("reconcile_payments", "--payment", payment_id)
     assert f"{payment_id}: resolved succeeded" in capsys.readouterr().out
     assert Payment.objects.get(pk=payment_id).status == "succeeded"
@@ -237,7 +266,9 @@ def test_command_reconciles_one_payment_and_prints_it(merchant_a, sandbox, capsy
 
 def test_command_dry_run_changes_nothing(merchant_a, sandbox, capsys):
     """--dry-run looks up and prints; the payment stays processing."""
-    payment_id = merchant_a.create_payment({**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}).json()["id"]
+    payment_id = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+    ).json()["id"]
     call_command("reconcile_payments", "--payment", payment_id, "--dry-run")
     out = capsys.readouterr().out
     assert "approved" in out and "dry run" in out

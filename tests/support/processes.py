@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,16 @@ from urllib.parse import quote
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: The web process as the Procfile runs it, with the interpreter running the tests.
+GUNICORN = [
+    sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application",
+]  # fmt: skip
+#: One Celery worker process, no extras that slow its start.
+CELERY_WORKER = [
+    sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo",
+    "--loglevel", "INFO", "--without-heartbeat", "--without-gossip", "--without-mingle",
+]  # fmt: skip
 
 
 def free_port() -> int:
@@ -43,7 +54,9 @@ def service_env(**overrides: str) -> dict[str, str]:
     }
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.05) -> None:
+def wait_until(
+    condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.05
+) -> None:
     """Poll ``condition`` until it is true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -29,8 +29,9 @@ def test_docker_compose_has_the_agreed_services():
     assert {"db", "redis", "web", "worker", "beat", "sandbox"} <= set(services)
     assert services["db"]["image"] == "postgres:16"
     assert "healthcheck" in services["db"]
-    assert services["web"]["environment"]["ACQUIRER_API_KEY"] == (
-        services["sandbox"]["environment"]["SANDBOX_ACQUIRER_API_KEY"]
+    assert (
+        services["web"]["environment"]["ACQUIRER_API_KEY"]
+        == (services["sandbox"]["environment"]["SANDBOX_ACQUIRER_API_KEY"])
     )
 
 

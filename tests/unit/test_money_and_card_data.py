@@ -20,7 +20,8 @@ def test_format_minor_units(amount, currency, text):
 
 def test_required_currencies_and_exponents():
     """EUR, USD, GBP, CHF, SEK have 2 decimals; JPY 0; KWD and BHD 3."""
-    assert {c: CURRENCY_EXPONENTS[c] for c in ["EUR", "USD", "GBP", "CHF", "SEK", "JPY", "KWD", "BHD"]} == {
+    codes = ["EUR", "USD", "GBP", "CHF", "SEK", "JPY", "KWD", "BHD"]
+    assert {c: CURRENCY_EXPONENTS[c] for c in codes} == {
         "EUR": 2, "USD": 2, "GBP": 2, "CHF": 2, "SEK": 2, "JPY": 0, "KWD": 3, "BHD": 3,
     }  # fmt: skip
 
@@ -37,7 +38,8 @@ def test_card_like_runs(text):
 
 @pytest.mark.parametrize(
     "text",
-    ["123456789012", "12345678901234567890", "4242  4242  4242  4242", "order-2026-11-29", "tok_visa",
+    ["123456789012", "12345678901234567890", "4242  4242  4242  4242", "order-2026-11-29",
+     "tok_visa",
      "4242--4242--4242--4242"],
 )  # fmt: skip
 def test_not_card_like(text):
@@ -47,5 +49,10 @@ def test_not_card_like(text):
 
 def test_card_data_fields_reports_paths_and_redacts_keys():
     """Paths of offending values; a card-like key is reported redacted."""
-    data = {"a": {"b": ["x", "4242424242424242"]}, "4242424242424242": 1, "n": 4242424242424242, "ok": "1"}
+    data = {
+        "a": {"b": ["x", "4242424242424242"]},
+        "4242424242424242": 1,
+        "n": 4242424242424242,
+        "ok": "1",
+    }
     assert card_data_fields(data) == ["[redacted]", "a.b[1]", "n"]

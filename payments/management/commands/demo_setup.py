@@ -26,7 +26,10 @@ class Command(BaseCommand):
             issued = api_key_issue(merchant=merchant)
         key = issued.raw
         run = secrets.token_hex(3)  # fresh idempotency keys each run: the first curl creates
-        body = '{"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "reference": "order-1"}'
+        body = (
+            '{"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", '
+            '"reference": "order-1"}'
+        )
         declined = '{"amount": 500, "currency": "JPY", "payment_method": "tok_decline"}'
         self.stdout.write(
             f"""

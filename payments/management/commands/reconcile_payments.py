@@ -78,6 +78,7 @@ class Command(BaseCommand):
                     or "not found"
                 )
             self.stdout.write(
-                f"{payment.id}: processing, {payment.reconciliation_attempts} attempt(s); acquirer: {found}"
+                f"{payment.id}: processing, {payment.reconciliation_attempts} attempt(s); "
+                f"acquirer: {found}"
             )
         self.stdout.write(f"{count} payment(s) examined (dry run: nothing changed).")
