@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from payments.models import Payment
 from tests.support.processes import (
@@ -91,3 +94,59 @@ def test_worker_resolves_timeout_after_commit(stack, merchant_a):
     assert replay.json()["status"] == "succeeded"
     assert stack["sandbox"].stats()["charges_total"] == 1
     assert "reconcile " + payment_id in (stack["logs"] / "worker.log").read_text()
+
+
+def test_worker_killed_mid_task_resolves_the_payment_exactly_once(transactional_db, merchant_a, tmp_path):
+    """SIGKILL of the worker process while its re-send is at the acquirer: the task is
+    re-queued, the lease keeps a second run off until it ends, then the sweep resolves the
+    payment once; one charge at the acquirer."""
+    import psutil
+
+    from tests.factories import PaymentFactory
+
+    with ExitStack() as stack:
+        sandbox = stack.enter_context(SandboxProcess.start())
+        env = service_env(
+            ACQUIRER_BASE_URL=sandbox.url,
+            ACQUIRER_API_KEY=sandbox.api_key,
+            CELERY_BROKER_URL=REDIS_URL,
+            CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
+            RECONCILIATION_LEASE_SECONDS="8",
+            CELERY_TASK_TIME_LIMIT_SECONDS="7",
+            RECONCILIATION_SWEEP_INTERVAL_SECONDS="1",
+        )
+        past = timezone.now() - timedelta(minutes=5)
+        payment = PaymentFactory(
+            merchant=merchant_a.merchant, status="processing", payment_method="tok_slow_3000",
+            created_at=past, next_check_at=past,
+        )  # fmt: skip
+        worker_command = [
+            sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
+            "--concurrency", "1", "--loglevel", "INFO", "--without-heartbeat", "--without-gossip",
+            "--without-mingle",
+        ]  # fmt: skip
+        worker = stack.enter_context(process(worker_command, env, tmp_path / "worker.log"))
+        subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c",
+             f"from payments.tasks import reconcile_payment as t; t.delay({payment.id!r})"],
+            cwd=ROOT, env=env, check=True, timeout=60, capture_output=True,
+        )  # fmt: skip
+        wait_until(
+            lambda: sandbox.stats()["requests_in_flight"] >= 1,
+            timeout=30,
+            what="the re-send to reach the acquirer",
+        )
+        children = psutil.Process(worker.pid).children()
+        assert len(children) == 1
+        children[0].kill()  # SIGKILL mid-task
+        beat = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+                "--schedule", str(tmp_path / "beat-schedule")]  # fmt: skip
+        stack.enter_context(process(beat, env, tmp_path / "beat.log"))
+        wait_until(
+            lambda: Payment.objects.get(pk=payment.pk).status == "succeeded",
+            timeout=60,
+            what="the payment to be resolved after the kill",
+        )
+        assert payment.events.filter(type="reconciled").count() == 1
+        assert sandbox.stats()["charges_total"] == 1
+    assert "WorkerLostError" in (tmp_path / "worker.log").read_text()

@@ -288,3 +288,34 @@ def test_within_grace_the_next_check_is_not_before_the_grace_ends(merchant_a, sa
     IdempotencyKey.objects.update(locked_at=t0 - timedelta(minutes=5))
     waiting = reconcile(payment.id, t0 + timedelta(seconds=10), random=lambda: 0.0)
     assert waiting.next_check_at == t0 + timedelta(seconds=60)
+
+
+@pytest.mark.parametrize("token", ["tok_reset_after_commit", "tok_500_after_commit"])
+def test_resend_that_fails_after_commit_is_resolved_with_one_charge(merchant_a, sandbox, token):
+    """A re-send the acquirer records and then answers badly (reset, 500): the client's retry or
+    the next check gets the recorded charge back: succeeded, exactly one charge."""
+    t0 = timezone.now() - timedelta(minutes=5)
+    payment = crashed_payment(merchant_a.merchant, t0, payment_method=token)
+    IdempotencyKey.objects.update(locked_at=t0)
+    now = timezone.now()
+    for _ in range(3):  # at most a few checks; each uses the same acquirer idempotency key
+        if reconcile(payment.id, now).result is Result.RESOLVED:
+            break
+        now += timedelta(hours=1)
+    assert Payment.objects.get().status == "succeeded"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_lagging_look_up_is_not_resent_before_grace_and_charges_once(merchant_a, sandbox):
+    """The acquirer's look-up lags 90 s: nothing is re-sent within the grace period; after it,
+    the re-send with the same key gets the recorded charge back: still exactly one charge."""
+    body = {**PAYMENT_BODY, "payment_method": "tok_lookup_lag_90"}
+    t0 = timezone.now()
+    payment_id = merchant_a.create_payment(body).json()["id"]
+    Payment.objects.filter(pk=payment_id).update(status="processing", created_at=t0)  # unknown
+    within = reconcile(payment_id, t0 + timedelta(seconds=30))
+    assert within.result is Result.WAITING
+    assert sandbox.stats()["requests_by_status"].get("201", 0) == 1  # only the first request
+    after = reconcile(payment_id, t0 + timedelta(seconds=61))
+    assert after.result is Result.RESOLVED
+    assert sandbox.stats()["charges_total"] == 1
