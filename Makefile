@@ -38,3 +38,10 @@ db-stop: install
 
 clean:
 	rm -rf $(VENV) .celery staticfiles
+
+## make demo: real requests through the API against a failing sandbox acquirer; needs `make run`
+## running in another terminal. DEMO_ARGS="--api URL --sandbox URL --api-key KEY" to point it
+## elsewhere.
+.PHONY: demo
+demo: install
+	$(BIN)/python scripts/demo.py $(DEMO_ARGS)

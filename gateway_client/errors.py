@@ -2,10 +2,13 @@
 The errors a call to the acquirer can end with, one tree:
 
 * GatewayError                    operation, attempts, idempotency_key, status_code, code
-  x RetryableError                the acquirer certainly did not apply the request
+  x RetryableError                the acquirer certainly did not apply the request;
+                                  retry_after, not_before when a wait is known
     - ConnectionFailedError       DNS failure, connection refused, connect timeout, pool timeout
-    - RateLimitedError            429 (or a 403 that the answer confirms as a rate limit)
+    - RateLimitedError            429 (or a 403 that the answer confirms as a rate limit), or
+                                  the scope's rate gate refused to send
     - AcquirerUnavailableError    503
+    - RetryBudgetExhaustedError   a retry was needed but the acquirer's retry budget is empty
   x AmbiguousOutcomeError         it may have applied it: reconcile, never a blind retry
     - ResponseTimeoutError        read/write timeout after the request was (maybe) sent
     - UpstreamServerError         500, 502, 504, any other 5xx
@@ -19,6 +22,11 @@ The errors a call to the acquirer can end with, one tree:
 
 A decline is not an error: it is an `Authorization` with `approved=False`.
 
+A call of several attempts ends with the error of its last attempt, except that once any
+attempt was ambiguous the whole call is: a 500 followed by a 503 raises the ambiguous
+UpstreamServerError (the first attempt may have been applied), never a RetryableError.
+`attempts` always counts every request sent for the call (0 when the rate gate refused it).
+
 Messages say what happened (operation, acquirer name, HTTP status, error class and a short,
 sanitised `code` from the acquirer's error body). They never contain the API key, request or
 response headers, the card token, or a response body.
@@ -26,6 +34,7 @@ response headers, the card token, or a response body.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from .retry_after import parse_delay_seconds
@@ -43,6 +52,7 @@ __all__ = [
     "PermanentError",
     "RateLimitedError",
     "ResponseTimeoutError",
+    "RetryBudgetExhaustedError",
     "RetryableError",
     "UpstreamServerError",
 ]
@@ -97,7 +107,29 @@ class RetryableError(GatewayError):
     """
     The acquirer certainly did not apply the request: sending it again (with the same
     idempotency key) cannot cause a second authorisation.
+
+    Attributes:
+        retry_after: seconds to wait before sending again, when the acquirer (Retry-After,
+            quota headers) or the scope's rate gate said so; the full wait, never shortened.
+            None when no wait is known.
+        not_before: the wall-clock instant (aware, UTC) before which no request may be sent,
+            `now + retry_after`; None when no wait is known.
+        wait_source: where the wait came from: "retry-after", "quota-header" or "gate".
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        not_before: datetime | None = None,
+        wait_source: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+        self.not_before = not_before
+        self.wait_source = wait_source
 
 
 class ConnectionFailedError(RetryableError):
@@ -110,12 +142,14 @@ class ConnectionFailedError(RetryableError):
 class RateLimitedError(RetryableError):
     """
     The acquirer refused the request because of a rate limit (429, or a 403 whose headers or
-    error code confirm a rate limit). It did not apply it.
+    error code confirm a rate limit), or the scope's rate gate refused to send it (attempts
+    then counts only the requests sent before). It was not applied.
 
     Attributes:
         retry_after_header: the raw `Retry-After` header, or None.
-        retry_after: the header read as delay-seconds (ASCII digits only), else None.
-            HTTP-date values are not read yet (a full RFC 9110 parser comes later).
+        retry_after: the full wait in seconds (Retry-After, quota headers or the gate), or
+            None. Without a value from the client, the header read as delay-seconds.
+        not_before: `now + retry_after` as an aware UTC datetime, or None.
     """
 
     def __init__(
@@ -126,11 +160,10 @@ class RateLimitedError(RetryableError):
         retry_after: float | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(message, **kwargs)
+        if retry_after is None:
+            retry_after = parse_delay_seconds(retry_after_header)
+        super().__init__(message, retry_after=retry_after, **kwargs)
         self.retry_after_header = retry_after_header
-        self.retry_after = (
-            retry_after if retry_after is not None else parse_delay_seconds(retry_after_header)
-        )
 
 
 class AcquirerUnavailableError(RetryableError):
@@ -139,7 +172,8 @@ class AcquirerUnavailableError(RetryableError):
 
     Attributes:
         retry_after_header: the raw `Retry-After` header, or None.
-        retry_after: the header read as delay-seconds (ASCII digits only), else None.
+        retry_after: the full wait in seconds (Retry-After or quota headers), or None.
+        not_before: `now + retry_after` as an aware UTC datetime, or None.
     """
 
     def __init__(
@@ -150,11 +184,26 @@ class AcquirerUnavailableError(RetryableError):
         retry_after: float | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(message, **kwargs)
+        if retry_after is None:
+            retry_after = parse_delay_seconds(retry_after_header)
+        super().__init__(message, retry_after=retry_after, **kwargs)
         self.retry_after_header = retry_after_header
-        self.retry_after = (
-            retry_after if retry_after is not None else parse_delay_seconds(retry_after_header)
-        )
+
+
+class RetryBudgetExhaustedError(RetryableError):
+    """
+    A retry was needed, but the acquirer's retry budget (retries <= 10 % of first attempts
+    plus a small reserve, fleet-wide) was empty, so the call failed at once instead of adding
+    load. Every attempt made was certainly not applied (after an ambiguous attempt the
+    ambiguous error is raised instead). The last attempt's error is the `__cause__`.
+
+    Attributes:
+        last_error: the class name of the last attempt's error.
+    """
+
+    def __init__(self, message: str, *, last_error: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.last_error = last_error
 
 
 class AmbiguousOutcomeError(GatewayError):

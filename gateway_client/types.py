@@ -20,6 +20,7 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 # Printable ASCII without space (%x21-7E): what may appear in a header token safely.
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _MAX_IDEMPOTENCY_KEY_LENGTH = 255
+_QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
 
 
 def _positive_seconds(name: str, value: object) -> None:
@@ -57,6 +58,14 @@ class AcquirerConfig:
 
     `api_key` is kept out of repr() and is never put into logs or error messages. The client
     does not read proxies, certificates or credentials from the environment.
+
+    `connect_timeout` and `read_timeout` (seconds) are the per-attempt timeouts of the default
+    RetryPolicy. `honours_idempotency_keys`: the acquirer replays a request sent again with
+    the same key, so ambiguous outcomes may be re-sent. `name` names the acquirer in logs,
+    metrics and the retry budget. `quota_profile` says which rate headers the acquirer sends:
+    "auto" (Retry-After, IETF RateLimit, GitHub-style x-ratelimit-*), "ietf", "github" or
+    "retry-after" (see quota.py). `rate_scope` names the quota shared by the rate gate; None
+    derives it from `name` and a fingerprint of `api_key` (never the key itself).
     """
 
     base_url: str
@@ -65,6 +74,8 @@ class AcquirerConfig:
     read_timeout: float = 3.0
     honours_idempotency_keys: bool = True
     name: str = "acquirer"
+    quota_profile: str = "auto"
+    rate_scope: str | None = None
 
     def __post_init__(self) -> None:
         _validate_base_url(self.base_url)
@@ -76,8 +87,14 @@ class AcquirerConfig:
         _positive_seconds("read_timeout", self.read_timeout)
         if not isinstance(self.honours_idempotency_keys, bool):
             raise ValueError("honours_idempotency_keys must be a bool")
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError("name must be a non-empty string")
+        if not isinstance(self.name, str) or not _VISIBLE_ASCII.fullmatch(self.name):
+            raise ValueError("name must be a non-empty string of printable ASCII (no spaces)")
+        if self.quota_profile not in _QUOTA_PROFILES:
+            raise ValueError(f"quota_profile must be one of {sorted(_QUOTA_PROFILES)}")
+        if self.rate_scope is not None and (
+            not isinstance(self.rate_scope, str) or not _VISIBLE_ASCII.fullmatch(self.rate_scope)
+        ):
+            raise ValueError("rate_scope must be None or printable ASCII (no spaces)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +137,9 @@ class Authorization:
     The acquirer's answer to an authorisation: approved or declined.
 
     A decline is a value (`approved=False`, usually with a `decline_code`), not an exception.
-    `replayed` is True when the acquirer answered from its idempotency store.
+    `replayed` is True when the acquirer answered from its idempotency store. `attempts` is
+    how many requests the call sent to get this answer (1 without retries); it is not part of
+    equality.
     """
 
     acquirer_reference: str
@@ -131,6 +150,7 @@ class Authorization:
     reference: str
     created_at: datetime
     replayed: bool = False
+    attempts: int = field(default=1, compare=False)
 
     @property
     def declined(self) -> bool:

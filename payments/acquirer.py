@@ -1,12 +1,26 @@
-"""Building the gateway client from Django settings (gateway_client never reads settings)."""
+"""Building the gateway client from Django settings (gateway_client never reads settings).
+
+One client per process and configuration, sharing one state store: Redis when
+``ACQUIRER_STATE_REDIS_URL`` is set (every gunicorn and Celery process then sees the same rate
+gate and retry budget), else in-memory (one process, the embedded default).
+"""
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 from django.conf import settings
 
-from gateway_client import AcquirerClient, AcquirerConfig
+from gateway_client import (
+    AcquirerClient,
+    AcquirerConfig,
+    MemoryStore,
+    RedisStore,
+    RetryBudget,
+    RetryPolicy,
+    StateStore,
+)
 
 
 def acquirer_config() -> AcquirerConfig:
@@ -17,15 +31,77 @@ def acquirer_config() -> AcquirerConfig:
         connect_timeout=settings.ACQUIRER_CONNECT_TIMEOUT_SECONDS,
         read_timeout=settings.ACQUIRER_READ_TIMEOUT_SECONDS,
         honours_idempotency_keys=settings.ACQUIRER_HONOURS_IDEMPOTENCY_KEYS,
-        name="sandbox",
+        name=settings.ACQUIRER_NAME,
+        quota_profile=settings.ACQUIRER_QUOTA_PROFILE,
+        rate_scope=settings.ACQUIRER_RATE_SCOPE,
     )
 
 
+def api_retry_policy() -> RetryPolicy:
+    """The retry policy of the synchronous ``POST /payments`` path (``ACQUIRER_RETRY_*``):
+    by default 3 attempts within an 8 s deadline, below a merchant client's usual 10 s."""
+    return RetryPolicy(
+        max_attempts=settings.ACQUIRER_RETRY_MAX_ATTEMPTS,
+        backoff_base=settings.ACQUIRER_RETRY_BACKOFF_BASE_SECONDS,
+        backoff_cap=settings.ACQUIRER_RETRY_BACKOFF_CAP_SECONDS,
+        connect_timeout=settings.ACQUIRER_CONNECT_TIMEOUT_SECONDS,
+        read_timeout=settings.ACQUIRER_READ_TIMEOUT_SECONDS,
+        deadline=settings.ACQUIRER_DEADLINE_SECONDS,
+        max_server_wait=settings.ACQUIRER_MAX_SERVER_WAIT_SECONDS,
+        retry_ambiguous=settings.ACQUIRER_RETRY_AMBIGUOUS,
+        min_attempt_time=settings.ACQUIRER_MIN_ATTEMPT_SECONDS,
+    )
+
+
+def reconciliation_retry_policy() -> RetryPolicy:
+    """The policy of reconciliation's look-ups and re-sends: nobody waits on them, so a longer
+    deadline (``RECONCILIATION_ACQUIRER_DEADLINE_SECONDS``) and server waits up to it."""
+    deadline = settings.RECONCILIATION_ACQUIRER_DEADLINE_SECONDS
+    return api_retry_policy().replace(deadline=deadline, max_server_wait=deadline)
+
+
 @lru_cache(maxsize=4)
-def _client_for(config: AcquirerConfig) -> AcquirerClient:
-    return AcquirerClient(config)
+def _state_store(redis_url: str, namespace: str) -> StateStore:
+    if redis_url:
+        return RedisStore.from_url(redis_url, namespace=namespace)
+    return MemoryStore(namespace=namespace)
+
+
+_clients_lock = threading.Lock()
+_clients: dict[tuple, AcquirerClient] = {}
 
 
 def acquirer_client() -> AcquirerClient:
     """Return the process-wide client for the current settings (one connection pool each)."""
-    return _client_for(acquirer_config())
+    config, policy = acquirer_config(), api_retry_policy()
+    redis_url, namespace = settings.ACQUIRER_STATE_REDIS_URL, settings.ACQUIRER_STATE_NAMESPACE
+    budget_settings = (
+        settings.ACQUIRER_RETRY_BUDGET_TTL_SECONDS,
+        settings.ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND,
+        settings.ACQUIRER_RETRY_BUDGET_PERCENT,
+    )
+    cache_key = (config, policy, redis_url, namespace, budget_settings)
+    with _clients_lock:
+        client = _clients.get(cache_key)
+        if client is None:
+            store = _state_store(redis_url, namespace)
+            ttl, min_per_second, percent = budget_settings
+            budget = RetryBudget(
+                store,
+                config.name,
+                ttl=ttl,
+                min_retries_per_second=min_per_second,
+                percent_can_retry=percent,
+            )
+            client = AcquirerClient(config, policy=policy, store=store, budget=budget)
+            _clients[cache_key] = client
+        return client
+
+
+def acquirer_clients_reset() -> None:
+    """Close every cached client and forget in-memory gate and budget state (for tests)."""
+    with _clients_lock:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
+        _state_store.cache_clear()

@@ -10,6 +10,7 @@ be able to put card data into a log line or an answer.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -22,7 +23,8 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 class Problem(exceptions.APIException):
     """An API error with a stable ``code``, a ``title`` and optional field ``errors``.
 
-    ``retry_after`` (seconds) becomes a ``Retry-After`` header (RFC 9110 section 10.2.3).
+    ``retry_after`` (seconds, rounded up to a whole number) becomes a ``Retry-After`` header
+    (RFC 9110 section 10.2.3).
     """
 
     status_code = status.HTTP_400_BAD_REQUEST
@@ -38,7 +40,7 @@ class Problem(exceptions.APIException):
         title: str | None = None,
         status_code: int | None = None,
         errors: list[dict[str, str]] | None = None,
-        retry_after: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(detail=detail, code=code)
         if status_code is not None:
@@ -47,7 +49,8 @@ class Problem(exceptions.APIException):
             self.title = title
         self.code = code or self.default_code
         self.errors = errors
-        self.retry_after = retry_after
+        # RFC 9110 delay-seconds are whole, non-negative seconds: round a wait up, never down.
+        self.retry_after = None if retry_after is None else max(0, math.ceil(retry_after))
 
 
 def problem_body(

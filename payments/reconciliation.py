@@ -45,6 +45,7 @@ from gateway_client import (
     Authorization,
     GatewayError,
     PermanentError,
+    RetryPolicy,
 )
 from idempotency.models import IdempotencyKey
 from idempotency.services import idempotency_key_complete
@@ -74,7 +75,7 @@ class ReconciliationPolicy:
     max_age: float = 6 * 3600.0
     max_attempts: int = 40
     lease: float = 300.0
-    batch_size: int = 10
+    batch_size: int = 5
     first_check_delay: float = 2.0
     lock_timeout: float = 60.0
 
@@ -175,7 +176,7 @@ def reconciliation_claim_payment(
     return claimed
 
 
-def _refresh_replay(payment: Payment, now: datetime) -> None:
+def payment_refresh_replay(payment: Payment, now: datetime) -> None:
     """Store the payment's current answer for its idempotency key (inside the transaction)."""
     if payment.idempotency_key_id is None:
         return
@@ -217,7 +218,7 @@ def _record_authorization(
             },
             **changes,
         )
-        _refresh_replay(payment, now)
+        payment_refresh_replay(payment, now)
     if charges_found > 1:
         logger.error("payment %s has %d charges at the acquirer", payment_id, charges_found)
     logger.info("payment %s reconciled to %s by %s", payment_id, to_status, how)
@@ -243,7 +244,7 @@ def _record_rejection(payment_id: str, error: GatewayError, now: datetime) -> Re
             next_check_at=None,
             reconciliation_lease_until=None,
         )
-        _refresh_replay(payment, now)
+        payment_refresh_replay(payment, now)
     return Reconciliation(payment_id, Result.RESOLVED, PaymentStatus.FAILED)
 
 
@@ -313,7 +314,7 @@ def _escalate(payment: Payment, *, now: datetime, reason: str) -> Reconciliation
             next_check_at=None,
             reconciliation_lease_until=None,
         )
-        _refresh_replay(locked, now)
+        payment_refresh_replay(locked, now)
     logger.warning("payment %s needs review: %s", payment.pk, reason)
     return Reconciliation(payment.pk, Result.NEEDS_REVIEW, reason)
 
@@ -323,13 +324,15 @@ def payment_reconcile(
     payment_id: str,
     client: AcquirerClient,
     policy: ReconciliationPolicy,
+    acquirer_policy: RetryPolicy | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
 ) -> Reconciliation:
     """Resolve one claimed payment (the caller holds its lease). Outside any transaction.
 
     Returns a :class:`Reconciliation`. Never raises for an acquirer failure: those schedule the
-    next check. Re-sends only with the payment's own acquirer idempotency key.
+    next check. Re-sends only with the payment's own acquirer idempotency key. Each call to the
+    acquirer runs under ``acquirer_policy`` (the client's retries are the only retries).
     """
     if connection.in_atomic_block:
         raise RuntimeError("Reconciliation calls the acquirer: never inside a transaction.")
@@ -360,7 +363,7 @@ def payment_reconcile(
         give_up = ""
 
     try:
-        charges = client.lookup(payment.id)
+        charges = client.lookup(payment.id, policy=acquirer_policy)
     except GatewayError as exc:
         if give_up:
             return _escalate(payment, now=now, reason=f"{give_up}; the last look-up failed")
@@ -382,7 +385,7 @@ def payment_reconcile(
         )  # fmt: skip
 
     try:
-        authorization = client.authorize(authorization_request(payment))
+        authorization = client.authorize(authorization_request(payment), policy=acquirer_policy)
     except PermanentError as exc:
         return _record_rejection(payment.pk, exc, clock())
     except GatewayError as exc:
@@ -399,12 +402,20 @@ def reconciliation_sweep(
     *,
     client: AcquirerClient,
     policy: ReconciliationPolicy,
+    acquirer_policy: RetryPolicy | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
 ) -> list[Reconciliation]:
     """Claim one batch of due payments and reconcile each; return what happened to each."""
     ids = reconciliation_claim_due(now=clock(), policy=policy)
     return [
-        payment_reconcile(payment_id=pid, client=client, policy=policy, clock=clock, random=random)
+        payment_reconcile(
+            payment_id=pid,
+            client=client,
+            policy=policy,
+            acquirer_policy=acquirer_policy,
+            clock=clock,
+            random=random,
+        )
         for pid in ids
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from gateway_client import (
     AuthorizationRequest,
     GatewayError,
     PermanentError,
-    RateLimitedError,
     RetryableError,
 )
 from idempotency.fingerprint import request_fingerprint
@@ -158,7 +158,8 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
 def _authorize(
     client: AcquirerClient, payment: Payment
 ) -> tuple[Outcome, Authorization | None, dict]:
-    """Call the acquirer once (outside any transaction); classify what it established."""
+    """Authorize at the acquirer (outside any transaction; the client retries within its policy)
+    and classify what the call established, with an event-ready summary of it."""
     if connection.in_atomic_block:
         raise RuntimeError("The acquirer must not be called inside a database transaction.")
     started = time.monotonic()
@@ -178,10 +179,13 @@ def _authorize(
             "outcome": outcome.value,
             "error": type(exc).__name__,
             "status_code": exc.status_code,
+            "attempts": exc.attempts,
             "elapsed_seconds": round(time.monotonic() - started, 3),
         }
-        if isinstance(exc, RateLimitedError) and exc.retry_after is not None:
-            attempt["retry_after_seconds"] = exc.retry_after
+        if isinstance(exc, RetryableError) and exc.retry_after is not None:
+            # The acquirer's (or the rate gate's) full wait, in whole seconds, rounded up.
+            attempt["retry_after_seconds"] = math.ceil(exc.retry_after)
+            attempt["wait_source"] = exc.wait_source
         return outcome, None, attempt
     outcome = Outcome.APPROVED if authorization.approved else Outcome.DECLINED
     attempt = {
@@ -190,6 +194,7 @@ def _authorize(
         "status_code": 201,
         "acquirer_reference": authorization.acquirer_reference,
         "replayed": authorization.replayed,
+        "attempts": authorization.attempts,
         "elapsed_seconds": round(time.monotonic() - started, 3),
     }
     return outcome, authorization, attempt

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from idempotency.services import idempotency_keys_purge_expired
-from payments.acquirer import acquirer_client
+from payments.acquirer import acquirer_client, reconciliation_retry_policy
 from payments.models import PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
@@ -51,7 +51,12 @@ def reconcile_payment(payment_id: str) -> str:
     policy = ReconciliationPolicy.from_settings()
     if not reconciliation_claim_payment(payment_id=payment_id, now=timezone.now(), policy=policy):
         return Result.NOT_CLAIMED.value
-    outcome = payment_reconcile(payment_id=payment_id, client=acquirer_client(), policy=policy)
+    outcome = payment_reconcile(
+        payment_id=payment_id,
+        client=acquirer_client(),
+        policy=policy,
+        acquirer_policy=reconciliation_retry_policy(),
+    )
     logger.info("reconcile %s: %s %s", payment_id, outcome.result.value, outcome.detail)
     return outcome.result.value
 
@@ -60,7 +65,9 @@ def reconcile_payment(payment_id: str) -> str:
 def reconcile_due_payments() -> int:
     """The beat sweep: claim one batch of due payments and reconcile each. Returns how many."""
     results = reconciliation_sweep(
-        client=acquirer_client(), policy=ReconciliationPolicy.from_settings()
+        client=acquirer_client(),
+        policy=ReconciliationPolicy.from_settings(),
+        acquirer_policy=reconciliation_retry_policy(),
     )
     for outcome in results:
         logger.info("reconcile %s: %s %s", outcome.payment_id, outcome.result.value, outcome.detail)

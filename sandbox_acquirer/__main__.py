@@ -11,6 +11,11 @@ bound exits with status 1.
 The bind address is ``--host``, else the environment variable ``SANDBOX_ACQUIRER_HOST``, else
 ``127.0.0.1`` (loopback: the control endpoints are unauthenticated).
 
+Acquirer-wide conditions can be set from the start with ``--outage``, ``--flapping``,
+``--rate-limit``, ``--capacity`` and ``--latency``, each taking the control API's JSON object
+or ``key=value,...`` (``--outage failure=503,duration_seconds=30,retry_after=5``). They are
+re-applied, timers restarted, by every ``POST /_sandbox/reset``.
+
 The API key comes from ``--api-key`` (repeat it to accept several keys, one account each),
 else from the environment variable ``SANDBOX_ACQUIRER_API_KEY``, else it is
 ``sandbox_sk_dev``: a development default, public by design, for a process that only ever
@@ -28,9 +33,12 @@ import threading
 from collections.abc import Sequence
 from datetime import timedelta
 from types import FrameType
+from typing import Any
 
-from sandbox_acquirer.scenarios import DEFAULT_HANG_SECONDS
+from sandbox_acquirer.conditions import ConditionError, parse_cli_value, parse_condition
+from sandbox_acquirer.scenarios import DEFAULT_HANG_SECONDS, DEFAULT_TRICKLE_SECONDS_PER_BYTE
 from sandbox_acquirer.server import DEFAULT_HOST, DEFAULT_PORT, SandboxConfig, build_server
+from sandbox_acquirer.store import DEFAULT_MAX_ARRIVAL_BUCKETS, DEFAULT_MAX_TRACKED_KEYS
 
 #: Environment variable read when no ``--api-key`` is given.
 API_KEY_ENV = "SANDBOX_ACQUIRER_API_KEY"
@@ -61,6 +69,23 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("must be a number > 0")
     return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a whole number >= 1")
+    return value
+
+
+#: CLI flag -> condition name (the control API's /_sandbox/conditions/<name>).
+_CONDITION_FLAGS = {
+    "outage": "outage",
+    "flapping": "flapping",
+    "rate_limit": "rate-limit",
+    "capacity": "capacity",
+    "latency": "latency",
+}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
@@ -98,6 +123,38 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         f"(default {DEFAULT_HANG_SECONDS:g})",
     )
     parser.add_argument(
+        "--trickle-seconds-per-byte",
+        type=_non_negative,
+        metavar="SECONDS",
+        default=DEFAULT_TRICKLE_SECONDS_PER_BYTE,
+        help="pace of tok_trickle: seconds between two bytes of the body "
+        f"(default {DEFAULT_TRICKLE_SECONDS_PER_BYTE:g})",
+    )
+    parser.add_argument(
+        "--max-tracked-keys",
+        type=_count,
+        metavar="N",
+        default=DEFAULT_MAX_TRACKED_KEYS,
+        help="entries kept per table: idempotency keys, charges for lookup, per-key and "
+        f"per-reference counters; the oldest go first (default {DEFAULT_MAX_TRACKED_KEYS})",
+    )
+    parser.add_argument(
+        "--max-arrival-buckets",
+        type=_count,
+        metavar="N",
+        default=DEFAULT_MAX_ARRIVAL_BUCKETS,
+        help=f"100 ms arrival buckets kept in the stats (default {DEFAULT_MAX_ARRIVAL_BUCKETS}, "
+        "one hour)",
+    )
+    for name, flag in _CONDITION_FLAGS.items():
+        parser.add_argument(
+            f"--{flag}",
+            dest=name,
+            metavar="SPEC",
+            help=f"start with the {name} condition: a JSON object or key=value,... as for "
+            f"POST /_sandbox/conditions/{name} (see docs/sandbox.md)",
+        )
+    parser.add_argument(
         "--idempotency-retention-hours",
         type=_positive,
         metavar="HOURS",
@@ -109,12 +166,27 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
     api_keys = args.api_keys or [os.environ.get(API_KEY_ENV) or DEV_API_KEY]
     if any(not key.strip() for key in api_keys):
         parser.error("--api-key must not be empty")
+    conditions: dict[str, dict[str, Any]] = {}
+    for name, flag in _CONDITION_FLAGS.items():
+        text = getattr(args, name)
+        if text is None:
+            continue
+        try:
+            data = parse_cli_value(text)
+            parse_condition(name, data, 0.0)
+        except ConditionError as exc:
+            parser.error(f"--{flag}: {exc.detail}")
+        conditions[name] = data
     return SandboxConfig(
         api_keys=tuple(key.strip() for key in api_keys),
         host=args.host,
         port=args.port,
         hang_seconds=args.hang_seconds,
+        trickle_seconds_per_byte=args.trickle_seconds_per_byte,
         idempotency_retention=timedelta(hours=args.idempotency_retention_hours),
+        conditions=conditions,
+        max_tracked_keys=args.max_tracked_keys,
+        max_arrival_buckets=args.max_arrival_buckets,
     )
 
 

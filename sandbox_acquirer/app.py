@@ -1,35 +1,55 @@
 """The sandbox acquirer's endpoints as a plain function: ``SandboxApp.handle(Request) -> Response``.
 
-No sockets here: ``server`` parses HTTP into a ``Request`` and writes the ``Response`` back.
-Keeping the two apart lets later fault injection (outage windows, rate limits, capacity
-limits) be added as ordinary code around ``handle`` and tested without a network.
+No sockets here: ``server`` parses HTTP into a ``Request`` and writes the ``Response`` back
+(or, for a ``Response`` whose ``action`` is ``reset``/``close``/``refused``, drops the
+connection without an answer; ``trickle_seconds_per_byte`` paces the body).
 
 Endpoints (details and bodies in ``docs/sandbox.md``):
 
-==========================  ======  ======================================================
-path                        auth    methods
-==========================  ======  ======================================================
-``/healthz``                no      GET -> 200 ``{"status": "ok"}``
-``/charges``                Bearer  POST (``Idempotency-Key`` required) -> 201 a charge;
-                                    GET ``?reference=R`` -> 200 ``{"data": [charge, ...]}``
-``/_sandbox/stats``         no      GET -> 200 counters since the last reset
-``/_sandbox/reset``         no      POST -> 200, forgets everything
-==========================  ======  ======================================================
+=====================================  ======  ==============================================
+path                                   auth    methods
+=====================================  ======  ==============================================
+``/healthz``                           no      GET -> 200 ``{"status": "ok"}``
+``/charges``                           Bearer  POST (``Idempotency-Key`` required) -> 201 a
+                                               charge; GET ``?reference=R`` -> 200
+                                               ``{"data": [charge, ...]}``
+``/_sandbox/stats``, ``/_sandbox/export``  no  GET -> 200 counters (``?format=csv`` for CSV)
+``/_sandbox/reset``                    no      POST -> 200, forgets everything
+``/_sandbox/conditions``               no      GET -> every condition; DELETE -> clears them
+``/_sandbox/conditions/<name>``        no      GET; POST or PUT a JSON object -> sets it;
+                                               DELETE -> clears it
+=====================================  ======  ==============================================
+
+A request to the acquirer API (``POST /charges``, ``GET /charges``) passes, in order: the
+capacity limit, an outage or flapping window failing "before commit", authentication, the
+per-API-key rate limit, the latency draw, then the endpoint (with its per-payment scenario);
+an outage or flapping window failing "after commit" replaces the answer afterwards. Whether a
+window is failing is decided once, when the request arrives.
 
 Errors are problem-style JSON objects ``{"type", "title", "status", "detail", "code"}``.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
+import io
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
+from sandbox_acquirer.conditions import (
+    CONDITION_NAMES,
+    ENDPOINTS,
+    ConditionError,
+    ConditionSet,
+)
+from sandbox_acquirer.faults import PROBLEMS, Fault, retry_after_value
 from sandbox_acquirer.models import (
     Charge,
     InvalidRequest,
@@ -48,8 +68,11 @@ __all__ = [
     "Request",
     "Response",
     "SandboxApp",
+    "fault_response",
     "json_response",
     "problem_response",
+    "stats_csv",
+    "valid_idempotency_key",
 ]
 
 #: Longest accepted ``Idempotency-Key``, in characters.
@@ -59,6 +82,12 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 255
 PROBLEM_TYPE_BASE = "https://sandbox-acquirer.invalid/problems/"
 
 JSON = "application/json"
+CSV = "text/csv; charset=utf-8"
+
+#: What the server does with a response: write it, or drop the connection without an answer
+#: (``reset``: TCP RST after reading the request; ``close``: FIN; ``refused``: RST before the
+#: request body is read).
+Action = Literal["respond", "reset", "close", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +115,21 @@ class Response:
     """One HTTP response: ``status``, ``body`` bytes and extra ``headers``.
 
     ``Content-Type`` comes from ``content_type``; the server adds ``Content-Length``.
+    ``action`` other than ``respond`` drops the connection instead (``status`` is then 0).
+    ``trickle_seconds_per_byte`` > 0 makes the server send the body one byte at a time.
     """
 
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str = JSON
+    action: Action = "respond"
+    trickle_seconds_per_byte: float = 0.0
+
+    @property
+    def answered(self) -> bool:
+        """Whether the client gets an HTTP answer at all."""
+        return self.action == "respond"
 
 
 def json_response(status: int, value: Any, headers: tuple[tuple[str, str], ...] = ()) -> Response:
@@ -122,19 +160,63 @@ def problem_response(
     return json_response(status, problem, headers)
 
 
+def fault_response(fault: Fault, now_epoch: float) -> Response:
+    """The answer for an injected ``fault`` at ``now_epoch``.
+
+    A status fault gets its plausible problem body (``faults.PROBLEMS``) and, if set, its
+    ``Retry-After``; 401 adds ``WWW-Authenticate``; 409 has ``Retry-After: 1`` like the real
+    one. Connection faults become a ``Response`` with that ``action``.
+    """
+    if fault.kind != "status":
+        return Response(status=0, body=b"", action=fault.kind)
+    assert fault.status is not None
+    code, title, detail = PROBLEMS[fault.status]
+    headers: list[tuple[str, str]] = []
+    if fault.retry_after_seconds is not None:
+        headers.append(
+            (
+                "Retry-After",
+                retry_after_value(fault.retry_after_seconds, fault.retry_after_format, now_epoch),
+            )
+        )
+    elif fault.status == 409:
+        headers.append(("Retry-After", "1"))
+    if fault.status == 401:
+        headers.append(("WWW-Authenticate", 'Bearer realm="sandbox-acquirer"'))
+    return problem_response(fault.status, code, title, detail, headers=tuple(headers))
+
+
 def _invalid(detail: str, title: str = "The request is invalid") -> Response:
     return problem_response(400, "invalid_request", title, detail)
 
 
+def valid_idempotency_key(raw: str | None) -> str | None:
+    """``raw`` stripped of surrounding spaces and tabs if it is a valid key, else ``None``.
+
+    Accepted: 1 to 255 printable ASCII characters (``!`` to ``~``, so no spaces). Keys are
+    case-sensitive and taken literally (quotes included), as by Stripe-style acquirers.
+    """
+    if raw is None:
+        return None
+    key = raw.strip(" \t")
+    if not (1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH) or not all(
+        "!" <= char <= "~" for char in key
+    ):
+        return None
+    return key
+
+
 Handler = Callable[["SandboxApp", Request], Response]
+AcquirerHandler = Callable[["SandboxApp", Request, str], Response]
 
 
 class SandboxApp:
-    """The endpoints, over a ``SandboxStore``.
+    """The endpoints, over a ``SandboxStore`` and a ``ConditionSet``.
 
     ``api_keys``: the accepted bearer keys, each its own account (idempotency keys and
-    charges are scoped per API key). ``wait(seconds)`` is how scenarios pause (the server
-    passes one that returns early on shutdown; tests may pass a fake).
+    charges are scoped per API key). ``wait(seconds)`` is how scenarios and conditions pause
+    (the server passes one that returns early on shutdown; tests may pass a fake).
+    ``conditions`` holds the acquirer-wide conditions (an empty set by default).
     """
 
     def __init__(
@@ -143,6 +225,7 @@ class SandboxApp:
         store: SandboxStore,
         api_keys: Sequence[str],
         scenario_settings: ScenarioSettings | None = None,
+        conditions: ConditionSet | None = None,
         wait: Callable[[float], object] = time.sleep,
     ) -> None:
         if not api_keys or any(not key for key in api_keys):
@@ -152,27 +235,27 @@ class SandboxApp:
         # anywhere but in this mapping.
         self._accounts = {key: f"acct_{index}" for index, key in enumerate(api_keys, 1)}
         self._scenario_settings = scenario_settings or ScenarioSettings()
+        self.conditions = conditions or ConditionSet()
+        self.conditions.reset(self._epoch())
         self._wait = wait
 
     # -- dispatch ---------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
-        """Answer ``request``. May block for as long as its scenario says."""
+        """Answer ``request``. May block for as long as its scenario or conditions say."""
+        if request.path.startswith(_CONDITION_PREFIX):
+            return self._condition(request, request.path[len(_CONDITION_PREFIX) :])
         methods = _ROUTES.get(request.path)
         if methods is None:
             return problem_response(
                 404, "not_found", "Not Found", f"No endpoint at {request.path}."
             )
-        handler = methods.get(request.method)
+        if request.method not in methods:
+            return _method_not_allowed(request.path, methods)
+        handler = methods[request.method]
         if handler is None:
-            allowed = ", ".join(sorted(methods))
-            return problem_response(
-                405,
-                "method_not_allowed",
-                "Method Not Allowed",
-                f"{request.path} accepts {allowed}.",
-                headers=(("Allow", allowed),),
-            )
+            endpoint = f"{request.method} {request.path}"
+            return self._acquirer_call(endpoint, _ACQUIRER_HANDLERS[endpoint], request)
         return handler(self, request)
 
     @staticmethod
@@ -184,32 +267,124 @@ class SandboxApp:
         """
         return path != "/healthz" and not path.startswith("/_sandbox/")
 
+    @staticmethod
+    def endpoint_label(method: str, path: str) -> str:
+        """The stats label of a request: ``"POST /charges"``, ``"GET /charges"`` or
+        ``"other"`` (unknown paths share one label, so the table stays small)."""
+        endpoint = f"{method} {path}"
+        return endpoint if endpoint in ENDPOINTS else "other"
+
+    def refuses_connection(self, method: str, path: str) -> bool:
+        """Whether an outage or flapping window says to refuse this request unread."""
+        endpoint = f"{method} {path}"
+        if endpoint not in ENDPOINTS:
+            return False
+        return self.conditions.refuses(self._epoch(), endpoint)
+
+    def _epoch(self) -> float:
+        return self.store.now().timestamp()
+
+    # -- the acquirer API under conditions ------------------------------------------------
+
+    def _acquirer_call(self, endpoint: str, handler: AcquirerHandler, request: Request) -> Response:
+        in_flight = self.store.enter_request()
+        try:
+            now = self._epoch()
+            capacity = self.conditions.admit(now, in_flight)
+            if not capacity.admitted:
+                if capacity.delay_seconds:
+                    self._wait(capacity.delay_seconds)
+                return self._fault(
+                    Fault(
+                        kind="status",
+                        status=503,
+                        retry_after_seconds=capacity.retry_after,
+                        reason="capacity",
+                    ),
+                    now,
+                )
+            before = self.conditions.window_fault(now, endpoint, "before_commit")
+            if before is not None:
+                return self._fault(before, now)
+            after = self.conditions.window_fault(now, endpoint, "after_commit")
+
+            account = self._authenticate(request)
+            if isinstance(account, Response):
+                return account
+            rate = self.conditions.rate_limit(account, endpoint, now)
+            if not rate.allowed:
+                self.store.count_fault("rate_limit")
+                return self._rate_limited(rate.mode, rate.retry_after, rate.headers)
+
+            delay = self.conditions.latency()
+            if delay:
+                self._wait(delay)
+            response = handler(self, request, account)
+            if after is not None:
+                response = self._fault(after, now)
+            if rate.headers and response.answered:
+                response = replace(response, headers=response.headers + rate.headers)
+            return response
+        finally:
+            self.store.leave_request()
+
+    def _fault(self, fault: Fault, now: float) -> Response:
+        self.store.count_fault(fault.reason)
+        return fault_response(fault, now)
+
+    @staticmethod
+    def _rate_limited(
+        mode: str, retry_after: int | None, headers: tuple[tuple[str, str], ...]
+    ) -> Response:
+        extra = (("Retry-After", str(retry_after)),) if retry_after is not None else ()
+        if mode == "secondary":
+            return problem_response(
+                403,
+                "secondary_rate_limit",
+                "Forbidden",
+                "You have exceeded a secondary rate limit. Wait before retrying.",
+                headers=extra,
+            )
+        return problem_response(
+            429,
+            "rate_limited",
+            "Too Many Requests",
+            "The API key's rate limit is exhausted; retry after the window resets.",
+            headers=extra + headers,
+        )
+
     # -- endpoints ----------------------------------------------------------------------
 
     def _healthz(self, request: Request) -> Response:
         return json_response(200, {"status": "ok"})
 
     def _stats(self, request: Request) -> Response:
-        return json_response(200, self.store.stats())
+        formats = parse_qs(request.query, keep_blank_values=True).get("format", ["json"])
+        if len(formats) != 1 or formats[0] not in ("json", "csv"):
+            return _invalid("format must be json or csv.")
+        stats = self.store.stats()
+        if formats[0] == "csv":
+            return Response(
+                status=200,
+                body=stats_csv(stats).encode("utf-8"),
+                content_type=CSV,
+                headers=(("Content-Disposition", 'inline; filename="sandbox-stats.csv"'),),
+            )
+        return json_response(200, stats)
 
     def _reset(self, request: Request) -> Response:
         self.store.reset()
+        self.conditions.reset(self._epoch())
         return json_response(200, {"status": "reset"})
 
-    def _list_charges(self, request: Request) -> Response:
-        account = self._authenticate(request)
-        if isinstance(account, Response):
-            return account
+    def _list_charges(self, request: Request, account: str) -> Response:
         references = parse_qs(request.query, keep_blank_values=True).get("reference", [])
         if len(references) != 1 or not references[0]:
             return _invalid("Give exactly one non-empty reference query parameter.")
         charges = self.store.charges_for(account, references[0])
         return json_response(200, {"data": [charge.to_json() for charge in charges]})
 
-    def _create_charge(self, request: Request) -> Response:
-        account = self._authenticate(request)
-        if isinstance(account, Response):
-            return account
+    def _create_charge(self, request: Request, account: str) -> Response:
         key = _idempotency_key(request)
         if isinstance(key, Response):
             return key
@@ -226,6 +401,10 @@ class SandboxApp:
             scenario = resolve_scenario(charge_request.payment_method, self._scenario_settings)
         except InvalidRequest as exc:
             return _invalid(exc.detail)
+
+        attempt = self.store.count_attempt(account, key)
+        if scenario.failure is not None and attempt <= scenario.fail_attempts:
+            return self._fault(scenario.failure, self._epoch())
 
         fingerprint = hashlib.sha256(
             b"POST /charges\n" + canonical_json(charge_request.as_dict())
@@ -248,7 +427,12 @@ class SandboxApp:
                 created_at=self.store.now(),
             )
             created = json_response(201, charge.to_json())
-            self.store.commit(claim, charge, StoredResponse(status=201, body=created.body))
+            self.store.commit(
+                claim,
+                charge,
+                StoredResponse(status=201, body=created.body),
+                visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
+            )
         except BaseException:
             self.store.release(claim)
             raise
@@ -256,10 +440,50 @@ class SandboxApp:
         if scenario.reply_delay_seconds:
             self._wait(scenario.reply_delay_seconds)
         if scenario.reply == "server_error":
+            self.store.count_fault("tok_500_after_commit")
             return problem_response(
                 500, "api_error", "Internal Server Error", "The acquirer failed unexpectedly."
             )
+        if scenario.reply in ("reset", "close"):
+            self.store.count_fault(f"tok_{scenario.reply}_after_commit")
+            return Response(status=0, body=b"", action=scenario.reply)
+        if scenario.trickle_seconds_per_byte:
+            return replace(created, trickle_seconds_per_byte=scenario.trickle_seconds_per_byte)
         return created
+
+    # -- control API: conditions -----------------------------------------------------------
+
+    def _conditions(self, request: Request) -> Response:
+        if request.method == "GET":
+            return json_response(200, self.conditions.to_json())
+        self.conditions.clear()
+        return json_response(200, self.conditions.to_json())
+
+    def _condition(self, request: Request, name: str) -> Response:
+        path = request.path
+        if name not in CONDITION_NAMES:
+            return problem_response(
+                404,
+                "not_found",
+                "Not Found",
+                f"No condition named {name[:64]!r}; known: {', '.join(CONDITION_NAMES)}.",
+            )
+        if request.method == "GET":
+            condition = self.conditions.get(name)
+            return json_response(200, {name: condition.to_json() if condition else None})
+        if request.method == "DELETE":
+            self.conditions.clear(name)
+            return json_response(200, {name: None})
+        if request.method not in ("POST", "PUT"):
+            return _method_not_allowed(path, dict.fromkeys(("GET", "POST", "PUT", "DELETE")))
+        try:
+            data = parse_json_body(request.body)
+            condition = self.conditions.set(name, data, self._epoch())
+        except InvalidRequest as exc:
+            return _invalid(exc.detail, "The condition is invalid")
+        except ConditionError as exc:
+            return _invalid(exc.detail, "The condition is invalid")
+        return json_response(200, {name: condition.to_json()})
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -294,22 +518,26 @@ class SandboxApp:
         return account
 
 
-def _idempotency_key(request: Request) -> str | Response:
-    """The request's ``Idempotency-Key``, or a 400 response.
+def _method_not_allowed(path: str, methods: Mapping[str, object]) -> Response:
+    allowed = ", ".join(sorted(methods))
+    return problem_response(
+        405,
+        "method_not_allowed",
+        "Method Not Allowed",
+        f"{path} accepts {allowed}.",
+        headers=(("Allow", allowed),),
+    )
 
-    Accepted: 1 to 255 printable ASCII characters (``!`` to ``~``, so no spaces), after
-    stripping surrounding spaces and tabs. Keys are case-sensitive and taken literally
-    (quotes included), as by Stripe-style acquirers.
-    """
+
+def _idempotency_key(request: Request) -> str | Response:
+    """The request's ``Idempotency-Key``, or a 400 response (see ``valid_idempotency_key``)."""
     raw = request.header("idempotency-key")
     if raw is None:
         return _invalid(
             "Send an Idempotency-Key header with POST /charges.", "Idempotency-Key is missing"
         )
-    key = raw.strip(" \t")
-    if not (1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH) or not all(
-        "!" <= char <= "~" for char in key
-    ):
+    key = valid_idempotency_key(raw)
+    if key is None:
         return _invalid(
             f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII "
             "characters without spaces.",
@@ -345,9 +573,46 @@ def _answer_known_key(outcome: Replay | KeyReused | KeyInUse) -> Response:
             )
 
 
-_ROUTES: dict[str, dict[str, Handler]] = {
+def stats_csv(stats: Mapping[str, Any]) -> str:
+    """``stats`` flattened to CSV rows ``metric,key,value``.
+
+    A scalar is one row with an empty key (``charges_total,,2``); a table is one row per
+    entry (``requests_by_status,201,3``); a nested table joins the outer names with ``.``
+    (``requests_by_endpoint.POST /charges,201,3``). Arrival buckets are
+    ``arrivals_per_100ms,<bucket start, epoch ms>,<count>``.
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["metric", "key", "value"])
+
+    def emit(metric: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                if isinstance(inner, Mapping):
+                    emit(f"{metric}.{key}", inner)
+                else:
+                    writer.writerow([metric, key, inner])
+        else:
+            writer.writerow([metric, "", value])
+
+    for metric, value in stats.items():
+        emit(metric, value)
+    return out.getvalue()
+
+
+_CONDITION_PREFIX = "/_sandbox/conditions/"
+
+_ROUTES: dict[str, dict[str, Handler | None]] = {
     "/healthz": {"GET": SandboxApp._healthz},
-    "/charges": {"GET": SandboxApp._list_charges, "POST": SandboxApp._create_charge},
+    # None: an acquirer endpoint, dispatched through _ACQUIRER_HANDLERS under conditions.
+    "/charges": {"GET": None, "POST": None},
     "/_sandbox/stats": {"GET": SandboxApp._stats},
+    "/_sandbox/export": {"GET": SandboxApp._stats},
     "/_sandbox/reset": {"POST": SandboxApp._reset},
+    "/_sandbox/conditions": {"GET": SandboxApp._conditions, "DELETE": SandboxApp._conditions},
+}
+
+_ACQUIRER_HANDLERS: dict[str, AcquirerHandler] = {
+    "POST /charges": SandboxApp._create_charge,
+    "GET /charges": SandboxApp._list_charges,
 }

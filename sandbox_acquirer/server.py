@@ -13,6 +13,16 @@ Checked here, before the app sees the request:
   dropped first, so the client surely receives the 413; a larger one is not read, and the
   connection is closed after the answer.
 - malformed request lines and headers (the standard library's checks): a problem JSON body.
+- an outage or flapping window failing with ``"refused"``: the connection is reset before the
+  body is read (a real ECONNREFUSED would need the listening socket closed, which would take
+  the control API down with it).
+
+Responses whose ``action`` is ``reset`` or ``refused`` end the connection with a TCP RST (no
+answer; ``SO_LINGER`` 0), ``close`` with a FIN (no answer). A response with
+``trickle_seconds_per_byte`` is sent headers first, then its body one byte at a time.
+
+The server also feeds the store's live gauges (open connections) and the arrival counters
+(per 100 ms bucket, per Idempotency-Key) of requests to the acquirer API.
 
 Each answered request is logged as one line to the ``sandbox_acquirer`` logger: method,
 path (without query string), status and elapsed milliseconds. Headers are never logged, so
@@ -23,16 +33,37 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox_acquirer.app import Request, Response, SandboxApp, problem_response
-from sandbox_acquirer.scenarios import DEFAULT_HANG_SECONDS, ScenarioSettings
-from sandbox_acquirer.store import DEFAULT_IDEMPOTENCY_RETENTION, Clock, SandboxStore, utc_now
+from sandbox_acquirer.app import (
+    Request,
+    Response,
+    SandboxApp,
+    problem_response,
+    valid_idempotency_key,
+)
+from sandbox_acquirer.conditions import ConditionSet
+from sandbox_acquirer.scenarios import (
+    DEFAULT_HANG_SECONDS,
+    DEFAULT_TRICKLE_SECONDS_PER_BYTE,
+    ScenarioSettings,
+)
+from sandbox_acquirer.store import (
+    DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_MAX_ARRIVAL_BUCKETS,
+    DEFAULT_MAX_TRACKED_KEYS,
+    Clock,
+    SandboxStore,
+    utc_now,
+)
 
 __all__ = [
     "DEFAULT_HOST",
@@ -61,17 +92,24 @@ class SandboxConfig:
 
     ``port`` 0 picks a free port. ``api_keys`` are the accepted bearer keys (one account
     each). ``hang_seconds`` is the reply delay of ``tok_timeout_after_commit``;
-    ``idempotency_retention`` how long keys are remembered; ``clock`` dates charges and
-    decides expiry.
+    ``trickle_seconds_per_byte`` the pace of ``tok_trickle``; ``idempotency_retention`` how
+    long keys are remembered; ``clock`` dates charges and decides expiry and windows;
+    ``conditions`` the command line's acquirer-wide conditions (name -> JSON object), applied
+    at start and again after every reset; ``max_tracked_keys`` and ``max_arrival_buckets``
+    bound the store's memory.
     """
 
     api_keys: tuple[str, ...]
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     hang_seconds: float = DEFAULT_HANG_SECONDS
+    trickle_seconds_per_byte: float = DEFAULT_TRICKLE_SECONDS_PER_BYTE
     idempotency_retention: timedelta = DEFAULT_IDEMPOTENCY_RETENTION
     max_body_bytes: int = MAX_BODY_BYTES
     clock: Clock = field(default=utc_now)
+    conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS
+    max_arrival_buckets: int = DEFAULT_MAX_ARRIVAL_BUCKETS
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -121,12 +159,21 @@ def build_server(config: SandboxConfig) -> SandboxServer:
 
     Call ``serve_forever()`` (in a thread, say) to start answering and ``stop()`` to end.
     """
-    store = SandboxStore(clock=config.clock, idempotency_retention=config.idempotency_retention)
+    store = SandboxStore(
+        clock=config.clock,
+        idempotency_retention=config.idempotency_retention,
+        max_tracked_keys=config.max_tracked_keys,
+        max_arrival_buckets=config.max_arrival_buckets,
+    )
     stopping = threading.Event()
     app = SandboxApp(
         store=store,
         api_keys=config.api_keys,
-        scenario_settings=ScenarioSettings(hang_seconds=config.hang_seconds),
+        scenario_settings=ScenarioSettings(
+            hang_seconds=config.hang_seconds,
+            trickle_seconds_per_byte=config.trickle_seconds_per_byte,
+        ),
+        conditions=ConditionSet(config.conditions),
         wait=stopping.wait,
     )
     return SandboxServer(
@@ -162,6 +209,16 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         """The ``Server`` header: the sandbox's name, without the Python version."""
         return self.server_version
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.app.store.connection_opened()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.app.store.connection_closed()
+
     def parse_request(self) -> bool:
         self._started = time.monotonic()
         self._generation = self.server.app.store.generation
@@ -169,6 +226,19 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         target = urlsplit(self.path)
+        app = self.server.app
+        if app.counts_towards_stats(target.path):
+            key = None
+            if self.command == "POST" and target.path == "/charges":
+                key = valid_idempotency_key(self.headers.get("Idempotency-Key"))
+            app.store.count_arrival(
+                generation=self._generation if self._generation is not None else -1,
+                idempotency_key=key,
+            )
+        if app.refuses_connection(self.command, target.path):
+            self._drop("refused")
+            self._log_and_count("refused", written=False)
+            return
         transfer_encoding = self.headers.get("Transfer-Encoding")
         raw_length = self.headers.get("Content-Length")
         if transfer_encoding is not None:
@@ -247,7 +317,12 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         self._finish(problem_response(code, slug, phrase, message or explain or phrase), close=True)
 
     def _finish(self, response: Response, *, close: bool = False) -> None:
-        """Write ``response``, then log and count it."""
+        """Write ``response`` (or drop the connection, as its ``action`` says), then log and
+        count it."""
+        if not response.answered:
+            self._drop(response.action)
+            self._log_and_count(response.action, written=False)
+            return
         written = True
         try:
             self.send_response(response.status)
@@ -260,28 +335,66 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(response.body)
+                if response.trickle_seconds_per_byte > 0:
+                    written = self._trickle(response.body, response.trickle_seconds_per_byte)
+                else:
+                    self.wfile.write(response.body)
             self.wfile.flush()
         except OSError:  # the client closed the connection (after a read timeout, say)
             written = False
+        if not written:
             self.close_connection = True
         self._log_and_count(response.status, written)
 
-    def _log_and_count(self, status: int, written: bool) -> None:
+    def _trickle(self, body: bytes, seconds_per_byte: float) -> bool:
+        """Send ``body`` one byte per ``seconds_per_byte``; ``False`` if cut short (the
+        client left, or the server is stopping)."""
+        self.wfile.flush()
+        for index in range(len(body)):
+            if index and self.server.stopping.wait(seconds_per_byte):
+                return False
+            self.wfile.write(body[index : index + 1])
+            self.wfile.flush()
+        return True
+
+    def _drop(self, action: str) -> None:
+        """End the connection without an answer: RST for ``reset``/``refused``, FIN for
+        ``close``."""
+        self.close_connection = True
+        if action in ("reset", "refused"):
+            try:
+                # Linger 0: close() sends a RST instead of a FIN. The descriptor really closes
+                # when finish() drops the socket's file objects, before anything else is sent.
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
+            except OSError:
+                pass
+
+    def _log_and_count(self, status: int | str, written: bool) -> None:
         started = self._started if self._started is not None else time.monotonic()
         elapsed_ms = (time.monotonic() - started) * 1000
         path = urlsplit(getattr(self, "path", "") or "").path
         store = self.server.app.store
         generation = self._generation if self._generation is not None else store.generation
-        if self.server.app.counts_towards_stats(path):
-            store.count_request(status, generation=generation)
+        command = getattr(self, "command", None) or "-"
+        app = self.server.app
+        if app.counts_towards_stats(path):
+            store.count_request(
+                status, generation=generation, endpoint=app.endpoint_label(command, path)
+            )
+        if isinstance(status, str):
+            note = f" (connection {status}, no answer)"
+        else:
+            note = "" if written else " (client gone)"
         logger.info(
-            "%s %s %d %.1fms%s",
-            _printable(getattr(self, "command", None) or "-"),
+            "%s %s %s %.1fms%s",
+            _printable(command),
             _printable(path or "-"),
-            status,
+            status if isinstance(status, int) else "-",
             elapsed_ms,
-            "" if written else " (client gone)",
+            note,
         )
         # A malformed next request on this connection must not inherit these.
         self.path = ""

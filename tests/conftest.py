@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from merchants.models import Merchant
 from merchants.services import merchant_create
+from payments.acquirer import acquirer_clients_reset
 from tests.support.sandbox import SandboxProcess
 
 PAYMENT_BODY: dict[str, Any] = {
@@ -68,6 +69,14 @@ def sandbox_process() -> Iterator[SandboxProcess]:
         yield process
 
 
+@pytest.fixture(autouse=True)
+def fresh_acquirer_state() -> Iterator[None]:
+    """Each test starts with new clients: no rate gate or retry budget left by another test."""
+    acquirer_clients_reset()
+    yield
+    acquirer_clients_reset()
+
+
 @pytest.fixture
 def sandbox(sandbox_process: SandboxProcess, settings) -> SandboxProcess:
     """The sandbox, reset, with the service's acquirer settings pointing at it."""
@@ -75,3 +84,10 @@ def sandbox(sandbox_process: SandboxProcess, settings) -> SandboxProcess:
     settings.ACQUIRER_BASE_URL = sandbox_process.url
     settings.ACQUIRER_API_KEY = sandbox_process.api_key
     return sandbox_process
+
+
+@pytest.fixture
+def single_attempt(settings) -> None:
+    """The API path makes one attempt per request (no client retries), so an ambiguous first
+    answer stays a 202 for the test to see."""
+    settings.ACQUIRER_RETRY_MAX_ATTEMPTS = 1

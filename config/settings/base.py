@@ -119,6 +119,26 @@ ACQUIRER_API_KEY = env("ACQUIRER_API_KEY", default="sandbox_sk_dev")
 ACQUIRER_CONNECT_TIMEOUT_SECONDS = env.float("ACQUIRER_CONNECT_TIMEOUT_SECONDS", default=1.0)
 ACQUIRER_READ_TIMEOUT_SECONDS = env.float("ACQUIRER_READ_TIMEOUT_SECONDS", default=3.0)
 ACQUIRER_HONOURS_IDEMPOTENCY_KEYS = env.bool("ACQUIRER_HONOURS_IDEMPOTENCY_KEYS", default=True)
+ACQUIRER_NAME = env("ACQUIRER_NAME", default="sandbox")
+# Which rate headers the acquirer sends: auto, ietf (RateLimit draft), github, retry-after.
+ACQUIRER_QUOTA_PROFILE = env("ACQUIRER_QUOTA_PROFILE", default="auto")
+ACQUIRER_RATE_SCOPE = env("ACQUIRER_RATE_SCOPE", default=None)
+# Retries of the synchronous API path (gateway_client.RetryPolicy; README "Retries").
+ACQUIRER_RETRY_MAX_ATTEMPTS = env.int("ACQUIRER_RETRY_MAX_ATTEMPTS", default=3)
+ACQUIRER_RETRY_BACKOFF_BASE_SECONDS = env.float("ACQUIRER_RETRY_BACKOFF_BASE_SECONDS", default=0.2)
+ACQUIRER_RETRY_BACKOFF_CAP_SECONDS = env.float("ACQUIRER_RETRY_BACKOFF_CAP_SECONDS", default=2.0)
+ACQUIRER_DEADLINE_SECONDS = env.float("ACQUIRER_DEADLINE_SECONDS", default=8.0)
+ACQUIRER_MAX_SERVER_WAIT_SECONDS = env.float("ACQUIRER_MAX_SERVER_WAIT_SECONDS", default=30.0)
+ACQUIRER_MIN_ATTEMPT_SECONDS = env.float("ACQUIRER_MIN_ATTEMPT_SECONDS", default=0.5)
+ACQUIRER_RETRY_AMBIGUOUS = env.bool("ACQUIRER_RETRY_AMBIGUOUS", default=True)
+ACQUIRER_RETRY_BUDGET_PERCENT = env.float("ACQUIRER_RETRY_BUDGET_PERCENT", default=0.1)
+ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND = env.float(
+    "ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND", default=10.0
+)
+ACQUIRER_RETRY_BUDGET_TTL_SECONDS = env.float("ACQUIRER_RETRY_BUDGET_TTL_SECONDS", default=10.0)
+# Shared wait state (rate gate, retry budget): Redis in production, in-memory when unset.
+ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL", default="")
+ACQUIRER_STATE_NAMESPACE = env("ACQUIRER_STATE_NAMESPACE", default="payments:gateway")
 
 # --- Payments API ---------------------------------------------------------------------------
 # Retry-After (seconds) sent with 202 (outcome unknown) and 503 (acquirer unavailable).
@@ -142,7 +162,10 @@ RECONCILIATION_MAX_ATTEMPTS = env.int("RECONCILIATION_MAX_ATTEMPTS", default=40)
 # A sweep works through its batch one payment at a time, each at most a look-up and a re-send
 # (2 x the client's deadline), so the lease covers a whole batch and the task time limit ends a
 # stuck sweep before its lease runs out.
-RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=10)
+RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
+    "RECONCILIATION_ACQUIRER_DEADLINE_SECONDS", default=15.0
+)
+RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
 # How long the acquirer remembers an idempotency key; the maximum age must stay well below it.
 ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(

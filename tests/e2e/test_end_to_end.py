@@ -32,6 +32,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             WEB_CONCURRENCY="2",
             ACQUIRER_BASE_URL=sandbox.url,
             ACQUIRER_API_KEY=sandbox.api_key,
+            ACQUIRER_RETRY_MAX_ATTEMPTS="1",  # one attempt: ambiguous answers stay 202 here
             ACQUIRER_READ_TIMEOUT_SECONDS="2",
         )
         log = (tmp_path / "gunicorn.log").open("w")

@@ -56,6 +56,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             WEB_CONCURRENCY="1",
             ACQUIRER_BASE_URL=sandbox.url,
             ACQUIRER_API_KEY=sandbox.api_key,
+            ACQUIRER_RETRY_MAX_ATTEMPTS="1",  # one attempt: ambiguous answers stay 202 here
             ACQUIRER_READ_TIMEOUT_SECONDS="1",
             CELERY_BROKER_URL=REDIS_URL,
             CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
@@ -96,7 +97,9 @@ def test_worker_resolves_timeout_after_commit(stack, merchant_a):
     assert "reconcile " + payment_id in (stack["logs"] / "worker.log").read_text()
 
 
-def test_worker_killed_mid_task_resolves_the_payment_exactly_once(transactional_db, merchant_a, tmp_path):
+def test_worker_killed_mid_task_resolves_the_payment_exactly_once(
+    transactional_db, merchant_a, tmp_path
+):
     """SIGKILL of the worker process while its re-send is at the acquirer: the task is
     re-queued, the lease keeps a second run off until it ends, then the sweep resolves the
     payment once; one charge at the acquirer."""

@@ -1,4 +1,9 @@
-"""gateway_client over real sockets: network faults from tiny local servers, and the sandbox."""
+"""
+gateway_client over real sockets: network faults from tiny local servers, and the sandbox.
+
+The classification of ONE attempt: clients here use `ONE_ATTEMPT`; retries over real sockets
+are in test_gateway_retry_http.py and test_gateway_sandbox_retries.py.
+"""
 
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ from gateway_client import (
     MalformedResponseError,
     RateLimitedError,
     ResponseTimeoutError,
+    RetryPolicy,
     UpstreamServerError,
 )
 from tests.support.sandbox import SandboxProcess
 
 API_KEY = "sk_test_integration_Zq81"
+ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 # -- a tiny local server for network faults --------------------------------------------------------
 
@@ -135,7 +142,11 @@ def make_client(base_url: str, **overrides: object) -> AcquirerClient:
         "read_timeout": 1.0,
     }
     fields.update(overrides)
-    return AcquirerClient(AcquirerConfig(**fields))  # type: ignore[arg-type]
+    config = AcquirerConfig(**fields)  # type: ignore[arg-type]
+    policy = ONE_ATTEMPT.replace(
+        connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
+    )
+    return AcquirerClient(config, policy=policy)
 
 
 def authorization_request(
@@ -312,7 +323,8 @@ def acquirer(sandbox: SandboxProcess) -> Iterator[AcquirerClient]:
             connect_timeout=1.0,
             read_timeout=3.0,
             name="sandbox",
-        )
+        ),
+        policy=ONE_ATTEMPT,
     )
     with client:
         yield client
@@ -370,7 +382,7 @@ def test_sandbox_bad_api_key_is_authentication_error(sandbox: SandboxProcess) ->
     """A wrong API key gets a 401: AuthenticationError, the key kept out of the message."""
     wrong_key = "sk_wrong_key_Hx5"
     config = AcquirerConfig(base_url=sandbox.url, api_key=wrong_key)
-    with AcquirerClient(config) as client:
+    with AcquirerClient(config, policy=ONE_ATTEMPT) as client:
         with pytest.raises(AuthenticationError) as info:
             client.authorize(authorization_request())
     assert info.value.status_code == 401
@@ -397,7 +409,8 @@ def test_sandbox_timeout_after_commit_is_response_timeout(sandbox: SandboxProces
     """A reply slower than the read timeout is a ResponseTimeoutError; the charge exists."""
     config = AcquirerConfig(base_url=sandbox.url, api_key=sandbox.api_key, read_timeout=0.3)
     request = authorization_request("tok_timeout_after_commit")
-    with AcquirerClient(config) as client:
+    policy = ONE_ATTEMPT.replace(read_timeout=0.3)
+    with AcquirerClient(config, policy=policy) as client:
         with pytest.raises(ResponseTimeoutError):
             client.authorize(request)
         assert len(client.lookup(request.reference)) == 1

@@ -47,7 +47,7 @@ def test_insufficient_funds_decline_code(merchant_a, sandbox):
     assert response.json()["decline_code"] == "insufficient_funds"
 
 
-def test_timeout_after_commit_is_202_processing(merchant_a, sandbox):
+def test_timeout_after_commit_is_202_processing(merchant_a, sandbox, single_attempt):
     """A read timeout after the acquirer recorded the charge -> 202 processing, Retry-After 5."""
     response = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_timeout_after_commit"}, key="t1"
@@ -60,7 +60,21 @@ def test_timeout_after_commit_is_202_processing(merchant_a, sandbox):
     assert IdempotencyKey.objects.get().response_status == 202
 
 
-def test_retry_of_unknown_outcome_resends_with_same_acquirer_key(merchant_a, sandbox):
+def test_timeout_after_commit_is_resolved_by_the_clients_retry(merchant_a, sandbox):
+    """With retries, the second attempt (same acquirer key) gets the recorded charge: 201."""
+    response = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_timeout_after_commit"}
+    )
+    assert response.status_code == 201
+    assert response.json()["status"] == "succeeded"
+    assert sandbox.stats()["charges_total"] == 1
+    event = PaymentEvent.objects.get(type="acquirer_attempt")
+    assert event.data["attempts"] == 2 and event.data["replayed"] is True
+
+
+def test_retry_of_unknown_outcome_resends_with_same_acquirer_key(
+    merchant_a, sandbox, single_attempt
+):
     """A retry of a 202 re-sends with the same acquirer key: the recorded charge, no second one."""
     body = {**PAYMENT_BODY, "payment_method": "tok_timeout_after_commit"}
     first = merchant_a.create_payment(body, key="t2")
@@ -75,7 +89,7 @@ def test_retry_of_unknown_outcome_resends_with_same_acquirer_key(merchant_a, san
     assert replay.content == retry.content
 
 
-def test_500_after_commit_is_202_then_resolved_by_retry(merchant_a, sandbox):
+def test_500_after_commit_is_202_then_resolved_by_retry(merchant_a, sandbox, single_attempt):
     """The acquirer's 500 is ambiguous -> 202; the retry gets the recorded charge -> 201."""
     body = {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
     first = merchant_a.create_payment(body, key="t3")

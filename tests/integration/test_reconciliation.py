@@ -58,7 +58,9 @@ def crashed_payment(merchant, created_at: datetime, payment_method: str = "tok_v
     )  # fmt: skip
 
 
-def test_timeout_after_commit_is_resolved_and_the_key_replays_the_final_answer(merchant_a, sandbox):
+def test_timeout_after_commit_is_resolved_and_the_key_replays_the_final_answer(
+    merchant_a, sandbox, single_attempt
+):
     """202 processing, then a look-up finds the charge: succeeded; the key replays the 201."""
     body = {**PAYMENT_BODY, "payment_method": "tok_timeout_after_commit"}
     first = merchant_a.create_payment(body, key="rec-1")
@@ -77,7 +79,7 @@ def test_timeout_after_commit_is_resolved_and_the_key_replays_the_final_answer(m
     assert sandbox.stats()["charges_total"] == 1
 
 
-def test_500_after_commit_is_resolved_by_look_up(merchant_a, sandbox):
+def test_500_after_commit_is_resolved_by_look_up(merchant_a, sandbox, single_attempt):
     """The acquirer's 500 after recording: the look-up finds the charge; one charge."""
     payment_id = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
@@ -194,7 +196,7 @@ def test_too_many_attempts_reach_needs_review(merchant_a, settings):
     )
 
 
-def test_found_at_max_age_is_still_resolved(merchant_a, sandbox):
+def test_found_at_max_age_is_still_resolved(merchant_a, sandbox, single_attempt):
     """A late look-up that finds the charge resolves it rather than escalating."""
     payment_id = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
@@ -254,7 +256,7 @@ def test_resolved_payments_are_not_claimed(merchant_a):
     assert reconciliation_claim_due(now=timezone.now(), policy=POLICY) == []
 
 
-def test_command_reconciles_one_payment_and_prints_it(merchant_a, sandbox, capsys):
+def test_command_reconciles_one_payment_and_prints_it(merchant_a, sandbox, capsys, single_attempt):
     """`reconcile_payments --payment ID` runs the same code and says what it did."""
     payment_id = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
@@ -264,7 +266,7 @@ def test_command_reconciles_one_payment_and_prints_it(merchant_a, sandbox, capsy
     assert Payment.objects.get(pk=payment_id).status == "succeeded"
 
 
-def test_command_dry_run_changes_nothing(merchant_a, sandbox, capsys):
+def test_command_dry_run_changes_nothing(merchant_a, sandbox, capsys, single_attempt):
     """--dry-run looks up and prints; the payment stays processing."""
     payment_id = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}

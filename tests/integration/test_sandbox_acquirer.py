@@ -1,11 +1,14 @@
 """The sandbox acquirer over real HTTP: one subprocess for the module, reset before each test.
 
 The process runs with ``--hang-seconds 2`` (so ``tok_timeout_after_commit`` stays short) and
-accepts two API keys, one per account.
+``--trickle-seconds-per-byte 0.005`` (so ``tok_trickle`` takes about a second), and accepts two
+API keys, one per account. Tests that need their own command line start their own process.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import signal
 import subprocess
@@ -13,6 +16,8 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +29,22 @@ from tests.support.sandbox import SandboxProcess
 API_KEY = "sandbox_sk_test_primary"
 OTHER_API_KEY = "sandbox_sk_test_other"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The stats keys the service's test-suite relies on (never renamed).
+ORIGINAL_STATS = ("charges_total", "charges_by_reference", "requests_total", "requests_by_status")
 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxProcess]:
     with SandboxProcess.start(
-        api_key=API_KEY, extra_args=("--hang-seconds", "2", "--api-key", OTHER_API_KEY)
+        api_key=API_KEY,
+        extra_args=(
+            "--hang-seconds",
+            "2",
+            "--trickle-seconds-per-byte",
+            "0.005",
+            "--api-key",
+            OTHER_API_KEY,
+        ),  # fmt: skip
     ) as process:
         yield process
 
@@ -498,7 +513,8 @@ def test_stats_count_charges_and_requests(client: httpx.Client, sandbox: Sandbox
     post_charge(client, None, charge_body())
     client.get("/healthz")
 
-    assert sandbox.stats() == {
+    stats = sandbox.stats()
+    assert {name: stats[name] for name in ORIGINAL_STATS} == {
         "charges_total": 2,
         "charges_by_reference": {"order-a": 1, "order-b": 1},
         "requests_total": 4,
@@ -514,7 +530,8 @@ def test_reset_clears_ledger_keys_and_counters(
 
     sandbox.reset()
 
-    assert sandbox.stats() == {
+    stats = sandbox.stats()
+    assert {name: stats[name] for name in ORIGINAL_STATS} == {
         "charges_total": 0,
         "charges_by_reference": {},
         "requests_total": 0,
@@ -573,3 +590,363 @@ def test_server_module_imports_only_the_standard_library() -> None:
     )
 
     assert result.stdout.splitlines() == ["", ""]
+
+
+# -- per-payment fault scenarios over real sockets -------------------------------------------
+
+
+TRICKLE_SECONDS_PER_BYTE = 0.005
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> bool:
+    """Poll ``condition()`` every 20 ms until it is true or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def test_fail_token_fails_twice_then_charges_once(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """tok_fail_503_2 with one key: 503, 503, 201; three requests and one charge for the key."""
+    body = charge_body(payment_method="tok_fail_503_2", reference="order-fail")
+
+    statuses = [post_charge(client, "authorize-fail", body).status_code for _ in range(3)]
+
+    stats = sandbox.stats()
+    assert statuses == [503, 503, 201]
+    assert stats["requests_by_idempotency_key"]["authorize-fail"] == 3
+    assert stats["charges_by_idempotency_key"] == {"authorize-fail": 1}
+    assert stats["charges_by_reference"] == {"order-fail": 1}
+
+
+def test_fail_token_answers_problem_json(client: httpx.Client) -> None:
+    """An injected 502 is a problem JSON body with code bad_gateway."""
+    response = post_charge(client, "fail-502", charge_body(payment_method="tok_fail_502_1"))
+
+    assert_problem(response, 502, "bad_gateway")
+
+
+def test_ratelimit_token_sends_retry_after_seconds(client: httpx.Client) -> None:
+    """tok_ratelimit_3: a 429 with Retry-After: 3, then the charge."""
+    body = charge_body(payment_method="tok_ratelimit_3")
+
+    first = post_charge(client, "ratelimit-1", body)
+    second = post_charge(client, "ratelimit-1", body)
+
+    assert_problem(first, 429, "rate_limited")
+    assert first.headers["retry-after"] == "3"
+    assert second.status_code == 201
+
+
+def test_ratelimit_date_token_sends_an_imf_fixdate_in_gmt(client: httpx.Client) -> None:
+    """tok_ratelimit_date_120: Retry-After is an IMF-fixdate about 120 s ahead."""
+    before = time.time()
+
+    response = post_charge(
+        client, "ratelimit-date", charge_body(payment_method="tok_ratelimit_date_120")
+    )
+
+    value = response.headers["retry-after"]
+    moment = datetime.strptime(value, "%a, %d %b %Y %H:%M:%S GMT").replace(tzinfo=UTC)
+    assert value == format_datetime(moment, usegmt=True)
+    assert before + 120 <= moment.timestamp() + 1 <= time.time() + 122
+
+
+def test_reset_before_commit_resets_the_connection_and_records_nothing(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """tok_reset_before_commit: a connection reset on each attempt, no charge."""
+    body = charge_body(payment_method="tok_reset_before_commit")
+
+    for _ in range(2):
+        with pytest.raises(httpx.ReadError):
+            post_charge(client, "reset-before", body)
+
+    stats = sandbox.stats()
+    assert stats["charges_total"] == 0
+    assert stats["requests_unanswered"] == {"reset": 2}
+    assert stats["requests_by_idempotency_key"] == {"reset-before": 2}
+
+
+def test_reset_after_commit_then_retry_replays_the_charge(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """tok_reset_after_commit: reset after recording; the retry gets the charge replayed."""
+    body = charge_body(payment_method="tok_reset_after_commit", reference="order-reset")
+    with pytest.raises(httpx.ReadError):
+        post_charge(client, "reset-after", body)
+
+    retry = post_charge(client, "reset-after", body)
+
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert [charge["id"] for charge in sandbox.charges("order-reset")] == [retry.json()["id"]]
+
+
+def test_close_after_commit_closes_without_an_answer(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """tok_close_after_commit: the client sees the server disconnect, the charge is recorded."""
+    with pytest.raises(httpx.RemoteProtocolError):
+        post_charge(client, "close-after", charge_body(payment_method="tok_close_after_commit"))
+
+    assert sandbox.stats()["charges_total"] == 1
+    assert sandbox.stats()["requests_unanswered"] == {"close": 1}
+
+
+def test_trickle_sends_the_body_byte_by_byte(client: httpx.Client) -> None:
+    """tok_trickle: headers at once, then the 201 body one byte per interval."""
+    chunks: list[bytes] = []
+    started = time.monotonic()
+    with client.stream(
+        "POST",
+        "/charges",
+        json=charge_body(payment_method="tok_trickle"),
+        headers={"Idempotency-Key": "trickle-1"},
+    ) as response:
+        headers_after = time.monotonic() - started
+        chunks.extend(response.iter_raw())
+    elapsed = time.monotonic() - started
+
+    body = b"".join(chunks)
+    assert response.status_code == 201
+    assert json.loads(body)["status"] == "approved"
+    assert len(chunks) > 10
+    assert elapsed >= (len(body) - 1) * TRICKLE_SECONDS_PER_BYTE * 0.9
+    assert headers_after < elapsed
+
+
+def test_lookup_lag_hides_the_charge_for_a_while(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """tok_lookup_lag_1: recorded and counted at once, listed by reference a second later."""
+    created = post_charge(
+        client, "lag-1", charge_body(payment_method="tok_lookup_lag_1", reference="order-lag")
+    )
+
+    assert created.status_code == 201
+    assert sandbox.stats()["charges_total"] == 1
+    assert sandbox.charges("order-lag") == []
+    assert wait_until(lambda: sandbox.charges("order-lag") != [], timeout=3.0)
+
+
+# -- conditions through the control API --------------------------------------------------------
+
+
+def set_condition(sandbox: SandboxProcess, name: str, data: Any) -> httpx.Response:
+    return httpx.post(f"{sandbox.url}/_sandbox/conditions/{name}", json=data, trust_env=False)
+
+
+def test_outage_answers_503_with_retry_after(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """An outage set through the control API answers 503 with its Retry-After."""
+    assert set_condition(sandbox, "outage", {"duration_seconds": 30, "retry_after": 4}).is_success
+
+    response = post_charge(client, "outage-1", charge_body())
+
+    assert_problem(response, 503, "service_unavailable")
+    assert response.headers["retry-after"] == "4"
+    assert sandbox.stats()["charges_total"] == 0
+
+
+def test_refused_outage_resets_connections_but_spares_the_control_api(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """failure=refused: /charges connections are reset unanswered; /healthz still answers."""
+    set_condition(sandbox, "outage", {"duration_seconds": 30, "failure": "refused"})
+
+    # The RST comes before the body is read: the client sees it on its read (ReadError), or,
+    # if it arrives while the body is being sent, as an end of stream (RemoteProtocolError).
+    with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+        post_charge(client, "refused-1", charge_body())
+
+    assert httpx.get(f"{sandbox.url}/healthz", trust_env=False).status_code == 200
+    assert sandbox.stats()["requests_unanswered"] == {"refused": 1}
+
+
+def test_invalid_condition_over_http_is_400_and_the_sandbox_keeps_serving(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """A bad condition body answers 400 with a message; the next charge still works."""
+    response = set_condition(sandbox, "rate_limit", {"limit": "many", "window_seconds": 60})
+
+    assert_problem(response, 400, "invalid_request")
+    assert "rate_limit.limit" in response.json()["detail"]
+    assert post_charge(client, "after-bad-condition", charge_body()).status_code == 201
+
+
+def test_clearing_conditions_ends_an_outage(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """DELETE /_sandbox/conditions (clear_conditions) ends an outage at once."""
+    sandbox.set_condition("outage", duration_seconds=30, failure=502)
+    failed = post_charge(client, "cleared-1", charge_body())
+
+    sandbox.clear_conditions()
+
+    assert failed.status_code == 502
+    assert post_charge(client, "cleared-2", charge_body()).status_code == 201
+
+
+def test_rate_limit_headers_over_http(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """limit 1 per hour: x-ratelimit-reset is the absolute epoch of the next whole hour."""
+    set_condition(sandbox, "rate_limit", {"limit": 1, "window_seconds": 3600})
+    post_charge(client, "limited-1", charge_body())
+    now = time.time()
+
+    response = post_charge(client, "limited-2", charge_body())
+
+    reset = int(response.headers["x-ratelimit-reset"])
+    assert_problem(response, 429, "rate_limited")
+    assert reset % 3600 == 0 and now < reset <= now + 3600
+    assert response.headers["x-ratelimit-remaining"] == "0"
+    assert response.headers["ratelimit-policy"].startswith('"default";q=1;w=3600;pk=:')
+    assert abs(now + int(response.headers["retry-after"]) - reset) <= 2
+
+
+def test_capacity_limit_answers_503_while_full(sandbox: SandboxProcess) -> None:
+    """max_concurrent 1: while a slow request runs, another gets 503."""
+    assert wait_until(lambda: sandbox.stats()["requests_in_flight"] == 0)  # earlier hangs ended
+    sandbox.set_condition("capacity", max_concurrent=1)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        slow = pool.submit(
+            httpx.post,
+            f"{sandbox.url}/charges",
+            json=charge_body(payment_method="tok_slow_1000"),
+            headers={**sandbox.auth_headers(), "Idempotency-Key": "capacity-slow"},
+            timeout=10.0,
+            trust_env=False,
+        )
+        assert wait_until(lambda: sandbox.stats()["requests_in_flight"] == 1)
+
+        refused = httpx.post(
+            f"{sandbox.url}/charges",
+            json=charge_body(),
+            headers={**sandbox.auth_headers(), "Idempotency-Key": "capacity-fast"},
+            trust_env=False,
+        )
+        assert slow.result().status_code == 201
+
+    assert_problem(refused, 503, "service_unavailable")
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def test_stats_report_endpoints_arrivals_and_keys(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """Per endpoint and status, per idempotency key, and arrivals in 100 ms buckets."""
+    post_charge(client, "stats-k1", charge_body())
+    post_charge(client, "stats-k1", charge_body())
+    client.get("/charges", params={"reference": "order-1"})
+
+    stats = sandbox.stats()
+
+    assert stats["requests_by_endpoint"] == {
+        "POST /charges": {"201": 2, "total": 2},
+        "GET /charges": {"200": 1, "total": 1},
+    }
+    assert stats["requests_by_idempotency_key"] == {"stats-k1": 2}
+    assert sum(stats["arrivals_per_100ms"].values()) == 3
+    assert all(int(bucket) % 100 == 0 for bucket in stats["arrivals_per_100ms"])
+
+
+def test_stats_csv_export(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    """GET /_sandbox/export?format=csv is text/csv with metric,key,value rows."""
+    post_charge(client, "csv-1", charge_body(reference="order-csv"))
+
+    response = httpx.get(
+        f"{sandbox.url}/_sandbox/export", params={"format": "csv"}, trust_env=False
+    )
+
+    rows = list(csv.reader(io.StringIO(response.text)))
+    assert response.headers["content-type"].startswith("text/csv")
+    assert sandbox.stats_csv().startswith("metric,key,value\n")
+    assert rows[0] == ["metric", "key", "value"]
+    assert ["charges_by_reference", "order-csv", "1"] in rows
+    assert ["requests_by_endpoint.POST /charges", "201", "1"] in rows
+
+
+def test_open_connections_follow_clients() -> None:
+    """Two kept-alive client connections show in open_connections until they are closed."""
+    with SandboxProcess.start(api_key=API_KEY) as own:
+        own.stats()  # the helper's own connection: 1 open from now on
+        extras = [httpx.Client(base_url=own.url, trust_env=False) for _ in range(2)]
+        for extra in extras:
+            extra.get("/healthz")
+
+        opened = wait_until(lambda: own.stats()["open_connections"] == 3)
+        for extra in extras:
+            extra.close()
+        closed = wait_until(lambda: own.stats()["open_connections"] == 1)
+
+    assert opened
+    assert closed
+
+
+# -- concurrency and the command line -------------------------------------------------------------
+
+
+def test_slow_request_does_not_delay_a_concurrent_one() -> None:
+    """While tok_slow_30000 is held, a tok_visa on another connection completes first."""
+    with (
+        SandboxProcess.start(api_key=API_KEY) as own,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        slow = pool.submit(
+            httpx.post,
+            f"{own.url}/charges",
+            json=charge_body(payment_method="tok_slow_30000"),
+            headers={**own.auth_headers(), "Idempotency-Key": "slow-30s"},
+            timeout=60.0,
+            trust_env=False,
+        )
+        assert wait_until(lambda: own.stats()["requests_in_flight"] == 1)
+        started = time.monotonic()
+
+        fast = httpx.post(
+            f"{own.url}/charges",
+            json=charge_body(),
+            headers={**own.auth_headers(), "Idempotency-Key": "fast"},
+            timeout=10.0,
+            trust_env=False,
+        )
+
+        elapsed = time.monotonic() - started
+        slow_was_done = slow.done()
+        own.stop()  # wakes the held request, so the pool can finish
+
+    assert fast.status_code == 201
+    assert not slow_was_done
+    assert elapsed < 5.0
+
+
+def test_command_line_outage_applies_and_survives_reset() -> None:
+    """--outage failure=503,... answers 503 from the start and again after a reset."""
+    with SandboxProcess.start(
+        api_key=API_KEY,
+        extra_args=("--outage", "failure=503,duration_seconds=600,retry_after=7"),
+    ) as own:
+        headers = {**own.auth_headers(), "Idempotency-Key": "cli-outage"}
+        first = httpx.post(f"{own.url}/charges", json=charge_body(), headers=headers,
+                           trust_env=False)  # fmt: skip
+        own.reset()
+        second = httpx.post(f"{own.url}/charges", json=charge_body(), headers=headers,
+                            trust_env=False)  # fmt: skip
+
+    assert (first.status_code, first.headers["retry-after"]) == (503, "7")
+    assert second.status_code == 503
+
+
+def test_invalid_command_line_condition_exits_with_status_2() -> None:
+    """A bad --rate-limit stops the process at once with a message naming the field."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sandbox_acquirer", "--port", "0",
+         "--rate-limit", "limit=0,window_seconds=60"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert "rate_limit.limit" in result.stderr

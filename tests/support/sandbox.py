@@ -84,7 +84,8 @@ class SandboxProcess:
 
         ``port`` 0 lets the system pick a free port (read back from ``url``). ``extra_args``
         are appended to the command line, e.g. ``("--hang-seconds", "2")`` or
-        ``("--api-key", "another")`` for a second account. Raises ``SandboxStartError``,
+        ``("--api-key", "another")`` for a second account, or a condition such as
+        ``("--outage", "failure=503,duration_seconds=60")``. Raises ``SandboxStartError``,
         with the process's stderr, if no ready line arrives within ``startup_timeout``
         seconds.
         """
@@ -138,14 +139,33 @@ class SandboxProcess:
     def stats(self) -> dict[str, Any]:
         """``GET /_sandbox/stats``: ``charges_total``, ``charges_by_reference``,
         ``requests_total`` and ``requests_by_status`` (status as a string) since the last
-        reset."""
+        reset, plus per-endpoint, per-idempotency-key and arrival counters (docs/sandbox.md)."""
         response = self._http.get("/_sandbox/stats")
         response.raise_for_status()
         return response.json()
 
     def reset(self) -> None:
-        """``POST /_sandbox/reset``: forget every charge, idempotency key and counter."""
+        """``POST /_sandbox/reset``: forget every charge, idempotency key, attempt count,
+        counter and condition set through the control API (command-line ones are re-applied)."""
         self._http.post("/_sandbox/reset").raise_for_status()
+
+    def set_condition(self, name: str, **fields: Any) -> dict[str, Any]:
+        """``POST /_sandbox/conditions/<name>`` with ``fields`` as the JSON object, e.g.
+        ``set_condition("outage", duration_seconds=30, failure=503)``; returns the stored
+        condition. Raises ``httpx.HTTPStatusError`` (400 with the reason) if it is invalid."""
+        response = self._http.post(f"/_sandbox/conditions/{name}", json=fields)
+        response.raise_for_status()
+        return response.json()[name]
+
+    def clear_conditions(self) -> None:
+        """``DELETE /_sandbox/conditions``: no outage, rate limit, capacity limit or latency."""
+        self._http.delete("/_sandbox/conditions").raise_for_status()
+
+    def stats_csv(self) -> str:
+        """``GET /_sandbox/stats?format=csv``: the stats as ``metric,key,value`` rows."""
+        response = self._http.get("/_sandbox/stats", params={"format": "csv"})
+        response.raise_for_status()
+        return response.text
 
     def charges(self, reference: str) -> list[dict[str, Any]]:
         """This API key's charges with merchant ``reference``, oldest first."""

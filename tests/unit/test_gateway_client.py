@@ -1,4 +1,8 @@
-"""Unit tests of gateway_client: no sockets, httpx.MockTransport stands in for the acquirer."""
+"""
+Unit tests of gateway_client's single attempt: no sockets, httpx.MockTransport stands in for the
+acquirer. Clients here make one attempt per call (`ONE_ATTEMPT`); retries are tested in
+test_gateway_retry.py.
+"""
 
 from __future__ import annotations
 
@@ -29,10 +33,12 @@ from gateway_client import (
     IdempotencyConflictError,
     InvalidRequestError,
     MalformedResponseError,
+    ManualClock,
     PermanentError,
     RateLimitedError,
     ResponseTimeoutError,
     RetryableError,
+    RetryPolicy,
     UpstreamServerError,
 )
 from gateway_client.classify import classify_exception, classify_status
@@ -45,6 +51,8 @@ REFERENCE = "pay_01HZX3"
 TOKEN = "tok_visa_4242"
 
 Handler = Callable[[httpx.Request], httpx.Response]
+
+ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 
 def charge(**overrides: Any) -> dict[str, Any]:
@@ -98,10 +106,13 @@ class RecordingTransport(httpx.MockTransport):
 
 
 def client_for(
-    handler: Handler, **config_overrides: Any
+    handler: Handler, *, clock: ManualClock | None = None, **config_overrides: Any
 ) -> tuple[AcquirerClient, RecordingTransport]:
     transport = RecordingTransport(handler)
-    return AcquirerClient(config(**config_overrides), transport=transport), transport
+    cfg = config(**config_overrides)
+    policy = ONE_ATTEMPT.replace(connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout)
+    client = AcquirerClient(cfg, transport=transport, policy=policy, clock=clock)
+    return client, transport
 
 
 def answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Handler:
@@ -723,12 +734,16 @@ def test_error_code_is_sanitised() -> None:
     assert "script" not in str(error)
 
 
-def test_retry_after_http_date_is_kept_raw_but_not_read_yet() -> None:
-    """A Retry-After HTTP-date is kept as the raw header; retry_after stays None for now."""
-    error = authorize_error(answer(429, None, {"Retry-After": "Mon, 03 Jun 2019 11:30:12 GMT"}))
-    assert isinstance(error, RateLimitedError)
-    assert error.retry_after_header == "Mon, 03 Jun 2019 11:30:12 GMT"
-    assert error.retry_after is None
+def test_retry_after_http_date_is_read_against_the_clock() -> None:
+    """A Retry-After HTTP-date is kept raw and read as the seconds from the client's clock."""
+    client, _ = client_for(
+        answer(429, None, {"Retry-After": "Mon, 03 Jun 2019 11:30:12 GMT"}), clock=ManualClock()
+    )
+    with pytest.raises(RateLimitedError) as info:
+        client.authorize(authorization_request())
+    assert info.value.retry_after_header == "Mon, 03 Jun 2019 11:30:12 GMT"
+    assert info.value.retry_after == 1812.0
+    assert info.value.not_before == datetime(2019, 6, 3, 11, 30, 12, tzinfo=UTC)
 
 
 def test_429_without_retry_after_has_none() -> None:
@@ -773,6 +788,7 @@ def test_error_tree_shape() -> None:
         "ConnectionFailedError",
         "RateLimitedError",
         "AcquirerUnavailableError",
+        "RetryBudgetExhaustedError",
     }
     assert {c.__name__ for c in AmbiguousOutcomeError.__subclasses__()} == {
         "ResponseTimeoutError",
@@ -793,8 +809,8 @@ def test_error_tree_shape() -> None:
 
 
 def test_package_exports_the_public_api() -> None:
-    """The package's __all__ names the client, the dataclasses and every error."""
-    assert set(gateway_client.__all__) == {
+    """The package's __all__ names the client, the dataclasses, every error and the retry API."""
+    assert set(gateway_client.__all__) >= {
         "AcquirerClient",
         "AcquirerConfig",
         "Authorization",
@@ -813,6 +829,11 @@ def test_package_exports_the_public_api() -> None:
         "PermanentError",
         "InvalidRequestError",
         "AuthenticationError",
+        "RetryBudgetExhaustedError",
+        "RetryPolicy",
+        "MemoryStore",
+        "RedisStore",
+        "ManualClock",
     }
     for name in gateway_client.__all__:
         assert getattr(gateway_client, name)

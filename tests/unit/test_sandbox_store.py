@@ -18,6 +18,7 @@ from sandbox_acquirer.store import (
 
 START = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 CREATED = StoredResponse(status=201, body=b'{"id":"ch_1"}')
+ORIGINAL_STATS = ("charges_total", "charges_by_reference", "requests_total", "requests_by_status")
 
 
 class FakeClock:
@@ -212,7 +213,8 @@ def test_stats_count_charges_and_requests(store: SandboxStore) -> None:
     store.count_request(201, generation=store.generation)
     store.count_request(400, generation=store.generation)
 
-    assert store.stats() == {
+    stats = store.stats()
+    assert {name: stats[name] for name in ORIGINAL_STATS} == {
         "charges_total": 1,
         "charges_by_reference": {"order-1": 1},
         "requests_total": 3,
@@ -251,3 +253,170 @@ def test_request_from_before_a_reset_is_not_counted(store: SandboxStore) -> None
     store.count_request(201, generation=generation)
 
     assert store.stats()["requests_total"] == 0
+
+
+# -- attempts, lookup lag, extended counters ----------------------------------------------
+
+
+def test_attempts_are_numbered_per_account_and_key(store: SandboxStore) -> None:
+    """count_attempt numbers the attempts of one (account, key) from 1, independently."""
+    numbers = [store.count_attempt("acct_1", "key-1") for _ in range(3)]
+
+    assert numbers == [1, 2, 3]
+    assert store.count_attempt("acct_1", "key-2") == 1
+    assert store.count_attempt("acct_2", "key-1") == 1
+
+
+def test_reset_restarts_attempt_numbers(store: SandboxStore) -> None:
+    """After reset a key's attempts count from 1 again."""
+    store.count_attempt("acct_1", "key-1")
+
+    store.reset()
+
+    assert store.count_attempt("acct_1", "key-1") == 1
+
+
+def test_lagging_charge_is_hidden_until_its_lag_passes(
+    store: SandboxStore, clock: FakeClock
+) -> None:
+    """A charge committed with visible_after=5 s is listed only from 5 s later on."""
+    assert store.commit(claim(store), make_charge(), CREATED, visible_after=timedelta(seconds=5))
+    clock.advance(seconds=4.999)
+    hidden = store.charges_for("acct_1", "order-1")
+    clock.advance(seconds=0.001)
+
+    assert hidden == []
+    assert [charge.id for charge in store.charges_for("acct_1", "order-1")] == ["ch_1"]
+
+
+def test_lagging_charge_is_counted_at_once(store: SandboxStore) -> None:
+    """Lookup lag hides a charge from GET /charges, not from the stats."""
+    store.commit(claim(store), make_charge(), CREATED, visible_after=timedelta(seconds=60))
+
+    assert store.stats()["charges_total"] == 1
+    assert store.stats()["charges_by_idempotency_key"] == {"key-1": 1}
+
+
+def test_unanswered_requests_are_counted_apart_from_statuses(store: SandboxStore) -> None:
+    """A reset connection counts under requests_unanswered, not in requests_total."""
+    store.count_request("reset", generation=store.generation, endpoint="POST /charges")
+    store.count_request(201, generation=store.generation, endpoint="POST /charges")
+
+    stats = store.stats()
+    assert stats["requests_total"] == 1
+    assert stats["requests_unanswered"] == {"reset": 1}
+    assert stats["requests_by_endpoint"] == {"POST /charges": {"201": 1, "reset": 1, "total": 2}}
+
+
+def test_arrivals_are_counted_per_100_ms_bucket(store: SandboxStore, clock: FakeClock) -> None:
+    """Arrivals fall into buckets keyed by their start in epoch milliseconds."""
+    store.count_arrival(generation=store.generation)
+    clock.advance(milliseconds=99)
+    store.count_arrival(generation=store.generation)
+    clock.advance(milliseconds=1)
+    store.count_arrival(generation=store.generation, idempotency_key="key-1")
+
+    start_ms = int(START.timestamp() * 1000)
+    assert store.stats()["arrivals_per_100ms"] == {str(start_ms): 2, str(start_ms + 100): 1}
+    assert store.stats()["requests_by_idempotency_key"] == {"key-1": 1}
+
+
+def test_arrival_from_before_a_reset_is_not_counted(store: SandboxStore) -> None:
+    """An arrival stamped with an old generation is dropped."""
+    generation = store.generation
+    store.reset()
+
+    store.count_arrival(generation=generation, idempotency_key="key-1")
+
+    assert store.stats()["arrivals_per_100ms"] == {}
+    assert store.stats()["requests_by_idempotency_key"] == {}
+
+
+def test_connection_and_in_flight_gauges_survive_reset(store: SandboxStore) -> None:
+    """open_connections and requests_in_flight are live values, not cleared by reset."""
+    store.connection_opened()
+    store.connection_opened()
+    store.connection_closed()
+    assert store.enter_request() == 1
+
+    store.reset()
+
+    assert store.stats()["open_connections"] == 1
+    assert store.stats()["requests_in_flight"] == 1
+
+
+# -- memory bounds -------------------------------------------------------------------------
+
+
+def test_idempotency_records_beyond_the_bound_evict_the_oldest(clock: FakeClock) -> None:
+    """With max_tracked_keys=2, a third completed key pushes out the first."""
+    store = SandboxStore(clock=clock, max_tracked_keys=2)
+    for index in range(3):
+        complete(store, key=f"key-{index}", charge_id=f"ch_{index}")
+
+    assert isinstance(store.begin("acct_1", "key-0", "print-1"), Claimed)
+    assert store.begin("acct_1", "key-2", "print-1") == Replay(CREATED)
+    assert store.stats()["evicted"]["idempotency_keys"] >= 1
+
+
+def test_records_in_progress_are_never_evicted(clock: FakeClock) -> None:
+    """A running request keeps its key even when the table is over its bound."""
+    store = SandboxStore(clock=clock, max_tracked_keys=1)
+    claim(store, key="running")
+    complete(store, key="done-1")
+    complete(store, key="done-2")
+
+    assert store.begin("acct_1", "running", "print-1") == KeyInUse()
+
+
+def test_ledger_beyond_the_bound_drops_the_oldest_charge(clock: FakeClock) -> None:
+    """With max_tracked_keys=2 the lookup keeps the two newest charges; totals stay exact."""
+    store = SandboxStore(clock=clock, max_tracked_keys=2)
+    for index in range(3):
+        complete(store, key=f"key-{index}", charge_id=f"ch_{index}")
+
+    listed = [charge.id for charge in store.charges_for("acct_1", "order-1")]
+    assert listed == ["ch_1", "ch_2"]
+    assert store.stats()["charges_total"] == 3
+    assert store.stats()["evicted"]["charges_for_lookup"] == 1
+
+
+def test_per_key_counters_keep_at_most_the_bound(clock: FakeClock) -> None:
+    """requests_by_idempotency_key keeps the newest max_tracked_keys keys."""
+    store = SandboxStore(clock=clock, max_tracked_keys=2)
+    for key in ("a", "b", "c"):
+        store.count_arrival(generation=store.generation, idempotency_key=key)
+
+    assert store.stats()["requests_by_idempotency_key"] == {"b": 1, "c": 1}
+    assert store.stats()["evicted"]["requests_by_idempotency_key"] == 1
+
+
+def test_arrival_buckets_keep_at_most_the_bound(clock: FakeClock) -> None:
+    """With max_arrival_buckets=2 only the two newest buckets remain."""
+    store = SandboxStore(clock=clock, max_arrival_buckets=2)
+    for _ in range(3):
+        store.count_arrival(generation=store.generation)
+        clock.advance(milliseconds=100)
+
+    assert len(store.stats()["arrivals_per_100ms"]) == 2
+    assert store.stats()["evicted"]["arrivals_per_100ms"] == 1
+
+
+def test_a_long_run_of_unique_keys_stays_within_the_bound(clock: FakeClock) -> None:
+    """5 000 unique keys against a bound of 100 leave every table at 100 entries."""
+    store = SandboxStore(clock=clock, max_tracked_keys=100)
+    for index in range(5000):
+        key = f"key-{index}"
+        store.count_arrival(generation=store.generation, idempotency_key=key)
+        store.count_attempt("acct_1", key)
+        outcome = store.begin("acct_1", key, "print-1")
+        assert isinstance(outcome, Claimed)
+        store.commit(outcome.claim, make_charge(f"ch_{index}", reference=key), CREATED)
+
+    stats = store.stats()
+    assert stats["charges_total"] == 5000
+    assert stats["idempotency_keys"] == 100
+    assert len(stats["charges_by_reference"]) == 100
+    assert len(stats["charges_by_idempotency_key"]) == 100
+    assert len(stats["requests_by_idempotency_key"]) == 100
+    assert stats["evicted"]["attempt_counters"] == 4900

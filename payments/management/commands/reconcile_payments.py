@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from gateway_client import GatewayError
-from payments.acquirer import acquirer_client
+from payments.acquirer import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
@@ -31,6 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args, payment: str | None, dry_run: bool, **options):
         policy = ReconciliationPolicy.from_settings()
         client = acquirer_client()
+        retries = reconciliation_retry_policy()
         if dry_run:
             return self._dry_run(payment, client)
         if payment:
@@ -40,9 +41,13 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"{payment} is not processing, does not exist, or is held by a worker."
                 )
-            results = [payment_reconcile(payment_id=payment, client=client, policy=policy)]
+            results = [
+                payment_reconcile(
+                    payment_id=payment, client=client, policy=policy, acquirer_policy=retries
+                )
+            ]
         else:
-            results = reconciliation_sweep(client=client, policy=policy)
+            results = reconciliation_sweep(client=client, policy=policy, acquirer_policy=retries)
         for result in results:
             when = (
                 f" next check {result.next_check_at:%Y-%m-%dT%H:%M:%SZ}"
@@ -66,7 +71,7 @@ class Command(BaseCommand):
         for payment in payments:
             count += 1
             try:
-                charges = client.lookup(payment.id)
+                charges = client.lookup(payment.id, policy=reconciliation_retry_policy())
             except GatewayError as exc:
                 found = f"look-up failed ({type(exc).__name__})"
             else:

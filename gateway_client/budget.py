@@ -1,0 +1,217 @@
+"""
+Retry budgets: retries may add only a small fraction to the load on the acquirer.
+
+`RetryBudget` (the one the client uses) follows Finagle's RetryBudget (a token bucket whose
+deposits expire, with a reserve), kept in a StateStore so every process calling the same
+acquirer shares it:
+
+- every first attempt deposits `percent_can_retry` of a retry (0.1: ten first attempts earn
+  one retry);
+- every retry withdraws one whole retry, and only if the balance allows it;
+- deposits and withdrawals count for `ttl` seconds (a sliding window of `ttl / slots`-second
+  slots), then expire;
+- `min_retries_per_second * ttl` retries are always in reserve, so a quiet service can still
+  retry a rare failure.
+
+Over any window of `ttl` seconds: retries <= reserve + percent_can_retry * first attempts.
+
+The numbers (the defaults): `percent_can_retry=0.1` (the SRE book's 10 % per-client retry
+ratio; Finagle's own default is 20 %), `ttl=10.0` s (Finagle), `min_retries_per_second=10`
+(Finagle), so a reserve of 100 retries per 10 s. During a fleet-wide outage with R first
+attempts per 10 s, the acquirer sees at most R * 1.1 + 100 requests per 10 s instead of R * 3.
+An empty budget never blocks: the call fails at once (`RetryBudgetExhaustedError`, or the
+ambiguous error when an earlier attempt may have been applied).
+
+Amounts are kept in integer thousandths of a retry, so the arithmetic is exact in Lua too.
+
+`GrpcRetryThrottle` models gRPC's client retry throttling (gRFC A6) for comparison: tokens start
+at `max_tokens`, each failure takes 1, each success gives `token_ratio`, and retries are
+allowed only while tokens > max_tokens / 2. It is per process and not used by the client.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+
+__all__ = ["BudgetState", "GrpcRetryThrottle", "RetryBudget"]
+
+_SCALE = 1000  # thousandths of a retry
+
+_BUDGET_LUA = (
+    STORE_NOW
+    + """
+local op = ARGV[2]
+local amount = tonumber(ARGV[3])
+local reserve = tonumber(ARGV[4])
+local slot_seconds = tonumber(ARGV[5])
+local slots = tonumber(ARGV[6])
+local slot = math.floor(now / slot_seconds)
+local oldest = slot - slots + 1
+local flat = redis.call('HGETALL', KEYS[1])
+local sum = 0
+for i = 1, #flat, 2 do
+  local s = tonumber(flat[i])
+  if s < oldest then
+    redis.call('HDEL', KEYS[1], flat[i])
+  else
+    sum = sum + tonumber(flat[i + 1])
+  end
+end
+local balance = reserve + sum
+local ok = 1
+if op == 'deposit' then
+  redis.call('HINCRBY', KEYS[1], tostring(slot), amount)
+  balance = balance + amount
+elseif op == 'withdraw' then
+  if balance >= amount then
+    redis.call('HINCRBY', KEYS[1], tostring(slot), -amount)
+    balance = balance - amount
+  else
+    ok = 0
+  end
+end
+redis.call('PEXPIRE', KEYS[1], math.ceil(slot_seconds * slots * 1000) + 1000)
+return {tostring(ok), tostring(balance)}
+"""
+)
+
+
+def _budget_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
+    op, amount, reserve = args[0], int(args[1]), int(args[2])
+    slot_seconds, slots = float(args[3]), int(args[4])
+    slot = math.floor(now / slot_seconds)
+    oldest = slot - slots + 1
+    window: dict[int, int] = space.get(keys[0]) or {}
+    window = {s: v for s, v in window.items() if s >= oldest}
+    balance = reserve + sum(window.values())
+    ok = 1
+    if op == "deposit":
+        window[slot] = window.get(slot, 0) + amount
+        balance += amount
+    elif op == "withdraw":
+        if balance >= amount:
+            window[slot] = window.get(slot, 0) - amount
+            balance -= amount
+        else:
+            ok = 0
+    space.set(keys[0], window, ttl=slot_seconds * slots + 1.0)
+    return [float(ok), float(balance)]
+
+
+BUDGET_SCRIPT = AtomicScript("retry_budget", _BUDGET_LUA, _budget_py)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """A budget reading: `retries_available` (whole retries now), `balance` (fractional)."""
+
+    retries_available: int
+    balance: float
+
+
+class RetryBudget:
+    """
+    Finagle-style retry budget for one acquirer, in a StateStore (see the module docstring).
+
+    `name`: the budget's key (the acquirer's name). `ttl`: seconds a deposit or withdrawal
+    counts. `min_retries_per_second`: the reserve rate (reserve = rate * ttl retries).
+    `percent_can_retry`: the fraction of a retry each first attempt earns (0 <= p <= 1).
+    `slots`: window granularity (ttl / slots seconds per slot). Raises ValueError on bad numbers.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        name: str,
+        *,
+        ttl: float = 10.0,
+        min_retries_per_second: float = 10.0,
+        percent_can_retry: float = 0.1,
+        slots: int = 10,
+    ) -> None:
+        if not (math.isfinite(ttl) and ttl > 0):
+            raise ValueError("ttl must be a positive number of seconds")
+        if not (math.isfinite(min_retries_per_second) and min_retries_per_second >= 0):
+            raise ValueError("min_retries_per_second must be >= 0")
+        if not (math.isfinite(percent_can_retry) and 0 <= percent_can_retry <= 1):
+            raise ValueError("percent_can_retry must be between 0 and 1")
+        if slots < 1:
+            raise ValueError("slots must be >= 1")
+        self.store = store
+        self.name = name
+        self.ttl = float(ttl)
+        self.min_retries_per_second = float(min_retries_per_second)
+        self.percent_can_retry = float(percent_can_retry)
+        self.slots = int(slots)
+        self._deposit = round(percent_can_retry * _SCALE)
+        self._reserve = round(min_retries_per_second * ttl * _SCALE)
+
+    def record_request(self) -> BudgetState:
+        """A first attempt is being sent: deposit its share of a retry."""
+        return self._run("deposit", self._deposit)[1]
+
+    def try_withdraw(self) -> tuple[bool, BudgetState]:
+        """Take one retry if the balance allows; returns (allowed, state after). Never blocks."""
+        return self._run("withdraw", _SCALE)
+
+    def state(self) -> BudgetState:
+        """The balance now, without changing it."""
+        return self._run("read", 0)[1]
+
+    def _run(self, op: str, amount: int) -> tuple[bool, BudgetState]:
+        ok, balance = self.store.run(
+            BUDGET_SCRIPT,
+            [f"budget:{self.name}"],
+            [op, amount, self._reserve, self.ttl / self.slots, self.slots],
+        )
+        return ok == 1, BudgetState(max(0, int(balance // _SCALE)), balance / _SCALE)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(name={self.name!r}, ttl={self.ttl}, "
+            f"min_retries_per_second={self.min_retries_per_second}, "
+            f"percent_can_retry={self.percent_can_retry})"
+        )
+
+
+class GrpcRetryThrottle:
+    """
+    gRPC client retry throttling (gRFC A6), one process.
+
+    Tokens start at `max_tokens`; `record_failure()` subtracts 1 (not below 0),
+    `record_success()` adds `token_ratio` (not above max_tokens); `retry_allowed()` is True
+    while tokens > max_tokens / 2. Kept in thousandths, as gRPC does, so 5 + 0.1 is exact.
+    """
+
+    def __init__(self, max_tokens: int = 10, token_ratio: float = 0.1) -> None:
+        if max_tokens <= 0 or token_ratio <= 0:
+            raise ValueError("max_tokens and token_ratio must be positive")
+        self._max = max_tokens * _SCALE
+        self._ratio = round(token_ratio * _SCALE)
+        self._tokens = self._max
+        self._lock = threading.Lock()
+
+    @property
+    def tokens(self) -> float:
+        """The current token count."""
+        with self._lock:
+            return self._tokens / _SCALE
+
+    def record_failure(self) -> None:
+        """A failed attempt (a retryable status): one token less."""
+        with self._lock:
+            self._tokens = max(0, self._tokens - _SCALE)
+
+    def record_success(self) -> None:
+        """A successful attempt: token_ratio more."""
+        with self._lock:
+            self._tokens = min(self._max, self._tokens + self._ratio)
+
+    def retry_allowed(self) -> bool:
+        """True while tokens > max_tokens / 2."""
+        with self._lock:
+            return self._tokens * 2 > self._max

@@ -1,0 +1,78 @@
+"""scripts/demo.py's expectations: derived from the sandbox's scenarios, the number of attempts
+the sandbox counted and the gateway client's classifier, mapped to the README's contract."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sandbox_demo_script", ROOT / "scripts/demo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("token", "attempts", "expected"),
+    [
+        ("tok_visa", 1, (201, "succeeded")),
+        ("tok_decline", 1, (201, "declined")),
+        ("tok_fail_503_2", 1, (503, "failed")),
+        ("tok_fail_503_2", 3, (201, "succeeded")),
+        ("tok_ratelimit_2", 1, (503, "failed")),
+        ("tok_ratelimit_2", 2, (201, "succeeded")),
+        ("tok_reset_before_commit", 1, (202, "processing")),
+        ("tok_reset_before_commit", 3, (202, "processing")),
+        ("tok_reset_after_commit", 1, (202, "processing")),
+        ("tok_reset_after_commit", 2, (201, "succeeded")),
+        ("tok_timeout_after_commit", 1, (202, "processing")),
+        ("tok_timeout_after_commit", 2, (201, "succeeded")),
+        ("tok_fail_500_1", 1, (202, "processing")),
+        ("tok_fail_400_1", 1, (502, "failed")),
+        ("tok_fail_403_1", 1, (502, "failed")),
+        ("tok_visa", 0, (503, "failed")),
+    ],
+)
+def test_expectation_follows_the_attempts_the_sandbox_counted(
+    demo: ModuleType, token: str, attempts: int, expected: tuple[int, str]
+) -> None:
+    """One attempt gives today's documented answer; more attempts give the retried one."""
+    documented, _why = demo.expected_for(token, attempts, read_timeout=3.0)
+
+    assert documented == expected
+
+
+def test_an_ambiguous_attempt_makes_a_failed_call_ambiguous(demo: ModuleType) -> None:
+    """Two 500s stay ambiguous: the first may have been applied."""
+    documented, why = demo.expected_for("tok_fail_500_2", 2, read_timeout=3.0)
+
+    assert documented == (202, "processing")
+    assert "UpstreamServerError" in why
+
+
+def test_a_hang_shorter_than_the_read_timeout_is_a_result(demo: ModuleType) -> None:
+    """With a 60 s read timeout, tok_timeout_after_commit's 30 s hang is just slow."""
+    documented, _why = demo.expected_for("tok_timeout_after_commit", 1, read_timeout=60.0)
+
+    assert documented == (201, "succeeded")
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [("10", True), (" 5 ", True), ("Sun, 29 Nov 2026 17:00:31 GMT", True), ("2.0", False),
+     ("-1", False), ("", False), ("2026-11-29T17:00:31Z", False)],
+)  # fmt: skip
+def test_retry_after_check_follows_rfc_9110(demo: ModuleType, value: str, valid: bool) -> None:
+    """The demo flags a Retry-After that is neither delay-seconds nor an HTTP-date."""
+    assert demo.valid_retry_after(value) is valid
