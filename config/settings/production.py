@@ -8,6 +8,8 @@ SECRET_KEY = env("DJANGO_SECRET_KEY")
 DATABASES = database_settings(env, allow_embedded=False)
 ACQUIRER_API_KEY = env("ACQUIRER_API_KEY")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+# Every gunicorn and Celery process must share the rate gate and retry budget.
+ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL")
 DEBUG = False
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = True
