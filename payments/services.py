@@ -47,6 +47,7 @@ from idempotency.services import (
     idempotency_key_release,
 )
 from merchants.models import Merchant
+from payments.crashpoints import crash_point
 from payments.models import Payment, PaymentEvent, PaymentStatus, new_payment_id
 from payments.responses import StoredResponse, render_payment_answer
 
@@ -284,7 +285,9 @@ def payment_create(
                 payment=payment, event_type="key_taken_over", now=now, data={"resumed": True}
             )
 
+    crash_point("after_phase1_commit")
     outcome, authorization, attempt = _authorize(client, payment)
+    crash_point("after_acquirer_answer")
     if outcome is Outcome.NOT_SENT and not first_attempt:
         outcome = Outcome.UNKNOWN  # this attempt was not applied; an earlier one may have been
 
@@ -352,6 +355,7 @@ def payment_create(
             body=response.body,
             now=now,
         )
+        crash_point("before_phase2_commit")
     logger.info(
         "payment %s authorize outcome=%s status=%s", payment.id, outcome.value, payment.status
     )

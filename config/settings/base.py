@@ -149,6 +149,9 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
 
+# Test-only crash injection for fault campaigns (payments/crashpoints.py); empty: off.
+PAYMENTS_CRASH_POINT = env("PAYMENTS_CRASH_POINT", default="")
+
 # --- Reconciliation (payments/reconciliation.py) ------------------------------------------
 RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float(
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0

@@ -11,6 +11,7 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL")
 # Every gunicorn and Celery process must share the rate gate and retry budget.
 ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL")
 DEBUG = False
+PAYMENTS_CRASH_POINT = ""  # crash injection is for fault campaigns, never production
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
