@@ -321,3 +321,23 @@ def test_lagging_look_up_is_not_resent_before_grace_and_charges_once(merchant_a,
     after = reconcile(payment_id, t0 + timedelta(seconds=61))
     assert after.result is Result.RESOLVED
     assert sandbox.stats()["charges_total"] == 1
+
+
+def test_look_up_answered_429_waits_for_retry_after(merchant_a, sandbox):
+    """The acquirer answers the look-up 429 with Retry-After: 600: one look-up, no re-send, and
+    the next check is not before the acquirer's time (the sweep does not take it earlier)."""
+    sandbox.set_condition(
+        "outage", duration_seconds=3600, failure=429, retry_after=600, endpoints=["GET /charges"]
+    )
+    now = timezone.now()
+    payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=10))
+    IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
+    outcome = reconcile(payment.id, now, random=lambda: 0.0)
+    assert outcome.result is Result.RETRY_LATER
+    assert outcome.next_check_at >= now + timedelta(seconds=600)
+    assert sandbox.stats()["requests_by_endpoint"]["GET /charges"]["429"] == 1
+    assert sandbox.stats()["requests_by_endpoint"]["GET /charges"]["total"] == 1
+    assert "POST /charges" not in sandbox.stats()["requests_by_endpoint"]
+    assert reconciliation_claim_due(now=now + timedelta(seconds=300), policy=POLICY) == []
+    event = Payment.objects.get().events.get(type="reconciliation_attempt")
+    assert event.data["error"] == "RateLimitedError"
