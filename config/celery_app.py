@@ -7,9 +7,24 @@ Settings come from Django settings under the ``CELERY_`` namespace (see
 import os
 
 from celery import Celery
+from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _serve_worker_metrics(**kwargs) -> None:
+    """With CELERY_METRICS_PORT set, serve the worker's counters (reconciliation outcomes,
+    acquirer attempts) at http://CELERY_METRICS_ADDR:CELERY_METRICS_PORT/metrics. Set
+    PROMETHEUS_MULTIPROC_DIR too when the pool has several processes."""
+    port = os.environ.get("CELERY_METRICS_PORT")
+    if port:
+        from payments.metrics import worker_metrics_server_start
+
+        worker_metrics_server_start(
+            int(port), addr=os.environ.get("CELERY_METRICS_ADDR", "127.0.0.1")
+        )

@@ -11,3 +11,12 @@ timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
 accesslog = "-"
 # No control socket in the home directory: two copies on one machine would share it.
 control_socket_disable = True
+
+
+def child_exit(server, worker):
+    """With PROMETHEUS_MULTIPROC_DIR set (several workers share /metrics), forget a dead worker's
+    live gauges; its counters stay in the directory's files."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

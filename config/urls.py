@@ -1,15 +1,19 @@
-"""URL routes: the merchant API, OpenAPI, health, and the operators' admin."""
+"""URL routes: the merchant API, OpenAPI, health and metrics, and the operators' admin."""
 
 from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from payments.apis import PaymentDetailApi, PaymentListCreateApi, healthz
+from payments.health import readyz
+from payments.metrics import metrics_view
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),
     path("payments/<str:payment_id>", PaymentDetailApi.as_view(), name="payment-detail"),
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
     path("admin/", admin.site.urls),

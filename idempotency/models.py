@@ -33,6 +33,12 @@ class IdempotencyKey(models.Model):
     expires_at = models.DateTimeField(db_index=True)
 
     class Meta:
+        indexes = [
+            # The operations console (idempotency/admin.py): exact search by key, and the
+            # status filter in the admin's expiry order (migration 0002).
+            models.Index(fields=["key"], name="idempotency_key_lookup"),
+            models.Index(fields=["status", "-expires_at"], name="idempotency_key_status_expiry"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["merchant", "key"], name="idempotency_key_unique_per_merchant"

@@ -1,18 +1,47 @@
-"""Admin for merchants. API keys are shown by prefix only; the hash is never displayed."""
+"""Admin for merchants. API keys are shown by prefix only; the hash is never displayed.
 
-from django.contrib import admin
+"Rotate API key" issues a new key (``merchants.services.api_key_issue``) and shows it once, in
+the answer to the confirming POST (``Cache-Control: no-store``); it is never stored in clear,
+put in a message or logged. Earlier keys stay active until revoked, so the merchant can switch
+without downtime; "Revoke" ends one. Both need the ``merchants.rotate_api_key`` permission (the
+``operator`` group) and are recorded in the admin's history with the key's prefix.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
 from merchants.models import ApiKey, Merchant
+from merchants.services import api_key_issue, api_key_revoke
+
+ROTATE_PERMISSION = "merchants.rotate_api_key"
 
 
 class ApiKeyInline(admin.TabularInline):
     model = ApiKey
-    fields = ("prefix", "created_at", "revoked_at")
-    readonly_fields = ("prefix", "created_at", "revoked_at")
+    fields = ("prefix", "created_at", "revoked_at", "revoke_link")
+    readonly_fields = fields
     extra = 0
     can_delete = False
+    ordering = ("-created_at",)
+
+    @admin.display(description="")
+    def revoke_link(self, api_key: ApiKey) -> str:
+        if api_key.pk is None or api_key.revoked_at is not None:
+            return ""
+        url = reverse("admin:merchants_merchant_revoke_key", args=[api_key.merchant_id, api_key.pk])
+        return format_html('<a href="{}">Revoke</a>', url)
 
     def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
 
@@ -21,3 +50,86 @@ class MerchantAdmin(admin.ModelAdmin):
     list_display = ("id", "name", "created_at")
     search_fields = ("name",)
     inlines = [ApiKeyInline]
+    actions = ["rotate_key_action"]
+
+    def has_rotate_permission(self, request) -> bool:
+        return request.user.has_perm(ROTATE_PERMISSION)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/rotate-key/",
+                wrap(self.rotate_key_view),
+                name="merchants_merchant_rotate_key",
+            ),
+            path(
+                "<path:object_id>/revoke-key/<int:key_id>/",
+                wrap(self.revoke_key_view),
+                name="merchants_merchant_revoke_key",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {
+            **(extra_context or {}),
+            "can_rotate": self.has_rotate_permission(request),
+        }
+        return super().change_view(request, object_id, form_url, extra_context=extra_context)
+
+    @admin.action(description="Rotate API key", permissions=["rotate"])
+    def rotate_key_action(self, request, queryset):
+        """Select one merchant: opens its "Rotate API key" page."""
+        ids = list(queryset.values_list("pk", flat=True)[:2])
+        if len(ids) != 1:
+            self.message_user(request, "Select exactly one merchant.", messages.ERROR)
+            return None
+        return HttpResponseRedirect(reverse("admin:merchants_merchant_rotate_key", args=ids))
+
+    def _merchant(self, request, object_id: str) -> Merchant:
+        if not self.has_rotate_permission(request):
+            raise PermissionDenied
+        merchant = self.get_object(request, unquote(object_id))
+        if merchant is None:
+            raise Http404("No such merchant.")
+        return merchant
+
+    def _render(self, request, merchant: Merchant, **context) -> TemplateResponse:
+        return TemplateResponse(
+            request,
+            "admin/merchants/merchant/rotate_key.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "merchant": merchant,
+                **context,
+            },
+        )
+
+    def rotate_key_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: confirm. POST: issue a new key and show it, this once."""
+        merchant = self._merchant(request, object_id)
+        if request.method != "POST":
+            return self._render(request, merchant, title=f"Rotate the API key of {merchant}")
+        issued = api_key_issue(merchant=merchant)
+        self.log_change(request, merchant, f"Issued API key {issued.api_key.prefix}…")
+        # admin_view marks every admin answer never_cache (Cache-Control: no-store, private).
+        return self._render(
+            request, merchant, title=f"New API key of {merchant}", new_key=issued.raw
+        )
+
+    def revoke_key_view(self, request: HttpRequest, object_id: str, key_id: int) -> HttpResponse:
+        """GET: confirm. POST: revoke the key (it answers 401 from now on)."""
+        merchant = self._merchant(request, object_id)
+        api_key = merchant.api_keys.filter(pk=key_id).first()
+        if api_key is None:
+            raise Http404("No such key.")
+        if request.method != "POST":
+            return self._render(
+                request, merchant, title=f"Revoke API key {api_key}", revoke=api_key
+            )
+        api_key_revoke(api_key=api_key)
+        self.log_change(request, merchant, f"Revoked API key {api_key.prefix}…")
+        self.message_user(request, f"API key {api_key} revoked.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:merchants_merchant_change", args=[merchant.pk]))

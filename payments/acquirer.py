@@ -21,6 +21,7 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
+from payments.metrics import GatewayMetrics
 
 
 def acquirer_config() -> AcquirerConfig:
@@ -93,7 +94,9 @@ def acquirer_client() -> AcquirerClient:
                 min_retries_per_second=min_per_second,
                 percent_can_retry=percent,
             )
-            client = AcquirerClient(config, policy=policy, store=store, budget=budget)
+            client = AcquirerClient(
+                config, policy=policy, store=store, budget=budget, metrics=GatewayMetrics()
+            )
             _clients[cache_key] = client
         return client
 

@@ -1,37 +1,599 @@
-"""Read-only admin for payments and their events (operators never edit a status by hand)."""
+"""The operations console for payments: find stuck payments, read what the acquirer answered,
+and act on them. Nobody edits an amount or a status by hand.
 
-from django.contrib import admin
+* The list and the detail page are read-only. Every status change goes through
+  ``payments.operations`` (and so through the state machine), from an action page that asks for
+  a note; the operator and the note are stored as a payment event.
+* Actions: "Reconcile now" (``payments.reconcile_payment`` permission, also a bulk action for
+  up to :data:`BULK_RECONCILE_LIMIT` payments) and "Resolve as succeeded / declined / failed
+  after manual check" (``payments.resolve_payment``, only for ``needs_review``). The ``support``
+  group may only look; the ``operator`` group has both permissions (data migration 0004).
+* Built for millions of rows: no full COUNT (capped paginator), no facet counts, filters that
+  each have an index, exact searches resolved through indexes (never ``UPPER(...) LIKE``).
+"""
 
-from payments.models import Payment, PaymentEvent
-from payments.money import format_minor_units
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from idempotency.admin import CappedCountPaginator
+from idempotency.models import IdempotencyKey
+from payments.models import Payment, PaymentEvent, PaymentStatus
+from payments.money import CURRENCY_EXPONENTS, format_minor_units
+from payments.operations import (
+    NOTE_MAX_LENGTH,
+    RECONCILABLE_STATUSES,
+    RESOLUTIONS,
+    OperationRefused,
+    payment_reconcile_request,
+    payment_resolve,
+)
+
+#: A ``processing`` payment older than this is listed under "Processing, stuck".
+STUCK_AFTER = timedelta(minutes=15)
+#: At most this many payments per bulk "Reconcile now".
+BULK_RECONCILE_LIMIT = 500
+#: Events shown on a payment's page (the newest ones when there are more).
+TIMELINE_LIMIT = 500
+#: Event types that record one call to the acquirer (rendered in the attempts table).
+ATTEMPT_EVENT_TYPES = ("acquirer_attempt", "reconciliation_attempt")
+
+#: What "Reconcile now" does, by status (shown on its page).
+RECONCILE_EXPLANATIONS = {
+    PaymentStatus.PROCESSING: (
+        "Enqueues a reconciliation now (and makes the payment due for the next sweep, in case "
+        "the task message is lost): the worker looks the payment up at the acquirer and "
+        "re-sends it only with its own acquirer idempotency key, so it is never charged twice. "
+        "A payment another worker is reconciling right now is left to that worker."
+    ),
+    PaymentStatus.NEEDS_REVIEW: (
+        "Records your request and enqueues the reconciliation task. Automatic reconciliation "
+        "gave this payment up (too old or too many attempts), and the task does not re-check "
+        "needs_review payments: check the payment at the acquirer, then resolve it with one "
+        "of the Resolve actions (see docs/operations.md)."
+    ),
+}
+
+RECONCILE_PERMISSION = "payments.reconcile_payment"
+RESOLVE_PERMISSION = "payments.resolve_payment"
 
 
-class PaymentEventInline(admin.TabularInline):
-    model = PaymentEvent
-    fields = ("created_at", "type", "from_status", "to_status", "data")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
+class StatusListFilter(admin.SimpleListFilter):
+    """Status, with the ones that need a human first (``needs_review``, stuck ``processing``)."""
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return (
+            (PaymentStatus.NEEDS_REVIEW, "⚠ Needs review"),
+            ("stuck", f"⚠ Processing, stuck (over {int(STUCK_AFTER.total_seconds() // 60)} min)"),
+            (PaymentStatus.PROCESSING, "Processing"),
+            (PaymentStatus.SUCCEEDED, "Succeeded"),
+            (PaymentStatus.DECLINED, "Declined"),
+            (PaymentStatus.FAILED, "Failed"),
+        )
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "stuck":
+            return queryset.filter(
+                status=PaymentStatus.PROCESSING, created_at__lt=timezone.now() - STUCK_AFTER
+            )
+        if value in PaymentStatus.values:
+            return queryset.filter(status=value)
+        return queryset
+
+
+class CurrencyListFilter(admin.SimpleListFilter):
+    """ISO 4217 currency, from the service's table (no ``SELECT DISTINCT`` over payments)."""
+
+    title = "currency"
+    parameter_name = "currency"
+
+    def lookups(self, request, model_admin):
+        return [(code, code) for code in sorted(CURRENCY_EXPONENTS)]
+
+    def queryset(self, request, queryset):
+        if self.value() in CURRENCY_EXPONENTS:
+            return queryset.filter(currency=self.value())
+        return queryset
+
+
+class NoteForm(forms.Form):
+    """Every action asks why: the note is stored with the operator in the payment's events."""
+
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        max_length=NOTE_MAX_LENGTH,
+        help_text="Required. Why, and what you checked (ticket, acquirer dashboard ...).",
+    )
+
+    def clean_note(self) -> str:
+        note = self.cleaned_data["note"].strip()
+        if not note:
+            raise forms.ValidationError("A note is required.")
+        return note
+
+
+class ResolveForm(NoteForm):
+    """A resolution after a manual check at the acquirer."""
+
+    acquirer_reference = forms.CharField(
+        required=False,
+        max_length=64,
+        help_text="The acquirer's id of the authorization, if the check found one.",
+    )
+    code = forms.CharField(
+        required=False,
+        max_length=64,
+        help_text="Declined: the decline code (required). Failed: the failure code "
+        "(default not_authorized_at_acquirer).",
+    )
+
+
+def _fmt_seconds(value) -> str:
+    return (
+        f"{value:g} s" if isinstance(value, (int, float)) else ("" if value is None else str(value))
+    )
 
 
 @admin.register(Payment)
 class PaymentAdmin(admin.ModelAdmin):
-    list_display = ("id", "merchant", "display_amount", "currency", "status", "reference", "created_at")
-    list_filter = ("status", "currency")
-    search_fields = ("=id", "=reference", "=acquirer_reference")
+    list_display = (
+        "id",
+        "merchant",
+        "display_amount",
+        "status",
+        "code",
+        "reference",
+        "created_at",
+        "updated_at",
+    )
+    list_filter = (
+        StatusListFilter,
+        "merchant",
+        CurrencyListFilter,
+        ("created_at", admin.DateFieldListFilter),
+    )
+    # Documentation only: get_search_results resolves a term through these fields' indexes.
+    search_fields = (
+        "id__exact",
+        "reference__exact",
+        "acquirer_reference__exact",
+        "idempotency_key__key__exact",
+    )
+    search_help_text = (
+        "Exact payment id, reference, acquirer reference or idempotency key (case-sensitive)."
+    )
     list_select_related = ("merchant",)
+    ordering = ("-created_at", "-id")
+    sortable_by = ("created_at",)
     show_full_result_count = False
-    inlines = [PaymentEventInline]
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedCountPaginator
+    list_per_page = 50
+    actions = ["reconcile_selected"]
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "merchant",
+                    "status",
+                    "display_amount",
+                    "currency",
+                    "payment_method",
+                    "reference",
+                    "description",
+                )
+            },
+        ),
+        (
+            "At the acquirer",
+            {
+                "fields": (
+                    "acquirer_reference",
+                    "decline_code",
+                    "failure_code",
+                    "acquirer_idempotency_key",
+                    "idempotency_key_link",
+                )
+            },
+        ),
+        (
+            "Reconciliation",
+            {"fields": ("next_check_at", "reconciliation_attempts", "reconciliation_lease_until")},
+        ),
+        ("Times", {"fields": ("created_at", "updated_at")}),
+        ("Acquirer attempts", {"fields": ("attempts_table",)}),
+        ("Event timeline", {"fields": ("timeline_table",)}),
+    )
+    readonly_fields = (
+        "id",
+        "merchant",
+        "status",
+        "display_amount",
+        "currency",
+        "payment_method",
+        "reference",
+        "description",
+        "acquirer_reference",
+        "decline_code",
+        "failure_code",
+        "acquirer_idempotency_key",
+        "idempotency_key_link",
+        "next_check_at",
+        "reconciliation_attempts",
+        "reconciliation_lease_until",
+        "created_at",
+        "updated_at",
+        "attempts_table",
+        "timeline_table",
+    )
 
-    @admin.display(description="amount")
-    def display_amount(self, payment: Payment) -> str:
-        return format_minor_units(payment.amount, payment.currency)
+    # --- permissions: read-only everywhere; actions need their own permission --------------
 
     def has_add_permission(self, request) -> bool:
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_reconcile_permission(self, request) -> bool:
+        return request.user.has_perm(RECONCILE_PERMISSION)
+
+    def has_resolve_permission(self, request) -> bool:
+        return request.user.has_perm(RESOLVE_PERMISSION)
+
+    # --- list ------------------------------------------------------------------------------
+
+    @admin.display(description="amount")
+    def display_amount(self, payment: Payment) -> str:
+        try:
+            return f"{format_minor_units(payment.amount, payment.currency)} {payment.currency}"
+        except KeyError:  # a currency no longer in the table: show the minor units as stored
+            return f"{payment.amount} (minor units) {payment.currency}"
+
+    @admin.display(description="decline / failure code")
+    def code(self, payment: Payment) -> str:
+        return payment.decline_code or payment.failure_code or ""
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact matches on the id, reference, acquirer reference or idempotency key.
+
+        One OR of equalities that PostgreSQL answers with a BitmapOr of index scans; the
+        idempotency key is resolved first (its own index), so no join is needed.
+        """
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        key_ids = list(IdempotencyKey.objects.filter(key=term).values_list("pk", flat=True)[:100])
+        match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
+        if key_ids:
+            match |= Q(idempotency_key_id__in=key_ids)
+        return queryset.filter(match), False
+
+    def changelist_view(self, request, extra_context=None):
+        needs_review = (
+            Payment.objects.filter(status=PaymentStatus.NEEDS_REVIEW)
+            .order_by()[: CappedCountPaginator.cap + 1]
+            .count()
+        )
+        extra_context = {
+            **(extra_context or {}),
+            "needs_review_count": needs_review,
+            "needs_review_capped": needs_review > CappedCountPaginator.cap,
+        }
+        return super().changelist_view(request, extra_context=extra_context)
+
+    # --- detail ----------------------------------------------------------------------------
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("merchant", "idempotency_key")
+
+    @admin.display(description="idempotency key")
+    def idempotency_key_link(self, payment: Payment) -> str:
+        key = payment.idempotency_key
+        if key is None:
+            return "- (expired or released)"
+        url = reverse("admin:idempotency_idempotencykey_change", args=[key.pk])
+        return format_html('<a href="{}">{}</a>', url, key.key)
+
+    def _events(self, payment: Payment) -> list[PaymentEvent]:
+        cache = getattr(payment, "_admin_events", None)
+        if cache is None:
+            newest = list(payment.events.order_by("-created_at", "-id")[:TIMELINE_LIMIT])
+            cache = payment._admin_events = newest[::-1]
+        return cache
+
+    @admin.display(description="attempts")
+    def attempts_table(self, payment: Payment) -> str:
+        """Each call to the acquirer: what it answered, how long it took, the wait chosen."""
+        rows = [e for e in self._events(payment) if e.type in ATTEMPT_EVENT_TYPES]
+        if not rows:
+            return "No acquirer attempt recorded."
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    e.created_at.isoformat(timespec="milliseconds"),
+                    e.type,
+                    e.data.get("operation", ""),
+                    e.data.get("outcome", e.data.get("result", "")),
+                    e.data.get("status_code", "") if e.data.get("status_code") is not None else "",
+                    e.data.get("error", ""),
+                    _fmt_seconds(e.data.get("elapsed_seconds")),
+                    _fmt_seconds(
+                        e.data.get(
+                            "wait_seconds",
+                            e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds")),
+                        )
+                    ),
+                    e.data.get("wait_source", ""),
+                )
+                for e in rows
+            ),
+        )
+        return format_html(
+            '<table class="payment-attempts"><thead><tr><th>at</th><th>event</th>'
+            "<th>operation</th><th>outcome</th><th>HTTP status</th><th>error class</th>"
+            "<th>elapsed</th><th>chosen wait</th><th>wait source</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            body,
+        )
+
+    @admin.display(description="events")
+    def timeline_table(self, payment: Payment) -> str:
+        """Every event, oldest first: type, status change, operator and the recorded data."""
+        events = self._events(payment)
+        if not events:
+            return "No event."
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            '<td><pre style="white-space: pre-wrap; margin: 0">{}</pre></td></tr>',
+            (
+                (
+                    e.created_at.isoformat(timespec="milliseconds"),
+                    e.type,
+                    f"{e.from_status} → {e.to_status}" if e.from_status != e.to_status else "",
+                    e.data.get("operator", ""),
+                    json.dumps(e.data, indent=1, sort_keys=True, ensure_ascii=False)
+                    if e.data
+                    else "",
+                )
+                for e in events
+            ),
+        )
+        return format_html(
+            '<table class="payment-timeline"><thead><tr><th>at</th><th>event</th>'
+            "<th>status</th><th>operator</th><th>data</th></tr></thead><tbody>{}</tbody></table>",
+            body,
+        )
+
+    def get_object(self, request, object_id, from_field=None):
+        """The payment, fetched once per request (the change view asks twice)."""
+        cached = getattr(request, "_payment_admin_object", None)
+        if cached is not None and str(cached.pk) == str(object_id) and from_field is None:
+            return cached
+        payment = super().get_object(request, object_id, from_field)
+        if from_field is None:
+            request._payment_admin_object = payment
+        return payment
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        payment = self.get_object(request, unquote(object_id))
+        extra_context = {**(extra_context or {}), **self._action_links(request, payment)}
+        return super().change_view(request, object_id, form_url, extra_context=extra_context)
+
+    def _action_links(self, request, payment: Payment | None) -> dict:
+        if payment is None:
+            return {}
+        links = []
+        if payment.status in RECONCILABLE_STATUSES and self.has_reconcile_permission(request):
+            links.append(
+                (
+                    "Reconcile now",
+                    reverse("admin:payments_payment_reconcile", args=[quote(payment.pk)]),
+                )
+            )
+        if payment.status == PaymentStatus.NEEDS_REVIEW and self.has_resolve_permission(request):
+            for status in (PaymentStatus.SUCCEEDED, PaymentStatus.DECLINED, PaymentStatus.FAILED):
+                links.append(
+                    (
+                        f"Resolve as {status}",
+                        reverse("admin:payments_payment_resolve", args=[quote(payment.pk), status]),
+                    )
+                )
+        return {"payment_actions": links}
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/reconcile/",
+                wrap(self.reconcile_view),
+                name="payments_payment_reconcile",
+            ),
+            path(
+                "<path:object_id>/resolve/<str:to_status>/",
+                wrap(self.resolve_view),
+                name="payments_payment_resolve",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _payment_or_404(self, request, object_id: str) -> Payment:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        payment = self.get_object(request, unquote(object_id))
+        if payment is None:
+            raise Http404("No such payment.")
+        return payment
+
+    def _change_url(self, payment: Payment) -> str:
+        return reverse("admin:payments_payment_change", args=[quote(payment.pk)])
+
+    def _render_action(self, request, *, title: str, form, payments, explanation: str, extra=None):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "form": form,
+            "payments": payments,
+            "explanation": explanation,
+            **(extra or {}),
+        }
+        return TemplateResponse(request, "admin/payments/payment/action_form.html", context)
+
+    def reconcile_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Reconcile now" for one payment: a note, then the task is enqueued on commit."""
+        payment = self._payment_or_404(request, object_id)
+        if not self.has_reconcile_permission(request):
+            raise PermissionDenied
+        form = NoteForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                payment_reconcile_request(
+                    payment_id=payment.pk,
+                    operator=request.user.get_username(),
+                    note=form.cleaned_data["note"],
+                )
+            except OperationRefused as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.log_change(request, payment, "Reconcile now: " + form.cleaned_data["note"])
+                if payment.status == PaymentStatus.PROCESSING:
+                    done = f"Reconciliation of {payment.pk} enqueued; its outcome appears here."
+                else:
+                    done = (
+                        f"Recorded and enqueued. {payment.pk} is in needs_review: check it at the "
+                        "acquirer, then resolve it."
+                    )
+                self.message_user(request, done, messages.SUCCESS)
+            return HttpResponseRedirect(self._change_url(payment))
+        return self._render_action(
+            request,
+            title=f"Reconcile {payment.pk} now",
+            form=form,
+            payments=[payment],
+            explanation=RECONCILE_EXPLANATIONS[payment.status],
+        )
+
+    def resolve_view(self, request: HttpRequest, object_id: str, to_status: str) -> HttpResponse:
+        """ "Resolve as ..." for one ``needs_review`` payment, after a manual check."""
+        payment = self._payment_or_404(request, object_id)
+        if not self.has_resolve_permission(request):
+            raise PermissionDenied
+        if to_status not in RESOLUTIONS:
+            raise Http404("No such resolution.")
+        form = ResolveForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                payment_resolve(
+                    payment_id=payment.pk,
+                    to_status=to_status,
+                    operator=request.user.get_username(),
+                    note=form.cleaned_data["note"],
+                    acquirer_reference=form.cleaned_data["acquirer_reference"],
+                    code=form.cleaned_data["code"],
+                )
+            except OperationRefused as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.log_change(
+                    request, payment, f"Resolved as {to_status}: " + form.cleaned_data["note"]
+                )
+                self.message_user(
+                    request, f"{payment.pk} resolved as {to_status}.", messages.SUCCESS
+                )
+                return HttpResponseRedirect(self._change_url(payment))
+        if payment.status != PaymentStatus.NEEDS_REVIEW and request.method == "GET":
+            self.message_user(
+                request,
+                f"Only a payment in needs_review can be resolved; {payment.pk} is "
+                f"{payment.status}.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._change_url(payment))
+        return self._render_action(
+            request,
+            title=f"Resolve {payment.pk} as {to_status}",
+            form=form,
+            payments=[payment],
+            explanation=(
+                f"Only after checking at the acquirer that this payment is {to_status}. The "
+                "status changes through the state machine, the merchant's idempotency key "
+                "then replays the final answer, and your name and note are recorded."
+            ),
+        )
+
+    @admin.action(description="Reconcile now", permissions=["reconcile"])
+    def reconcile_selected(self, request, queryset):
+        """Bulk "Reconcile now": an intermediate page asks for the note, then enqueues each."""
+        selected = list(
+            queryset.filter(status__in=RECONCILABLE_STATUSES)
+            .order_by("-created_at", "-id")
+            .values_list("pk", flat=True)[: BULK_RECONCILE_LIMIT + 1]
+        )
+        if len(selected) > BULK_RECONCILE_LIMIT:
+            self.message_user(
+                request,
+                f"Select at most {BULK_RECONCILE_LIMIT} unresolved payments at once.",
+                messages.ERROR,
+            )
+            return None
+        if not selected:
+            self.message_user(
+                request, "None of the selected payments is unresolved.", messages.WARNING
+            )
+            return None
+        form = NoteForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            done = 0
+            for payment_id in selected:
+                try:
+                    payment_reconcile_request(
+                        payment_id=payment_id,
+                        operator=request.user.get_username(),
+                        note=form.cleaned_data["note"],
+                    )
+                except OperationRefused:
+                    continue  # resolved meanwhile
+                done += 1
+            self.message_user(
+                request, f"Reconciliation enqueued for {done} payment(s).", messages.SUCCESS
+            )
+            return None
+        return self._render_action(
+            request,
+            title=f"Reconcile {len(selected)} payment(s) now",
+            form=form,
+            payments=selected,
+            explanation=(
+                "Enqueues a reconciliation for each selected payment that is still processing "
+                "or in needs_review; resolved ones are skipped."
+            ),
+            extra={"bulk_action": "reconcile_selected"},
+        )

@@ -13,10 +13,16 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.keys import parse_idempotency_key
 from idempotency.responses import replay_response
 from payments.acquirer import acquirer_client
 from payments.card_data import card_data_fields
+from payments.metrics import (
+    record_idempotency_key_in_use,
+    record_idempotency_key_reused,
+    record_idempotency_replay,
+)
 from payments.problems import Problem
 from payments.responses import json_bytes
 from payments.selectors import PaymentNotFound, payment_get, payment_list
@@ -93,13 +99,21 @@ class PaymentListCreateApi(APIView):
             )
         serializer = PaymentCreateInputSerializer(data=data)
         serializer.is_valid(raise_exception=True)
-        result = payment_create(
-            merchant=request.user,
-            idempotency_key=key,
-            data=serializer.validated_data,
-            client=acquirer_client(),
-        )
+        try:
+            result = payment_create(
+                merchant=request.user,
+                idempotency_key=key,
+                data=serializer.validated_data,
+                client=acquirer_client(),
+            )
+        except IdempotencyKeyInUse:
+            record_idempotency_key_in_use()
+            raise
+        except IdempotencyKeyReused:
+            record_idempotency_key_reused()
+            raise
         if result.replay_of is not None:
+            record_idempotency_replay()
             return replay_response(result.replay_of)
         if result.outcome is Outcome.NOT_SENT:
             raise Problem(

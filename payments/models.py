@@ -86,6 +86,15 @@ class Payment(models.Model):
                 name="payment_reconciliation_due",
                 condition=models.Q(status="processing"),
             ),
+            # The operations console (payments/admin.py): its ordering, filters and exact
+            # searches at millions of rows (migration 0003).
+            models.Index(fields=["-created_at", "-id"], name="payment_created"),
+            models.Index(fields=["status", "-created_at", "-id"], name="payment_status_created"),
+            models.Index(
+                fields=["currency", "-created_at", "-id"], name="payment_currency_created"
+            ),
+            models.Index(fields=["reference"], name="payment_reference_lookup"),
+            models.Index(fields=["acquirer_reference"], name="payment_acquirer_reference"),
         ]
         constraints = [
             models.CheckConstraint(

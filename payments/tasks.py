@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from idempotency.services import idempotency_keys_purge_expired
 from payments.acquirer import acquirer_client, reconciliation_retry_policy
+from payments.metrics import record_reconciliation
 from payments.models import PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
@@ -50,6 +51,7 @@ def reconcile_payment(payment_id: str) -> str:
     or redelivered message finds it claimed or resolved and does nothing. Never autoretries."""
     policy = ReconciliationPolicy.from_settings()
     if not reconciliation_claim_payment(payment_id=payment_id, now=timezone.now(), policy=policy):
+        record_reconciliation(Result.NOT_CLAIMED.value)
         return Result.NOT_CLAIMED.value
     outcome = payment_reconcile(
         payment_id=payment_id,
@@ -57,6 +59,7 @@ def reconcile_payment(payment_id: str) -> str:
         policy=policy,
         acquirer_policy=reconciliation_retry_policy(),
     )
+    record_reconciliation(outcome.result.value)
     logger.info("reconcile %s: %s %s", payment_id, outcome.result.value, outcome.detail)
     return outcome.result.value
 
@@ -70,5 +73,6 @@ def reconcile_due_payments() -> int:
         acquirer_policy=reconciliation_retry_policy(),
     )
     for outcome in results:
+        record_reconciliation(outcome.result.value)
         logger.info("reconcile %s: %s %s", outcome.payment_id, outcome.result.value, outcome.detail)
     return len(results)

@@ -29,12 +29,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_prometheus",
     "merchants",
     "idempotency",
     "payments",
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -43,6 +45,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -107,6 +110,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# --- Metrics (payments/metrics.py): when set, /metrics requires "Authorization: Bearer <token>".
+METRICS_BEARER_TOKEN = env("METRICS_BEARER_TOKEN", default="")
 
 # --- Idempotency keys (idempotency/) ---------------------------------------------------------
 IDEMPOTENCY_KEY_RETENTION_SECONDS = env.int("IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600)

@@ -1,0 +1,320 @@
+"""Prometheus metrics of the payment service, served at ``/metrics`` by :func:`metrics_view`.
+
+Two kinds, never mixed:
+
+* **Counters incremented in process** (``record_*`` functions and :class:`GatewayMetrics`, the
+  gateway client's metrics hook). They only add to in-memory values (or to the
+  ``PROMETHEUS_MULTIPROC_DIR`` files when several processes share one exposition): no network
+  call, no database write, and an exception inside them is swallowed and logged, so they can
+  never change the outcome of a payment.
+* **Gauges computed at scrape time from PostgreSQL** (:class:`PaymentsCollector`): cheap,
+  index-backed queries only. The unresolved statuses (``processing``, ``needs_review``) are
+  counted exactly; the whole table by status is the planner's estimate (``pg_class`` and
+  ``pg_stats``, refreshed by autovacuum's ANALYZE), which costs nothing at any table size.
+
+Metric names (labels in braces):
+
+Gauges, computed at scrape time:
+
+* ``payments_unresolved{status}``: exact count of ``processing`` and ``needs_review`` payments.
+* ``payments_oldest_unresolved_age_seconds{status}``: age of the oldest one (0 if none).
+* ``payments_by_status_estimated{status}``: payments per status, planner estimate.
+* ``payments_collector_up``: 1 when the scrape-time queries succeeded, else 0.
+
+Counters:
+
+* ``payments_acquirer_attempts_total{operation,outcome}``: HTTP requests sent to the acquirer
+  (outcome ``ok`` or the error class), from the gateway client's hook.
+* ``payments_acquirer_retries_total{operation,reason}``: retries the gateway client started.
+* ``payments_gateway_client_events_total{name,operation}``: any other gateway client counter.
+* ``payments_reconciliation_outcomes_total{result}``: reconciliations of one payment by
+  result (``resolved``, ``retry_later``, ``needs_review``, ``waiting`` ...).
+* ``payments_idempotency_replays_total``: answers replayed from a stored idempotency key.
+* ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
+* ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
+
+django-prometheus adds the request, response and latency metrics (``django_http_*``).
+
+Processes: counters live in the process that increments them. With several gunicorn workers,
+set ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory per deployment) so that ``/metrics``
+aggregates all workers; the Celery worker, which counts reconciliations, serves its own
+exposition with :func:`worker_metrics_server_start`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from payments.models import Payment, PaymentStatus
+
+__all__ = [
+    "GatewayMetrics",
+    "PaymentsCollector",
+    "metrics_view",
+    "record_idempotency_key_in_use",
+    "record_idempotency_key_reused",
+    "record_idempotency_replay",
+    "record_reconciliation",
+    "worker_metrics_server_start",
+]
+
+logger = logging.getLogger(__name__)
+
+UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
+
+# --- Counters (in process) -------------------------------------------------------------------
+
+ACQUIRER_ATTEMPTS = Counter(
+    "payments_acquirer_attempts",
+    "HTTP requests sent to the acquirer, by operation and outcome (ok or the error class).",
+    ["operation", "outcome"],
+)
+ACQUIRER_RETRIES = Counter(
+    "payments_acquirer_retries",
+    "Retries started by the gateway client, by operation and the error that caused them.",
+    ["operation", "reason"],
+)
+GATEWAY_CLIENT_EVENTS = Counter(
+    "payments_gateway_client_events",
+    "Other counters of the gateway client (gate waits, deadline stops, invalid headers ...).",
+    ["name", "operation"],
+)
+RECONCILIATION_OUTCOMES = Counter(
+    "payments_reconciliation_outcomes",
+    "Reconciliations of one payment, by result.",
+    ["result"],
+)
+IDEMPOTENCY_REPLAYS = Counter(
+    "payments_idempotency_replays", "Answers replayed from a completed idempotency key."
+)
+IDEMPOTENCY_KEY_IN_USE = Counter(
+    "payments_idempotency_key_in_use", "409 idempotency_key_in_use answers (a request is running)."
+)
+IDEMPOTENCY_KEY_REUSED = Counter(
+    "payments_idempotency_key_reused", "422 idempotency_key_reused answers (another request)."
+)
+
+# The gateway client's counter names (gateway_client/metrics.py) -> (Prometheus counter, labels).
+# Names not listed here go to GATEWAY_CLIENT_EVENTS, so nothing the client counts is lost.
+# --- RESILIENCE METRICS GO HERE (issue 7, built separately): breaker state per group, retry
+# --- budget exhaustion, rate-gate hits, waits by source, AIMD limit. Add the counters above and
+# --- map the client's names ("budget_exhausted", "gate_refused", "gate_waits", ...) below; add
+# --- state gauges as a collector like PaymentsCollector, registered in _scrape_registry().
+GATEWAY_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
+    "attempts": (ACQUIRER_ATTEMPTS, ("operation", "outcome")),
+    "retries": (ACQUIRER_RETRIES, ("operation", "reason")),
+}
+
+
+def _safely(increment, *args: object) -> None:
+    """Run one increment; a metrics failure is logged, never raised into payment code."""
+    try:
+        increment(*args)
+    except Exception:  # metrics must never break a payment
+        logger.exception("metrics increment failed")
+
+
+def record_reconciliation(result: str) -> None:
+    """Count one reconciliation of one payment with its ``Result`` value."""
+    _safely(lambda: RECONCILIATION_OUTCOMES.labels(result=str(result)).inc())
+
+
+def record_idempotency_replay() -> None:
+    """Count one answer replayed from a stored idempotency key."""
+    _safely(IDEMPOTENCY_REPLAYS.inc)
+
+
+def record_idempotency_key_in_use() -> None:
+    """Count one ``409 idempotency_key_in_use``."""
+    _safely(IDEMPOTENCY_KEY_IN_USE.inc)
+
+
+def record_idempotency_key_reused() -> None:
+    """Count one ``422 idempotency_key_reused``."""
+    _safely(IDEMPOTENCY_KEY_REUSED.inc)
+
+
+class GatewayMetrics:
+    """The gateway client's metrics hook (``increment(name, value=1, **labels)``) on Prometheus.
+
+    Hand it to ``AcquirerClient(config, metrics=GatewayMetrics())``. Never raises.
+    """
+
+    def increment(self, name: str, value: int = 1, **labels: str) -> None:
+        """Add ``value`` to the Prometheus counter mapped from the client's counter ``name``."""
+        _safely(self._increment, name, value, labels)
+
+    @staticmethod
+    def _increment(name: str, value: int, labels: dict[str, str]) -> None:
+        mapped = GATEWAY_COUNTERS.get(name)
+        if mapped is None:
+            GATEWAY_CLIENT_EVENTS.labels(name=name, operation=str(labels.get("operation", ""))).inc(
+                value
+            )
+            return
+        counter, label_names = mapped
+        counter.labels(**{label: str(labels.get(label, "")) for label in label_names}).inc(value)
+
+
+# --- Gauges from PostgreSQL, computed at scrape time ----------------------------------------
+
+
+class PaymentsCollector:
+    """Scrape-time gauges from PostgreSQL; every query is an index probe or a catalog read.
+
+    ``describe()`` runs no query, so registering the collector touches no database.
+    """
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric families (without samples), for the registry's name checks."""
+        return list(self._families())
+
+    @staticmethod
+    def _families() -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "payments_unresolved",
+            "Payments whose outcome is not final, by status (exact).",
+            labels=["status"],
+        )
+        yield GaugeMetricFamily(
+            "payments_oldest_unresolved_age_seconds",
+            "Age of the oldest payment in this status (0 when there is none).",
+            labels=["status"],
+        )
+        yield GaugeMetricFamily(
+            "payments_by_status_estimated",
+            "Payments by status, estimated from planner statistics (ANALYZE).",
+            labels=["status"],
+        )
+        yield GaugeMetricFamily(
+            "payments_collector_up", "1 when the scrape-time database queries succeeded."
+        )
+
+    def collect(self) -> Iterable[Metric]:
+        """Run the queries; on a database error only ``payments_collector_up 0`` is exported."""
+        unresolved, oldest, estimated, up = self._families()
+        try:
+            counts, oldest_at, estimates = self._query()
+        except Exception:  # a scrape answers even when the database does not
+            logger.exception("payments metrics collector failed")
+            up.add_metric([], 0)
+            return [up]
+        now = timezone.now()
+        for status in UNRESOLVED_STATUSES:
+            unresolved.add_metric([status], counts.get(status, 0))
+            created = oldest_at.get(status)
+            oldest.add_metric(
+                [status], max((now - created).total_seconds(), 0.0) if created else 0.0
+            )
+        for status in PaymentStatus.values:
+            estimated.add_metric([status], estimates.get(status, 0.0))
+        up.add_metric([], 1)
+        return [unresolved, oldest, estimated, up]
+
+    @staticmethod
+    def _query() -> tuple[dict[str, int], dict[str, object], dict[str, float]]:
+        unresolved = Payment.objects.filter(status__in=UNRESOLVED_STATUSES)
+        counts = dict(
+            unresolved.order_by()
+            .values_list("status")
+            .annotate(n=Count("pk"))
+            .values_list("status", "n")
+        )
+        oldest_at = {
+            status: Payment.objects.filter(status=status)
+            .order_by()
+            .aggregate(oldest=Min("created_at"))["oldest"]
+            for status in UNRESOLVED_STATUSES
+        }
+        return counts, oldest_at, _estimated_by_status()
+
+
+def _estimated_by_status() -> dict[str, float]:
+    """Rows per status from ``pg_class.reltuples`` times ``pg_stats`` frequencies (no scan)."""
+    table = Payment._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.reltuples, s.most_common_vals::text::text[], s.most_common_freqs"
+            " FROM pg_class c LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
+            " AND s.tablename = c.relname AND s.attname = 'status'"
+            " WHERE c.oid = to_regclass(%s)",
+            [table],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return {}
+    reltuples, values, freqs = row
+    if not reltuples or reltuples < 0 or not values:  # never analysed yet
+        return {}
+    return {value: round(reltuples * freq) for value, freq in zip(values, freqs, strict=False)}
+
+
+_PAYMENTS_COLLECTOR = PaymentsCollector()
+
+
+def _scrape_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_PAYMENTS_COLLECTOR)
+    return registry
+
+
+_DATABASE_REGISTRY = _scrape_registry()
+
+
+def _process_registry() -> CollectorRegistry:
+    """The in-process metrics: the default registry, or every process's files (multiprocess)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: Prometheus text format, in-process metrics then the database gauges.
+
+    When ``settings.METRICS_BEARER_TOKEN`` is set, the scrape must send
+    ``Authorization: Bearer <token>`` (401 otherwise). Keep ``/metrics`` off the public
+    network either way: it tells how many payments are stuck.
+    """
+    token = getattr(settings, "METRICS_BEARER_TOKEN", "")
+    if token:
+        import hmac
+
+        sent = request.META.get("HTTP_AUTHORIZATION", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return HttpResponse(status=401, headers={"WWW-Authenticate": "Bearer"})
+    started = time.monotonic()
+    body = generate_latest(_process_registry()) + generate_latest(_DATABASE_REGISTRY)
+    logger.debug("metrics rendered in %.3f s", time.monotonic() - started)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def worker_metrics_server_start(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve this process's counters (the Celery worker's) on ``http://addr:port/metrics``.
+
+    With ``PROMETHEUS_MULTIPROC_DIR`` set, serves every process sharing that directory (the
+    worker's pool children). Without the database gauges: the web's ``/metrics`` has those.
+    """
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=addr, registry=_process_registry())

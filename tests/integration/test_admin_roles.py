@@ -1,0 +1,85 @@
+"""The support and operator groups made by the roles data migration (payments 0004)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
+
+pytestmark = pytest.mark.django_db
+
+MIGRATION = "0004_operations_roles"
+ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
+
+VIEW_PERMISSIONS = {
+    "payments.view_payment",
+    "payments.view_paymentevent",
+    "idempotency.view_idempotencykey",
+    "merchants.view_merchant",
+    "merchants.view_apikey",
+}
+ACTION_PERMISSIONS = {
+    "payments.reconcile_payment",
+    "payments.resolve_payment",
+    "merchants.rotate_api_key",
+}
+
+
+def run_migration_function() -> None:
+    """Run the migration's function with the historical models of its own state."""
+    state = MigrationLoader(connection).project_state(("payments", MIGRATION))
+    ROLES_MIGRATION.create_roles(state.apps, None)
+
+
+def permissions_of(role: str) -> set[str]:
+    user = User.objects.create_user(f"{role}-user")
+    user.groups.add(Group.objects.get(name=role))
+    return {p for p in user.get_all_permissions() if not p.startswith(("auth.", "sessions."))}
+
+
+def test_support_may_only_view():
+    """support: the five view permissions and nothing else."""
+    run_migration_function()
+    assert permissions_of("support") == VIEW_PERMISSIONS
+
+
+def test_operator_may_view_and_act():
+    """operator: the view permissions plus reconcile, resolve and rotate."""
+    run_migration_function()
+    assert permissions_of("operator") == VIEW_PERMISSIONS | ACTION_PERMISSIONS
+
+
+def test_no_role_may_change_or_delete_payments_or_keys():
+    """Neither group holds an add, change or delete permission."""
+    run_migration_function()
+    for group in Group.objects.filter(name__in=["support", "operator"]):
+        codenames = set(group.permissions.values_list("codename", flat=True))
+        assert not {c for c in codenames if c.startswith(("add_", "change_", "delete_"))}
+
+
+def test_running_the_migration_again_changes_nothing():
+    """Idempotent: a second run leaves two groups with the same permissions."""
+    run_migration_function()
+    before = {g.name: set(g.permissions.all()) for g in Group.objects.all()}
+    run_migration_function()
+    assert {g.name: set(g.permissions.all()) for g in Group.objects.all()} == before
+
+
+def test_the_migration_is_reversible():
+    """Unapplying it removes both groups and the custom permissions."""
+    run_migration_function()
+    ROLES_MIGRATION.remove_roles(apps, None)
+    assert not Group.objects.filter(name__in=["support", "operator"]).exists()
+    user = User.objects.create_user("nobody", is_superuser=False)
+    assert not user.has_perm("payments.reconcile_payment")
+
+
+def test_a_user_without_a_role_is_refused_the_console(client):
+    """Staff without a group: the payments list answers 403."""
+    user = User.objects.create_user("staff-only", is_staff=True)
+    client.force_login(user)
+    assert client.get("/admin/payments/payment/").status_code == 403
