@@ -488,8 +488,9 @@ class PaymentAdmin(admin.ModelAdmin):
                     done = f"Reconciliation of {payment.pk} enqueued; its outcome appears here."
                 else:
                     done = (
-                        f"Recorded and enqueued. {payment.pk} is in needs_review: check it at the "
-                        "acquirer, then resolve it."
+                        f"Recorded and enqueued: {payment.pk} is in needs_review, so the worker "
+                        "looks it up at the acquirer (never re-sends it). Found: it is resolved. "
+                        "Not found: check it at the acquirer, then resolve it."
                     )
                 self.message_user(request, done, messages.SUCCESS)
             return HttpResponseRedirect(self._change_url(payment))

@@ -99,7 +99,9 @@ def payment_reconcile_request(
             now=now,
             data={"operator": operator, "note": note},
         )
-        transaction.on_commit(lambda: reconcile_payment.delay(payment.id), robust=True)
+        transaction.on_commit(
+            lambda: reconcile_payment.delay(payment.id, operator_requested=True), robust=True
+        )
     return payment
 
 

@@ -158,14 +158,20 @@ def reconciliation_claim_due(*, now: datetime, policy: ReconciliationPolicy) -> 
 
 
 def reconciliation_claim_payment(
-    *, payment_id: str, now: datetime, policy: ReconciliationPolicy
+    *, payment_id: str, now: datetime, policy: ReconciliationPolicy, include_review: bool = False
 ) -> bool:
     """Claim one payment whatever its ``next_check_at`` (the task enqueued after a 202, the
-    command). False when it is resolved, unknown, or held by another worker."""
+    command, an operator). False when it is resolved, unknown, or held by another worker.
+    ``include_review`` also claims a ``needs_review`` payment (an operator asked)."""
+    claimable = _claimable(now)
+    if include_review:
+        claimable = Q(status__in=[PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW]) & (
+            Q(reconciliation_lease_until__isnull=True) | Q(reconciliation_lease_until__lte=now)
+        )
     with transaction.atomic():
         claimed = (
             Payment.objects.select_for_update(skip_locked=True)
-            .filter(_claimable(now), id=payment_id)
+            .filter(claimable, id=payment_id)
             .exists()
         )
         if claimed:
@@ -196,7 +202,7 @@ def _record_authorization(
 ) -> Reconciliation:
     with transaction.atomic():
         payment = Payment.objects.select_for_update().get(pk=payment_id)
-        if payment.status != PaymentStatus.PROCESSING:
+        if payment.status not in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
             return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
         to_status = PaymentStatus.SUCCEEDED if authorization.approved else PaymentStatus.DECLINED
         changes = {
@@ -338,6 +344,8 @@ def payment_reconcile(
         raise RuntimeError("Reconciliation calls the acquirer: never inside a transaction.")
     now = clock()
     payment = Payment.objects.select_related("idempotency_key").get(pk=payment_id)
+    if payment.status == PaymentStatus.NEEDS_REVIEW:
+        return _look_up_for_review(payment, client=client, acquirer_policy=acquirer_policy, now=now)
     if payment.status != PaymentStatus.PROCESSING:
         return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
 
@@ -396,6 +404,39 @@ def payment_reconcile(
     return _record_authorization(
         payment.pk, authorization, how="resend", charges_found=1, now=clock()
     )
+
+
+def _look_up_for_review(
+    payment: Payment, *, client: AcquirerClient, acquirer_policy: RetryPolicy | None, now: datetime
+) -> Reconciliation:
+    """An operator asked to reconcile a ``needs_review`` payment: look it up, never re-send (the
+    acquirer may have forgotten the key by now). Found: resolved. Otherwise it stays for review,
+    with an event saying what the look-up found."""
+    try:
+        charges = client.lookup(payment.id, policy=acquirer_policy)
+    except GatewayError as exc:
+        detail, error = "look-up failed", exc
+    else:
+        if charges:
+            return _record_authorization(
+                payment.pk,
+                charges[0],
+                how="lookup_after_review",
+                charges_found=len(charges),
+                now=now,
+            )
+        detail, error = "the acquirer has no record of it", None
+    with transaction.atomic():
+        locked = Payment.objects.select_for_update().get(pk=payment.pk)
+        locked.reconciliation_lease_until = None
+        locked.save(update_fields=["reconciliation_lease_until"])
+        data = {"result": Result.NEEDS_REVIEW.value, "detail": detail, "operator_requested": True}
+        if error is not None:
+            data |= {"error": type(error).__name__, "status_code": error.status_code}
+        payment_event_record(
+            payment=locked, event_type="reconciliation_attempt", now=now, data=data
+        )
+    return Reconciliation(payment.pk, Result.NEEDS_REVIEW, detail)
 
 
 def reconciliation_sweep(

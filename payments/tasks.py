@@ -46,11 +46,15 @@ def purge_expired_idempotency_keys() -> int:
 
 
 @shared_task(name="payments.tasks.reconcile_payment", ignore_result=True)
-def reconcile_payment(payment_id: str) -> str:
-    """Reconcile one payment now (enqueued on commit after a 202). Claims it first: a duplicate
-    or redelivered message finds it claimed or resolved and does nothing. Never autoretries."""
+def reconcile_payment(payment_id: str, operator_requested: bool = False) -> str:
+    """Reconcile one payment now (enqueued on commit after a 202, or by an operator, who may
+    also ask for a ``needs_review`` payment: a look-up only). Claims it first: a duplicate or
+    redelivered message finds it claimed or resolved and does nothing. Never autoretries."""
     policy = ReconciliationPolicy.from_settings()
-    if not reconciliation_claim_payment(payment_id=payment_id, now=timezone.now(), policy=policy):
+    claimed = reconciliation_claim_payment(
+        payment_id=payment_id, now=timezone.now(), policy=policy, include_review=operator_requested
+    )
+    if not claimed:
         record_reconciliation(Result.NOT_CLAIMED.value)
         return Result.NOT_CLAIMED.value
     outcome = payment_reconcile(

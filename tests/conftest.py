@@ -91,3 +91,19 @@ def single_attempt(settings) -> None:
     """The API path makes one attempt per request (no client retries), so an ambiguous first
     answer stays a 202 for the test to see."""
     settings.ACQUIRER_RETRY_MAX_ATTEMPTS = 1
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[str]:
+    """Payment ids an operator's action passed to ``reconcile_payment.delay`` (replaced here, so
+    nothing reaches a broker); each must be marked ``operator_requested``."""
+    from payments import tasks
+
+    sent: list[str] = []
+
+    def delay(payment_id: str, *, operator_requested: bool = False) -> None:
+        assert operator_requested is True
+        sent.append(payment_id)
+
+    monkeypatch.setattr(tasks.reconcile_payment, "delay", delay)
+    return sent

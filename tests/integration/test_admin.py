@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from idempotency.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
-from payments import tasks
 from payments.models import Payment, PaymentEvent
 from tests.factories import MerchantFactory, PaymentFactory
 
@@ -46,16 +45,6 @@ def operator(client):
 @pytest.fixture
 def support(client):
     return staff_client(client, "support")
-
-
-@pytest.fixture
-def enqueued(monkeypatch) -> list[str]:
-    """Payment ids passed to ``reconcile_payment.delay`` (nothing reaches a broker)."""
-    sent: list[str] = []
-    monkeypatch.setattr(
-        tasks.reconcile_payment, "delay", lambda payment_id: sent.append(payment_id)
-    )
-    return sent
 
 
 def needs_review_payment(**kwargs) -> Payment:

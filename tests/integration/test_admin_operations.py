@@ -8,21 +8,11 @@ import pytest
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
-from payments import tasks
 from payments.models import Payment
 from payments.operations import OperationRefused, payment_reconcile_request, payment_resolve
 from tests.factories import MerchantFactory, PaymentFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def enqueued(monkeypatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(
-        tasks.reconcile_payment, "delay", lambda payment_id: sent.append(payment_id)
-    )
-    return sent
 
 
 def needs_review_payment() -> Payment:

@@ -341,3 +341,37 @@ def test_look_up_answered_429_waits_for_retry_after(merchant_a, sandbox):
     assert reconciliation_claim_due(now=now + timedelta(seconds=300), policy=POLICY) == []
     event = Payment.objects.get().events.get(type="reconciliation_attempt")
     assert event.data["error"] == "RateLimitedError"
+
+
+def test_operator_reconcile_of_needs_review_looks_up_and_resolves(
+    merchant_a, sandbox, single_attempt
+):
+    """An operator's "Reconcile now" on a needs_review payment the acquirer has: resolved."""
+    payment_id = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+    ).json()["id"]
+    Payment.objects.filter(pk=payment_id).update(status="needs_review")
+    now = timezone.now()
+    assert not reconciliation_claim_payment(payment_id=payment_id, now=now, policy=POLICY)
+    assert reconciliation_claim_payment(
+        payment_id=payment_id, now=now, policy=POLICY, include_review=True
+    )
+    outcome = payment_reconcile(payment_id=payment_id, client=acquirer_client(), policy=POLICY)
+    assert outcome.result is Result.RESOLVED
+    assert Payment.objects.get(pk=payment_id).status == "succeeded"
+    assert sandbox.stats()["charges_total"] == 1
+
+
+def test_operator_reconcile_of_needs_review_never_resends(merchant_a, sandbox):
+    """Unknown to the acquirer: it stays needs_review, with an event; nothing is sent."""
+    t0 = timezone.now() - timedelta(hours=7)
+    payment = crashed_payment(merchant_a.merchant, t0)
+    Payment.objects.filter(pk=payment.pk).update(status="needs_review")
+    assert reconciliation_claim_payment(
+        payment_id=payment.id, now=timezone.now(), policy=POLICY, include_review=True
+    )
+    outcome = payment_reconcile(payment_id=payment.id, client=acquirer_client(), policy=POLICY)
+    assert outcome.result is Result.NEEDS_REVIEW
+    assert Payment.objects.get().status == "needs_review"
+    assert sandbox.stats()["requests_by_endpoint"].get("POST /charges") is None
+    assert payment.events.get(type="reconciliation_attempt").data["operator_requested"] is True
