@@ -15,9 +15,24 @@ A decline is a value (`Authorization.approved is False`); infrastructure failure
 `GatewayError` whose branch says whether the request may have been applied (see errors.py and
 classify.py). Retries, deadlines, Retry-After, quota headers, the shared rate gate and the
 retry budget are described in client.py, policy.py, quota.py, gate.py and budget.py; the
-retry-storm simulator is `python -m gateway_client.simulate`.
+retry-storm simulator is `python -m gateway_client.simulate`. Each endpoint group has a
+circuit breaker on the failure rate, shared through the store (breaker.py), and each quota
+scope an adaptive (AIMD) concurrency limit (aimd.py):
+
+    allowed, retry_after = client.admits("authorize")    # cheap pre-check, takes no permit
+    client.breakers.snapshot()                           # per group: state, rate, counts
+    client.breakers.force_open("authorize", actor="ops", reason="incident 42")
 """
 
+from .aimd import AimdConfig, AimdLimiter, LimiterSnapshot, aimd_next_limit
+from .breaker import (
+    Admission,
+    BreakerConfig,
+    BreakerSet,
+    BreakerSnapshot,
+    CircuitBreaker,
+    Recorded,
+)
 from .budget import BudgetState, GrpcRetryThrottle, RetryBudget
 from .client import AcquirerClient
 from .clock import Clock, ManualClock, SystemClock
@@ -25,6 +40,8 @@ from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
     AuthenticationError,
+    CircuitOpenError,
+    ConcurrencyLimitedError,
     ConnectionFailedError,
     ConnectionLostError,
     GatewayError,
@@ -48,13 +65,22 @@ __all__ = [
     "AcquirerClient",
     "AcquirerConfig",
     "AcquirerUnavailableError",
+    "Admission",
+    "AimdConfig",
+    "AimdLimiter",
     "AmbiguousOutcomeError",
     "AtomicScript",
     "AuthenticationError",
     "Authorization",
     "AuthorizationRequest",
+    "BreakerConfig",
+    "BreakerSet",
+    "BreakerSnapshot",
     "BudgetState",
+    "CircuitBreaker",
+    "CircuitOpenError",
     "Clock",
+    "ConcurrencyLimitedError",
     "ConnectionFailedError",
     "ConnectionLostError",
     "CounterMetrics",
@@ -62,6 +88,7 @@ __all__ = [
     "GrpcRetryThrottle",
     "IdempotencyConflictError",
     "InvalidRequestError",
+    "LimiterSnapshot",
     "MalformedResponseError",
     "ManualClock",
     "MemoryStore",
@@ -70,6 +97,7 @@ __all__ = [
     "PermanentError",
     "RateGate",
     "RateLimitedError",
+    "Recorded",
     "RedisStore",
     "ResponseTimeoutError",
     "RetryBudget",
@@ -79,5 +107,6 @@ __all__ = [
     "StateStore",
     "SystemClock",
     "UpstreamServerError",
+    "aimd_next_limit",
     "scope_for",
 ]

@@ -25,6 +25,23 @@ For every call (`authorize`, `lookup`), under a RetryPolicy (policy.py):
 5. Every retry takes a token from the acquirer's retry budget (budget.py); an empty budget
    fails at once with `RetryBudgetExhaustedError` and never blocks.
 6. Once an attempt was ambiguous, the call's error is ambiguous whatever later attempts say.
+7. Before each attempt, the circuit breaker of the operation's endpoint group (breaker.py;
+   `authorize` for POST /charges, `lookup` for GET /charges) admits it or refuses it:
+   refused, nothing is sent and the call raises `CircuitOpenError` with `retry_after` = time
+   until probes are admitted. Every attempt's outcome is recorded (failures: connection
+   failures, timeouts, resets, 5xx, garbled answers; successes: 2xx, declines included;
+   ignored: 4xx, rate limits, a pool timeout, a cancelled call). When a result leaves the
+   breaker open, the retry loop stops at once (no sleep) with `CircuitOpenError` (or the
+   ambiguous error of an earlier attempt). `admits(group)` is a cheap pre-check that takes no
+   permit; `breaker_state(group)` and `breakers.snapshot()` read the state; the operator's
+   `breakers.force_open/disable/metrics_only/reset(group, actor=..., reason=...)`.
+8. Before each attempt, a concurrency slot of the quota scope is taken from the AIMD limiter
+   (aimd.py), waiting at most `policy.concurrency_wait`; none free: `ConcurrencyLimitedError`,
+   nothing sent. A rate-limit answer lowers the scope's limit, a success at high concurrency
+   raises it.
+
+Order before each attempt: breaker, rate gate, (first attempt: budget deposit), concurrency
+slot, send.
 
 Logging: one event per attempt on the `gateway_client` logger (INFO for a result, WARNING for
 an error), with `extra` fields named `gateway_*`: operation, acquirer, scope, reference,
@@ -42,7 +59,7 @@ import dataclasses
 import logging
 import random as _random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -50,8 +67,12 @@ from typing import Any, TypeVar
 
 import httpx
 
+from . import aimd as _aimd
+from . import breaker as _breaker
 from . import deadline as _deadline
+from .aimd import AimdConfig, AimdLimiter, Slot
 from .backoff import full_jitter
+from .breaker import BreakerConfig, BreakerSet, BreakerSnapshot, Recorded
 from .budget import BudgetState, RetryBudget
 from .classify import classify_exception, classify_status, error_code
 from .clock import Clock, SystemClock
@@ -59,7 +80,11 @@ from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
     AuthenticationError,
+    CircuitOpenError,
+    ConcurrencyLimitedError,
+    ConnectionFailedError,
     GatewayError,
+    IdempotencyConflictError,
     MalformedResponseError,
     PermanentError,
     RateLimitedError,
@@ -107,6 +132,17 @@ _MAX_GATE_WAITS = 3
 # it just closed), not a longer gate set by another process.
 _SAME_WAIT = 0.001
 
+# A breaker permit or a concurrency slot is leased for the call's time left plus this margin
+# (seconds): a caller killed mid-call frees it soon after its deadline.
+_LEASE_MARGIN = 1.0
+
+#: The wait suggested when no concurrency slot was free (seconds).
+CONCURRENCY_RETRY_AFTER = 1.0
+
+#: Wait sources of the breaker and the concurrency limiter.
+BREAKER = "breaker"
+CONCURRENCY = "concurrency"
+
 
 @dataclass(frozen=True, slots=True)
 class _Call:
@@ -134,6 +170,7 @@ class _Attempt:
     started: float
     server_wait: ServerWait | None = None
     result: Any = None
+    breaker: Recorded | None = None
 
 
 @dataclass(slots=True)
@@ -188,6 +225,12 @@ class AcquirerClient:
         sleep: called with seconds to wait; None: `time.sleep`.
         random: returns a float in [0, 1) for the jitter; None: a private `random.Random`.
         metrics: counter hook (metrics.py); None: in-memory counters in `client.metrics`.
+        breakers: the circuit breakers by endpoint group (breaker.py): a BreakerSet, or a
+            mapping group -> BreakerConfig (groups not named keep the production default;
+            a group mapped to None has no breaker); None: `authorize` and `lookup` with the
+            production default `BreakerConfig()`, in `store`.
+        limiter: the AIMD concurrency limiter of the quota scope (aimd.py): an AimdLimiter,
+            or an AimdConfig for one in `store`; None: `AimdConfig()` in `store`.
 
     Thread-safe: one `httpx.Client` (with its connection pool) is shared by concurrent calls.
     Use as a context manager, or call `close()`.
@@ -205,6 +248,8 @@ class AcquirerClient:
         sleep: Callable[[float], None] | None = None,
         random: Callable[[], float] | None = None,
         metrics: Metrics | None = None,
+        breakers: BreakerSet | Mapping[str, BreakerConfig | None] | None = None,
+        limiter: AimdLimiter | AimdConfig | None = None,
     ) -> None:
         if not isinstance(config, AcquirerConfig):
             raise TypeError("config must be an AcquirerConfig")
@@ -224,6 +269,19 @@ class AcquirerClient:
         self.budget = budget if budget is not None else RetryBudget(self.store, config.name)
         self.gate = RateGate(self.store)
         self.scope = scope_for(config.name, config.api_key, config.rate_scope)
+        self.breakers = self._build_breakers(breakers)
+        if isinstance(limiter, AimdLimiter):
+            self.limiter = limiter
+        elif limiter is None or isinstance(limiter, AimdConfig):
+            self.limiter = AimdLimiter(
+                self.store,
+                limiter,
+                metrics=self.metrics,
+                sleep=self._sleep,
+                monotonic=self._clock.monotonic,
+            )
+        else:
+            raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")
         self._profile = quota_profile(config.quota_profile)
         self._charges_url = config.base_url.rstrip("/") + "/charges"
         self._deadline_sockets = False
@@ -260,6 +318,39 @@ class AcquirerClient:
 
     def __repr__(self) -> str:
         return f"AcquirerClient(name={self._config.name!r}, base_url={self._config.base_url!r})"
+
+    # -- the circuit breakers ----------------------------------------------------------------
+
+    def admits(self, group: str) -> tuple[bool, float]:
+        """
+        Would the breaker of `group` ("authorize", "lookup") admit a call now? Returns
+        `(True, 0.0)` or `(False, retry_after)`: seconds until probes are admitted. Takes no
+        permit and writes nothing: the API's pre-check before it stores anything. A group
+        without a breaker always admits.
+        """
+        breaker = self.breakers.get(group)
+        if breaker is None:
+            return True, 0.0
+        return breaker.admits()
+
+    def breaker_state(self, group: str) -> BreakerSnapshot:
+        """The snapshot of the breaker of `group` (KeyError if it has none)."""
+        return self.breakers[group].snapshot()
+
+    def _build_breakers(
+        self, breakers: BreakerSet | Mapping[str, BreakerConfig | None] | None
+    ) -> BreakerSet:
+        if isinstance(breakers, BreakerSet):
+            return breakers
+        configs: dict[str, BreakerConfig | None] = dict.fromkeys(
+            _breaker.DEFAULT_GROUPS, BreakerConfig()
+        )
+        if breakers is not None:
+            if not isinstance(breakers, Mapping):
+                raise TypeError("breakers must be a BreakerSet, a mapping or None")
+            configs.update(breakers)
+        chosen = {group: config for group, config in configs.items() if config is not None}
+        return BreakerSet(self.store, chosen, name=self._config.name, metrics=self.metrics)
 
     # -- public operations -------------------------------------------------------------------
 
@@ -359,24 +450,29 @@ class AcquirerClient:
         decode: Callable[[_Answer], T],
         outcome: Callable[[T], str],
     ) -> T:
+        last: GatewayError | None = None
         try:
-            self._wait_for_gate(progress, last=None)
-            progress.budget = self.budget.record_request()
             while True:
                 progress.log = {}
-                attempt = self._attempt(progress, build, decode)
+                attempt = self._guarded_attempt(progress, build, decode, last)
                 if attempt.error is None:
                     self._log_attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
                     if isinstance(result, Authorization):
                         result = dataclasses.replace(result, attempts=progress.attempts)
                     return result  # type: ignore[no-any-return]
-                error = attempt.error
+                error = last = attempt.error
                 if isinstance(error, AmbiguousOutcomeError):
                     progress.ambiguous = error
                 reason = self._stop_reason(progress, error)
                 if reason is not None:
                     raise _Stop(self._final(progress, error), reason, attempt)
+                if attempt.breaker is not None and attempt.breaker.refusing:
+                    # The breaker opened (here or elsewhere): no sleep, no retry.
+                    refused = self._circuit_error(
+                        progress, attempt.breaker.state, attempt.breaker.retry_after, error
+                    )
+                    raise _Stop(self._final(progress, refused), "circuit_open", attempt)
                 wait, source = self._next_wait(progress, attempt)
                 progress.log.update(wait=wait, wait_source=source)
                 allowed, progress.budget = self.budget.try_withdraw()
@@ -388,10 +484,6 @@ class AcquirerClient:
                 )
                 self._log_attempt(progress, attempt, type(error).__name__, "retry")
                 self._sleep(wait)
-                progress.log = {}
-                self._wait_for_gate(progress, last=error)
-                if self._elapsed(progress) >= progress.policy.deadline:
-                    raise _Stop(self._final(progress, error), "deadline")  # a slow sleep
         except _Stop as stop:
             if stop.attempt is not None:
                 outcome_name = type(stop.attempt.error).__name__
@@ -399,6 +491,99 @@ class AcquirerClient:
             else:
                 self._log_stop(progress, stop)
             raise stop.error from stop.error.__cause__
+
+    def _guarded_attempt(
+        self,
+        progress: _Progress,
+        build: Callable[[httpx.Timeout], httpx.Request],
+        decode: Callable[[_Answer], Any],
+        last: GatewayError | None,
+    ) -> _Attempt:
+        """Breaker, gate, budget deposit (first attempt), concurrency slot, then one attempt."""
+        breaker = self.breakers.get(progress.operation)
+        admission = None
+        if breaker is not None:
+            admission = breaker.acquire(lease=self._lease(progress))
+            progress.log["breaker"] = admission.state
+            if not admission.admitted:
+                refused = self._circuit_error(
+                    progress, admission.state, admission.retry_after, last
+                )
+                raise _Stop(self._final(progress, refused), "circuit_open")
+        settled = False
+        try:
+            self._wait_for_gate(progress, last=last)
+            if progress.attempts == 0:
+                progress.budget = self.budget.record_request()
+            elif last is not None and self._elapsed(progress) >= progress.policy.deadline:
+                raise _Stop(self._final(progress, last), "deadline")  # a slow sleep
+            slot = self._take_slot(progress, last)
+            try:
+                attempt = self._attempt(progress, build, decode)
+            except BaseException:
+                self.limiter.release(slot, _aimd.IGNORE)  # cancelled or a bug: no verdict
+                raise
+            self.limiter.release(slot, _limiter_outcome(attempt.error))
+            settled = True
+            if breaker is not None and admission is not None:
+                attempt.breaker = breaker.record(
+                    admission,
+                    _breaker_outcome(attempt.error),
+                    duration=self._clock.monotonic() - attempt.started,
+                )
+                progress.log["breaker"] = attempt.breaker.state
+            return attempt
+        finally:
+            if not settled and breaker is not None and admission is not None:
+                breaker.release(admission)  # nothing sent, or cancelled: the permit goes back
+
+    def _lease(self, progress: _Progress) -> float:
+        return max(0.0, progress.deadline - self._clock.monotonic()) + _LEASE_MARGIN
+
+    def _take_slot(self, progress: _Progress, last: GatewayError | None) -> Slot:
+        """A concurrency slot of the scope, waiting briefly; raises _Stop if none is free."""
+        policy = progress.policy
+        left = progress.deadline - self._clock.monotonic() - policy.min_attempt_time
+        wait = max(0.0, min(policy.concurrency_wait, left))
+        slot = self.limiter.acquire(self.scope, wait=wait, lease=self._lease(progress))
+        if slot is not None:
+            return slot
+        limit = self.limiter.snapshot(self.scope).limit
+        error = ConcurrencyLimitedError(
+            f"{progress.operation} at acquirer {self._config.name!r}: not sent, no concurrency "
+            f"slot of its quota scope was free (limit {limit}) [ConcurrencyLimitedError]",
+            operation=progress.operation,
+            attempts=progress.attempts,
+            idempotency_key=progress.idempotency_key,
+            acquirer=self._config.name,
+            scope=self.scope,
+            limit=limit,
+        )
+        self._set_wait(error, CONCURRENCY_RETRY_AFTER, CONCURRENCY)
+        if last is not None:
+            error.__cause__ = last
+        self.metrics.increment("concurrency_refused_calls", operation=progress.operation)
+        raise _Stop(self._final(progress, error), "concurrency")
+
+    def _circuit_error(
+        self, progress: _Progress, state: str, retry_after: float, cause: GatewayError | None
+    ) -> CircuitOpenError:
+        error = CircuitOpenError(
+            f"{progress.operation} at acquirer {self._config.name!r}: not sent, the circuit "
+            f"breaker of group {progress.operation!r} is {state}; probes in "
+            f"{retry_after:.3f} s [CircuitOpenError]",
+            operation=progress.operation,
+            attempts=progress.attempts,
+            idempotency_key=progress.idempotency_key,
+            acquirer=self._config.name,
+            group=progress.operation,
+            state=state,
+        )
+        self._set_wait(error, retry_after, BREAKER)
+        if cause is not None:
+            error.__cause__ = cause
+        self.metrics.increment("circuit_open", operation=progress.operation)
+        return error
 
     def _attempt(
         self,
@@ -811,6 +996,7 @@ class AcquirerClient:
                 "gateway_gate_remaining": gate,
                 "gateway_budget_retries": budget,
                 "gateway_max_attempts": progress.policy.max_attempts,
+                "gateway_breaker_state": progress.log.get("breaker"),
             },
         )
 
@@ -820,6 +1006,28 @@ def _code_names_rate_limit(code: str | None) -> bool:
         return False
     lowered = code.lower().replace("-", "_").replace(".", "_")
     return "rate_limit" in lowered or "ratelimit" in lowered or "too_many_requests" in lowered
+
+
+def _breaker_outcome(error: GatewayError | None) -> str:
+    """What one attempt means to the circuit breaker (see breaker.py)."""
+    if error is None:
+        return _breaker.SUCCESS  # 2xx, approved or declined
+    if isinstance(error, RateLimitedError | IdempotencyConflictError | PermanentError):
+        return _breaker.IGNORED  # the rate gate's, our duplicate in flight, our own 4xx
+    if isinstance(error, ConnectionFailedError) and isinstance(error.__cause__, httpx.PoolTimeout):
+        return _breaker.IGNORED  # our own connection pool is exhausted, not the acquirer
+    if isinstance(error, ConnectionFailedError | AcquirerUnavailableError | AmbiguousOutcomeError):
+        return _breaker.FAILURE  # refused/DNS/connect timeout, 503, 5xx, timeouts, resets
+    return _breaker.IGNORED
+
+
+def _limiter_outcome(error: GatewayError | None) -> str:
+    """What one attempt means to the AIMD limiter: a rate limit drops, a result succeeds."""
+    if error is None:
+        return _aimd.SUCCESS
+    if isinstance(error, RateLimitedError):
+        return _aimd.DROP
+    return _aimd.IGNORE
 
 
 def _authorization_outcome(authorization: Authorization) -> str:

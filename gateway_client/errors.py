@@ -7,7 +7,12 @@ The errors a call to the acquirer can end with, one tree:
     - ConnectionFailedError       DNS failure, connection refused, connect timeout, pool timeout
     - RateLimitedError            429 (or a 403 that the answer confirms as a rate limit), or
                                   the scope's rate gate refused to send
+      - ConcurrencyLimitedError   no concurrency slot of the quota scope was free in time
+                                  (the AIMD limit after rate limits); nothing was sent
     - AcquirerUnavailableError    503
+    - CircuitOpenError            the endpoint group's circuit breaker refused the attempt
+                                  (open, half-open with every permit taken, forced open);
+                                  nothing was sent; retry_after = time until probes
     - RetryBudgetExhaustedError   a retry was needed but the acquirer's retry budget is empty
   x AmbiguousOutcomeError         it may have applied it: reconcile, never a blind retry
     - ResponseTimeoutError        read/write timeout after the request was (maybe) sent
@@ -25,7 +30,8 @@ A decline is not an error: it is an `Authorization` with `approved=False`.
 A call of several attempts ends with the error of its last attempt, except that once any
 attempt was ambiguous the whole call is: a 500 followed by a 503 raises the ambiguous
 UpstreamServerError (the first attempt may have been applied), never a RetryableError.
-`attempts` always counts every request sent for the call (0 when the rate gate refused it).
+`attempts` always counts every request sent for the call (0 when the rate gate, the circuit
+breaker or the concurrency limiter refused it before the first one).
 
 Messages say what happened (operation, acquirer name, HTTP status, error class and a short,
 sanitised `code` from the acquirer's error body). They never contain the API key, request or
@@ -43,6 +49,8 @@ __all__ = [
     "AcquirerUnavailableError",
     "AmbiguousOutcomeError",
     "AuthenticationError",
+    "CircuitOpenError",
+    "ConcurrencyLimitedError",
     "ConnectionFailedError",
     "ConnectionLostError",
     "GatewayError",
@@ -164,6 +172,48 @@ class RateLimitedError(RetryableError):
             retry_after = parse_delay_seconds(retry_after_header)
         super().__init__(message, retry_after=retry_after, **kwargs)
         self.retry_after_header = retry_after_header
+
+
+class ConcurrencyLimitedError(RateLimitedError):
+    """
+    No concurrency slot of the quota scope was free within the call's wait: after rate-limit
+    answers the scope's adaptive (AIMD) limit is lower than the calls in flight. Nothing was
+    sent by this attempt.
+
+    Attributes:
+        scope: the quota scope. limit: its concurrency limit when refused.
+        retry_after: a short wait (1 s) before trying again.
+    """
+
+    def __init__(
+        self, message: str, *, scope: str | None = None, limit: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.scope = scope
+        self.limit = limit
+
+
+class CircuitOpenError(RetryableError):
+    """
+    The circuit breaker of the endpoint group refused the attempt: the acquirer failed too
+    often recently (or an operator forced the breaker open), so nothing was sent. When it
+    ends a call after earlier attempts (the breaker opened mid-call), the last attempt's error
+    is the `__cause__`; if an earlier attempt was ambiguous, the call raises that ambiguous
+    error instead.
+
+    Attributes:
+        group: the breaker's endpoint group ("authorize", "lookup").
+        state: "open", "half_open" (every probe permit taken) or "forced_open".
+        retry_after: seconds until the breaker admits probes (forced open: its open duration,
+            a hint to check back); `not_before` the same as an instant.
+    """
+
+    def __init__(
+        self, message: str, *, group: str | None = None, state: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.group = group
+        self.state = state
 
 
 class AcquirerUnavailableError(RetryableError):

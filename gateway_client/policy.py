@@ -20,6 +20,9 @@ The retry policy: how many attempts, how long to wait between them, and how long
 | min_attempt_time| 0.5 s   | a retry is sent only if this much time is left for it after the  |
 |                 |         | sleep: a POST cut off by the deadline turns a clean "not         |
 |                 |         | applied" into an ambiguous outcome that needs reconciliation     |
+| concurrency_wait| 0.1 s   | how long an attempt may wait for a concurrency slot of its quota |
+|                 |         | scope (aimd.py) once rate limits lowered the limit: briefly on   |
+|                 |         | the API path; background senders pass a longer wait              |
 | retry_ambiguous | True    | re-send ambiguous outcomes (500, 502, 504, read timeout, reset,  |
 |                 |         | garbled answer, 409) with the same idempotency key, and only     |
 |                 |         | when the acquirer honours keys                                   |
@@ -63,7 +66,8 @@ class RetryPolicy:
     cut off at the deadline). A retry (or a wait for the rate gate) happens only if, after the
     sleep, at least `min_attempt_time` is left before the deadline. A server wait above
     `max_server_wait` (or past the deadline) is not slept on: the call fails at once with the
-    full wait. Raises ValueError on bad values.
+    full wait. Before each attempt a concurrency slot of the quota scope is awaited for at
+    most `concurrency_wait` seconds (never past the deadline). Raises ValueError on bad values.
     """
 
     max_attempts: int = 3
@@ -75,6 +79,7 @@ class RetryPolicy:
     max_server_wait: float = 30.0
     retry_ambiguous: bool = True
     min_attempt_time: float = 0.5
+    concurrency_wait: float = 0.1
 
     def __post_init__(self) -> None:
         if (
@@ -90,6 +95,7 @@ class RetryPolicy:
         _seconds("deadline", self.deadline)
         _seconds("max_server_wait", self.max_server_wait, allow_zero=True)
         _seconds("min_attempt_time", self.min_attempt_time, allow_zero=True)
+        _seconds("concurrency_wait", self.concurrency_wait, allow_zero=True)
         if not isinstance(self.retry_ambiguous, bool):
             raise ValueError("retry_ambiguous must be a bool")
 

@@ -25,6 +25,8 @@ Conventions for scripts:
   floats to integers); both backends hand back `list[float]`.
 
 Backends:
+- `run_checked(script, keys, args)` returns `(values, used_fallback)`: the circuit breaker
+  uses it to count and log the operations its local fallback decided.
 - `MemoryStore(clock=time.monotonic)`: one process (threads share it). The default.
 - `RedisStore(redis_client, namespace=..., fallback=MemoryStore())`: every gunicorn worker and
   Celery process sharing the Redis sees the same gates and budget. When Redis is unreachable
@@ -181,6 +183,12 @@ class MemoryStore:
             result = script.python(self._space, full_keys, [_arg(a) for a in args], self._space.now)
         return [float(value) for value in result]
 
+    def run_checked(
+        self, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]
+    ) -> tuple[list[float], bool]:
+        """`run`, and whether a fallback served it (never, for memory): `(values, False)`."""
+        return self.run(script, keys, args), False
+
     def __repr__(self) -> str:
         return f"MemoryStore(namespace={self._namespace!r})"
 
@@ -275,17 +283,23 @@ class RedisStore:
         self, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]
     ) -> list[float]:
         """Run the Lua script on Redis; on a Redis failure, the Python one on the fallback."""
+        return self.run_checked(script, keys, args)[0]
+
+    def run_checked(
+        self, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]
+    ) -> tuple[list[float], bool]:
+        """`run`, and whether the in-memory fallback served it: `(values, used_fallback)`."""
         if self._skip_redis():
-            return self._run_fallback(script, keys, args)
+            return self._run_fallback(script, keys, args), True
         full_keys = [f"{self._namespace}:{key}" for key in keys]
         now = "" if self._clock is None else repr(float(self._clock()))
         try:
             result = self._script(script)(keys=full_keys, args=[now, *map(_arg, args)])
         except self._errors as exc:
             self._failed(exc)
-            return self._run_fallback(script, keys, args)
+            return self._run_fallback(script, keys, args), True
         self._recovered()
-        return [float(value) for value in result]
+        return [float(value) for value in result], False
 
     # -- fallback bookkeeping ------------------------------------------------------------------
 

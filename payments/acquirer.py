@@ -2,7 +2,8 @@
 
 One client per process and configuration, sharing one state store: Redis when
 ``ACQUIRER_STATE_REDIS_URL`` is set (every gunicorn and Celery process then sees the same rate
-gate and retry budget), else in-memory (one process, the embedded default).
+gate, retry budget, circuit breakers and concurrency limit), else in-memory (one process, the
+embedded default).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from django.conf import settings
 
 from gateway_client import (
     AcquirerClient,
+    AimdConfig,
+    BreakerConfig,
     AcquirerConfig,
     MemoryStore,
     RedisStore,
@@ -51,6 +54,30 @@ def api_retry_policy() -> RetryPolicy:
         max_server_wait=settings.ACQUIRER_MAX_SERVER_WAIT_SECONDS,
         retry_ambiguous=settings.ACQUIRER_RETRY_AMBIGUOUS,
         min_attempt_time=settings.ACQUIRER_MIN_ATTEMPT_SECONDS,
+        concurrency_wait=settings.ACQUIRER_CONCURRENCY_WAIT_SECONDS,
+    )
+
+
+def breaker_config() -> BreakerConfig:
+    """The circuit breaker of each endpoint group (``ACQUIRER_BREAKER_*``; seconds, percent)."""
+    return BreakerConfig(
+        window_type=settings.ACQUIRER_BREAKER_WINDOW_TYPE,
+        window_size=settings.ACQUIRER_BREAKER_WINDOW_SIZE,
+        minimum_calls=settings.ACQUIRER_BREAKER_MINIMUM_CALLS,
+        failure_rate_threshold=settings.ACQUIRER_BREAKER_FAILURE_RATE_THRESHOLD,
+        slow_call_duration=settings.ACQUIRER_BREAKER_SLOW_CALL_SECONDS,
+        slow_call_rate_threshold=settings.ACQUIRER_BREAKER_SLOW_CALL_RATE_THRESHOLD,
+        open_duration=settings.ACQUIRER_BREAKER_OPEN_SECONDS,
+        half_open_permits=settings.ACQUIRER_BREAKER_HALF_OPEN_PERMITS,
+        max_half_open_duration=settings.ACQUIRER_BREAKER_MAX_HALF_OPEN_SECONDS,
+    )
+
+
+def concurrency_config() -> AimdConfig:
+    """The adaptive concurrency limit per quota scope (``ACQUIRER_CONCURRENCY_*``)."""
+    return AimdConfig(
+        initial_limit=settings.ACQUIRER_CONCURRENCY_INITIAL_LIMIT,
+        max_limit=settings.ACQUIRER_CONCURRENCY_MAX_LIMIT,
     )
 
 
@@ -58,7 +85,11 @@ def reconciliation_retry_policy() -> RetryPolicy:
     """The policy of reconciliation's look-ups and re-sends: nobody waits on them, so a longer
     deadline (``RECONCILIATION_ACQUIRER_DEADLINE_SECONDS``) and server waits up to it."""
     deadline = settings.RECONCILIATION_ACQUIRER_DEADLINE_SECONDS
-    return api_retry_policy().replace(deadline=deadline, max_server_wait=deadline)
+    return api_retry_policy().replace(
+        deadline=deadline,
+        max_server_wait=deadline,
+        concurrency_wait=settings.RECONCILIATION_CONCURRENCY_WAIT_SECONDS,
+    )
 
 
 @lru_cache(maxsize=4)
@@ -81,7 +112,8 @@ def acquirer_client() -> AcquirerClient:
         settings.ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND,
         settings.ACQUIRER_RETRY_BUDGET_PERCENT,
     )
-    cache_key = (config, policy, redis_url, namespace, budget_settings)
+    breaker, limiter = breaker_config(), concurrency_config()
+    cache_key = (config, policy, redis_url, namespace, budget_settings, breaker, limiter)
     with _clients_lock:
         client = _clients.get(cache_key)
         if client is None:
@@ -95,7 +127,13 @@ def acquirer_client() -> AcquirerClient:
                 percent_can_retry=percent,
             )
             client = AcquirerClient(
-                config, policy=policy, store=store, budget=budget, metrics=GatewayMetrics()
+                config,
+                policy=policy,
+                store=store,
+                budget=budget,
+                metrics=GatewayMetrics(),
+                breakers={"authorize": breaker, "lookup": breaker},
+                limiter=limiter,
             )
             _clients[cache_key] = client
         return client

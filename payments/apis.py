@@ -115,7 +115,7 @@ class PaymentListCreateApi(APIView):
         if result.replay_of is not None:
             record_idempotency_replay()
             return replay_response(result.replay_of)
-        if result.outcome is Outcome.NOT_SENT:
+        if result.outcome in (Outcome.NOT_SENT, Outcome.CIRCUIT_OPEN):
             raise Problem(
                 "The acquirer could not be reached; the payment was not sent and nothing was "
                 "charged. Retry later, with the same Idempotency-Key if you wish.",

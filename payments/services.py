@@ -33,6 +33,7 @@ from gateway_client import (
     AmbiguousOutcomeError,
     Authorization,
     AuthorizationRequest,
+    CircuitOpenError,
     GatewayError,
     PermanentError,
     RetryableError,
@@ -85,6 +86,7 @@ class Outcome(enum.Enum):
     DECLINED = "declined"  #: the acquirer declined it (a result, not an error).
     UNKNOWN = "unknown"  #: the acquirer may have applied it: stays processing, reconcile.
     NOT_SENT = "not_sent"  #: certainly not applied: failed, key released.
+    CIRCUIT_OPEN = "circuit_open"  #: refused by the open breaker, nothing sent: key released.
     REJECTED = "rejected"  #: the acquirer refused our request (permanent): failed.
 
 
@@ -167,7 +169,9 @@ def _authorize(
     try:
         authorization = client.authorize(authorization_request(payment))
     except GatewayError as exc:
-        if isinstance(exc, RetryableError):
+        if isinstance(exc, CircuitOpenError):
+            outcome = Outcome.CIRCUIT_OPEN
+        elif isinstance(exc, RetryableError):
             outcome = Outcome.NOT_SENT
         elif isinstance(exc, AmbiguousOutcomeError):
             outcome = Outcome.UNKNOWN
@@ -217,6 +221,13 @@ def _schedule_reconciliation(payment: Payment, now: datetime) -> None:
     )
 
 
+def _replayable(merchant: Merchant, key: str, now: datetime) -> bool:
+    """Whether ``key`` already holds an answer (a replay needs no acquirer). A read, no lock."""
+    return IdempotencyKey.objects.filter(
+        merchant=merchant, key=key, status=IdempotencyKey.Status.COMPLETED, expires_at__gt=now
+    ).exists()
+
+
 def payment_create(
     *,
     merchant: Merchant,
@@ -230,12 +241,20 @@ def payment_create(
     ``data`` is the validated body (amount in minor units, ISO 4217 currency, payment_method
     token, optional reference and description). Returns a :class:`CreateResult`: a replay
     (``replay_of`` set), or the outcome with the response to send (``response`` is None for
-    :attr:`Outcome.NOT_SENT`, which is never stored). Raises ``IdempotencyKeyReused`` (422) and
-    ``IdempotencyKeyInUse`` (409) from the claim.
+    :attr:`Outcome.NOT_SENT` and :attr:`Outcome.CIRCUIT_OPEN`, never stored; ``retry_after`` is
+    then the wait in whole seconds). An open circuit breaker is checked before anything is
+    written, unless the key already holds an answer to replay. Raises ``IdempotencyKeyReused``
+    (422) and ``IdempotencyKeyInUse`` (409) from the claim.
     """
     fingerprint = request_fingerprint("POST", PAYMENTS_ROUTE, data)
     lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
     now = clock()
+    admitted, retry_after = client.admits("authorize")
+    if not admitted and not _replayable(merchant, idempotency_key, now):
+        # The breaker is open: answer at once, before anything is written; the key stays free.
+        return CreateResult(
+            response=None, outcome=Outcome.CIRCUIT_OPEN, retry_after=max(1, math.ceil(retry_after))
+        )
     with transaction.atomic():
         claim = idempotency_key_claim(
             merchant_id=merchant.pk,
@@ -288,7 +307,7 @@ def payment_create(
     crash_point("after_phase1_commit")
     outcome, authorization, attempt = _authorize(client, payment)
     crash_point("after_acquirer_answer")
-    if outcome is Outcome.NOT_SENT and not first_attempt:
+    if outcome in (Outcome.NOT_SENT, Outcome.CIRCUIT_OPEN) and not first_attempt:
         outcome = Outcome.UNKNOWN  # this attempt was not applied; an earlier one may have been
 
     now = clock()
@@ -317,13 +336,15 @@ def payment_create(
                 decline_code=authorization.decline_code,
                 next_check_at=None,
             )
-        elif outcome is Outcome.NOT_SENT:
+        elif outcome in (Outcome.NOT_SENT, Outcome.CIRCUIT_OPEN):
             payment_transition(
                 payment=payment,
                 to_status=PaymentStatus.FAILED,
                 event_type="authorization_not_sent",
                 now=now,
-                failure_code="acquirer_unavailable",
+                failure_code=(
+                    "circuit_open" if outcome is Outcome.CIRCUIT_OPEN else "acquirer_unavailable"
+                ),
                 next_check_at=None,
             )
             idempotency_key_release(record=record)

@@ -788,6 +788,7 @@ def test_error_tree_shape() -> None:
         "ConnectionFailedError",
         "RateLimitedError",
         "AcquirerUnavailableError",
+        "CircuitOpenError",
         "RetryBudgetExhaustedError",
     }
     assert {c.__name__ for c in AmbiguousOutcomeError.__subclasses__()} == {

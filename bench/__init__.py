@@ -1,0 +1,1 @@
+"""Benchmarks (docs/benchmarks.md). A package so that gunicorn can import ``bench.peers``."""

@@ -1,0 +1,288 @@
+"""Benchmark: what the circuit breaker (with the retry budget, rate gate and AIMD limiter) costs
+on a healthy call, and what it saves when the acquirer is down.
+
+One command (see docs/benchmarks.md)::
+
+    .venv/bin/python bench/breaker_overhead.py                  # memory and Redis stores
+    .venv/bin/python bench/breaker_overhead.py --calls 500 --hanging 10 --no-redis
+
+It starts the sandbox acquirer (``python -m sandbox_acquirer --port 0``) and measures, in one
+run, on loopback:
+
+1. **Healthy overhead**: ``--calls`` approved authorisations through ``AcquirerClient`` with
+   everything on (breaker, budget, gate, limiter; the default policy), interleaved one for one
+   with the same ``POST /charges`` sent by a bare ``httpx.Client`` (same headers, keep-alive).
+   Median and p99 of each, their ratio, and the median difference. Once with the in-memory
+   store and once with Redis (``--redis-url``, skipped if unreachable or ``--no-redis``).
+2. **Refused versus hanging**: ``--refused`` calls refused by an open breaker (nothing sent)
+   versus ``--hanging`` calls that hang until the deadline (``tok_timeout_after_commit``: the
+   sandbox holds the answer; one attempt whose read timeout equals the ``--deadline``, 8 s, the
+   API path's deadline, so it waits the whole deadline). The hanging calls run concurrently,
+   each timed on its own. Median and p99 of each and the ratio of medians, plus the cost of
+   the pre-check ``client.admits("authorize")``.
+
+Logging stays at the default WARNING level (the client's per-attempt INFO line is not
+written), so the numbers are the resilience machinery, not log I/O. Results are printed and
+written to ``bench/results/breaker_overhead-<timestamp>.json`` (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import redis  # noqa: E402
+
+from gateway_client import (  # noqa: E402
+    AcquirerClient,
+    AcquirerConfig,
+    AuthorizationRequest,
+    CircuitOpenError,
+    GatewayError,
+    MemoryStore,
+    RedisStore,
+    RetryPolicy,
+    StateStore,
+)
+from tests.support.sandbox import SandboxProcess  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="healthy calls of each kind")
+    parser.add_argument("--refused", type=int, default=5000, help="calls refused when open")
+    parser.add_argument("--hanging", type=int, default=40, help="calls hanging to the deadline")
+    parser.add_argument("--deadline", type=float, default=8.0, help="the hanging calls' deadline")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--no-redis", action="store_true", help="only the in-memory store")
+    return parser.parse_args()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    """Median and p99 in milliseconds."""
+    return {
+        "n": len(seconds),
+        "median_ms": statistics.median(seconds) * 1000,
+        "p99_ms": percentile(seconds, 0.99) * 1000,
+    }
+
+
+def request(payment_method: str = "tok_visa") -> AuthorizationRequest:
+    reference = f"pay_{uuid.uuid4().hex[:24]}"
+    return AuthorizationRequest(
+        amount=1050,
+        currency="EUR",
+        payment_method=payment_method,
+        reference=reference,
+        idempotency_key=f"authorize-{reference}",
+    )
+
+
+def make_client(sandbox: SandboxProcess, store: StateStore, **kwargs: Any) -> AcquirerClient:
+    config = AcquirerConfig(base_url=sandbox.url, api_key=sandbox.api_key, name="sandbox")
+    return AcquirerClient(config, store=store, **kwargs)
+
+
+def healthy_overhead(sandbox: SandboxProcess, store: StateStore, calls: int) -> dict[str, Any]:
+    """Interleaved bare httpx POSTs and client authorisations, all approved."""
+    bare = httpx.Client(
+        base_url=sandbox.url,
+        headers={"Authorization": f"Bearer {sandbox.api_key}", "Accept": "application/json"},
+        timeout=httpx.Timeout(3.0, connect=1.0),
+        trust_env=False,
+    )
+    client = make_client(sandbox, store)
+
+    def bare_call() -> None:
+        item = request()
+        response = bare.post(
+            "/charges",
+            json={
+                "amount": item.amount,
+                "currency": item.currency,
+                "payment_method": item.payment_method,
+                "reference": item.reference,
+            },
+            headers={"Idempotency-Key": item.idempotency_key},
+        )
+        response.raise_for_status()
+        response.json()
+
+    def client_call() -> None:
+        assert client.authorize(request()).approved
+
+    bare_times: list[float] = []
+    client_times: list[float] = []
+    for index in range(calls + 50):
+        order = (bare_call, client_call) if index % 2 else (client_call, bare_call)
+        for function in order:
+            started = time.perf_counter()
+            function()
+            elapsed = time.perf_counter() - started
+            if index >= 50:  # warm-up: connections, scripts, caches
+                (bare_times if function is bare_call else client_times).append(elapsed)
+    bare.close()
+    client.close()
+    bare_summary, client_summary = summary(bare_times), summary(client_times)
+    return {
+        "bare_httpx": bare_summary,
+        "client": client_summary,
+        "ratio_median": client_summary["median_ms"] / bare_summary["median_ms"],
+        "ratio_p99": client_summary["p99_ms"] / bare_summary["p99_ms"],
+        "overhead_median_us": (client_summary["median_ms"] - bare_summary["median_ms"]) * 1000,
+    }
+
+
+def refused_versus_hanging(
+    sandbox: SandboxProcess, store: StateStore, refused_calls: int, hanging_calls: int,
+    deadline: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Calls refused by an open breaker versus calls hanging until the deadline."""
+    client = make_client(sandbox, store)
+    client.breakers.force_open("authorize", actor="benchmark", reason="refused-call latency")
+    refused: list[float] = []
+    for _ in range(refused_calls + 50):
+        started = time.perf_counter()
+        try:
+            client.authorize(request())
+        except CircuitOpenError:
+            pass
+        refused.append(time.perf_counter() - started)
+    refused = refused[50:]
+    checks: list[float] = []
+    for _ in range(1000):
+        started = time.perf_counter()
+        client.admits("authorize")
+        checks.append(time.perf_counter() - started)
+    client.breakers.reset("authorize", actor="benchmark")
+
+    # The whole deadline in one attempt: the sandbox holds the answer longer than that.
+    policy = RetryPolicy(max_attempts=1, read_timeout=deadline, deadline=deadline)
+    hanging_client = make_client(sandbox, store, policy=policy, breakers={"authorize": None})
+    hanging: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def hang() -> None:
+        started = time.perf_counter()
+        try:
+            hanging_client.authorize(request("tok_timeout_after_commit"))
+            outcome = "answered"
+        except GatewayError as error:
+            outcome = type(error).__name__
+        elapsed = time.perf_counter() - started
+        with lock:
+            hanging.append(elapsed)
+            errors.append(outcome)
+
+    threads = [threading.Thread(target=hang) for _ in range(hanging_calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    client.close()
+    hanging_client.close()
+    refused_summary, hanging_summary = summary(refused), summary(hanging)
+    return {
+        "refused": refused_summary,
+        "admits_precheck": summary(checks),
+        "hanging": hanging_summary,
+        "hanging_outcomes": sorted(set(errors)),
+        "ratio_median": hanging_summary["median_ms"] / refused_summary["median_ms"],
+        "ratio_p99": hanging_summary["p99_ms"] / refused_summary["p99_ms"],
+    }
+
+
+def redis_store(url: str) -> StateStore | None:
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except redis.RedisError:
+        return None
+    return RedisStore.from_url(url, namespace=f"bench_breaker_{uuid.uuid4().hex[:8]}")
+
+
+def clean(url: str, store: StateStore | None) -> None:
+    if isinstance(store, RedisStore):
+        client = redis.Redis.from_url(url)
+        prefix = repr(store).split("'")[1]
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+
+
+def main() -> int:
+    args = parse_args()
+    # Records are created (WARNING and up) but not written: the machinery, not log I/O.
+    logging.basicConfig(level=logging.WARNING, handlers=[logging.NullHandler()])
+    stores: dict[str, StateStore] = {"memory": MemoryStore()}
+    shared = None if args.no_redis else redis_store(args.redis_url)
+    if shared is not None:
+        stores["redis"] = shared
+    results: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "args": vars(args),
+    }
+    with SandboxProcess.start(extra_args=("--hang-seconds", str(args.deadline + 30))) as sandbox:
+        for name, store in stores.items():
+            sandbox.reset()
+            results[f"healthy_{name}"] = healthy_overhead(sandbox, store, args.calls)
+            sandbox.reset()
+            results[f"down_{name}"] = refused_versus_hanging(
+                sandbox, store, args.refused, args.hanging, args.deadline
+            )
+    clean(args.redis_url, shared)
+
+    print(f"Healthy call, {args.calls} of each, interleaved (ms):")
+    print(f"{'store':<8}{'bare median':>13}{'client median':>15}{'ratio':>8}"
+          f"{'bare p99':>10}{'client p99':>12}{'ratio':>8}{'overhead us':>13}")  # fmt: skip
+    for name in stores:
+        h = results[f"healthy_{name}"]
+        print(
+            f"{name:<8}{h['bare_httpx']['median_ms']:>13.3f}{h['client']['median_ms']:>15.3f}"
+            f"{h['ratio_median']:>8.2f}{h['bare_httpx']['p99_ms']:>10.3f}"
+            f"{h['client']['p99_ms']:>12.3f}{h['ratio_p99']:>8.2f}"
+            f"{h['overhead_median_us']:>13.0f}"
+        )
+    print(f"\nAcquirer down: refused by the open breaker vs hanging until the {args.deadline:g} s"
+          " deadline (ms):")  # fmt: skip
+    print(f"{'store':<8}{'refused median':>16}{'refused p99':>13}{'hanging median':>16}"
+          f"{'hanging p99':>13}{'ratio median':>14}{'admits() median':>17}")  # fmt: skip
+    for name in stores:
+        d = results[f"down_{name}"]
+        print(
+            f"{name:<8}{d['refused']['median_ms']:>16.4f}{d['refused']['p99_ms']:>13.4f}"
+            f"{d['hanging']['median_ms']:>16.1f}{d['hanging']['p99_ms']:>13.1f}"
+            f"{d['ratio_median']:>14.0f}{d['admits_precheck']['median_ms']:>17.4f}"
+        )
+        print(f"{'':<8}hanging calls ended with: {', '.join(d['hanging_outcomes'])}")
+
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = out / f"breaker_overhead-{stamp}.json"
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwritten to {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1173 @@
+"""
+A circuit breaker on the failure RATE, per acquirer endpoint group, shared by every process.
+
+Why our own: the common Python breakers (pybreaker, circuitbreaker, purgatory, aiobreaker) count
+consecutive failures and reset on any success, so a repeating F,F,F,F,S pattern (80 %
+failures) never opens them, and pybreaker's Redis storage is not atomic. This one follows
+resilience4j's rules (REFERENCE.md section 4) and keeps its state in a `StateStore`
+(store.py): one atomic script, in Lua for Redis and in Python for memory, with the same
+semantics.
+
+States (`BreakerSnapshot.state`)::
+
+    closed ──(failure rate >= threshold over >= minimum calls)──> open
+    open ──(open_duration elapsed; the next call)──> half_open
+    half_open ──(half_open_permits results: failure rate >= threshold)──> open (a new wait)
+    half_open ──(half_open_permits results: below the threshold)──> closed (an empty window)
+    half_open ──(longer than max_half_open_duration, if set)──> open
+    any ──(operator)──> forced_open | disabled | metrics_only ──(operator reset)──> closed
+
+- closed: every call is admitted; each result enters a sliding window, count-based (the last
+  `window_size` results) or time-based (the results of the last `window_size` seconds, in
+  one-second buckets). Once the window holds at least `minimum_calls` results (for a count
+  window at most `window_size`), the breaker opens when failures * 100 >=
+  failure_rate_threshold * calls (inclusive, compared in integers), or when the slow calls
+  reach `slow_call_rate_threshold` (only if `slow_call_duration` is set).
+- open: calls are refused without being sent; `retry_after` is the time until probes are
+  admitted. At `opened + open_duration` exactly (>=), the next call turns the breaker
+  half-open and is admitted as a probe.
+- half_open: at most `half_open_permits` probes in flight plus results in; every other call
+  is refused at once (`retry_after` = HALF_OPEN_RETRY_AFTER). A permit is a lease that
+  expires (a probe killed mid-call frees its permit when its lease ends; the client's lease is
+  the call's remaining deadline plus a margin). When all permitted results are in, the rate
+  decides: open again (a new `open_duration` from the last result) or closed.
+- forced_open (operator): every call refused; `retry_after` is `open_duration`, a hint to
+  check back. disabled (operator): every call admitted, nothing recorded. metrics_only
+  (operator): every call admitted, results recorded and the rate shown, never opens.
+
+Outcomes (the client's classification, `outcome_for`): failures are connection failures
+(refused, DNS, connect timeout), timeouts, resets and 5xx (503 included) and answers that are
+not the documented one; successes are 2xx, declines included (a decline proves the acquirer
+healthy). Ignored (and a half-open permit taken for them is given back): our own 4xx
+(400, 401, 403, 404, 409, 422 ...), a pool timeout (our own saturation), and any call cancelled
+on the client side (an exception that is not a classified outcome). Rate limits (429, a
+confirmed 403) belong to the rate gate and the concurrency limiter, not to the breaker.
+
+Shared state: one hash per breaker, key `breaker:<name>:<group>` (namespaced by the store),
+holding the state, a generation number, the window, the half-open leases and counters. Every
+transition increments the generation, and every result carries the generation its call was
+admitted in: a late result from an older generation (a call admitted before the breaker
+opened, or before an operator's override) updates the statistics only (`late_results`) and
+can never cause a transition. Transitions are decided inside the atomic script, so exactly
+one process performs each: only that process logs it (once fleet-wide) and counts it in the
+metrics hook (`breaker_transitions`). Time is the store's clock (Redis `TIME`), so processes
+whose clocks disagree still agree on the open period.
+
+Redis unreachable: the RedisStore runs the same script on its in-memory fallback, so a local
+breaker with the same config decides for this process until Redis answers again; it is
+logged (once per episode) and counted (`breaker_store_fallback{group}`), and the store outage
+itself is never recorded as an acquirer failure.
+
+Every process using a breaker must use the same `BreakerConfig` for it: the config travels
+with each operation, and the state is interpreted with the caller's config.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .metrics import Metrics, NullMetrics
+from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+
+__all__ = [
+    "DEFAULT_GROUPS",
+    "FAILURE",
+    "HALF_OPEN_RETRY_AFTER",
+    "IGNORED",
+    "SUCCESS",
+    "Admission",
+    "BreakerConfig",
+    "BreakerSet",
+    "BreakerSnapshot",
+    "CircuitBreaker",
+    "Recorded",
+]
+
+logger = logging.getLogger("gateway_client.breaker")
+
+#: The groups every client has: POST /charges and GET /charges.
+DEFAULT_GROUPS = ("authorize", "lookup")
+
+#: Outcomes handed to `CircuitBreaker.record`.
+SUCCESS = "success"
+FAILURE = "failure"
+IGNORED = "ignored"
+
+#: The wait suggested to a call refused while the half-open probes are in flight (seconds):
+#: their answers, typically well under a second, decide the state.
+HALF_OPEN_RETRY_AFTER = 1.0
+
+_STATES = ("closed", "open", "half_open", "forced_open", "disabled", "metrics_only")
+_OVERRIDES = {"forced_open": 3, "disabled": 4, "metrics_only": 5}
+_OUTCOME_CODES = {  # (outcome, slow) -> the window's character
+    (SUCCESS, False): "0",
+    (FAILURE, False): "1",
+    (SUCCESS, True): "2",
+    (FAILURE, True): "3",
+}
+
+# Result vector of the script (both twins), by index.
+_RESULT, _STATE, _GEN, _RETRY, _FROM, _TO = 0, 1, 2, 3, 4, 5
+_CALLS, _FAILS, _SLOWS, _REFUSED, _IN_USE = 6, 7, 8, 9, 10
+_TOTAL, _TOTAL_FAILS, _LATE, _SINCE, _UNTIL, _NOW = 11, 12, 13, 14, 15, 16
+
+
+def _positive(name: str, value: object, *, integer: bool = False, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1")
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a positive, finite number")
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """
+    The rules of one breaker (immutable). Times are seconds. The defaults are the production
+    defaults (their reasoning: gateway_client/README.md, "Circuit breaker").
+
+    `window_type`: "count" (the last `window_size` results) or "time" (the results of the
+    last `window_size` whole seconds). `minimum_calls`: results needed before the rate can
+    open the breaker (for a count window, at most `window_size`). `failure_rate_threshold`:
+    percent, compared inclusively (>=). `slow_call_duration`: an attempt at least this long
+    counts as slow (None: off); `slow_call_rate_threshold`: percent of slow calls that opens
+    it. `open_duration`: how long calls are refused before probes. `half_open_permits`: probes
+    whose results decide. `max_half_open_duration`: half-open longer than this opens again
+    (None: no limit, resilience4j's default; expiring leases keep it from wedging).
+    `permit_lease`: the lease of a half-open permit when the caller gives none.
+    Raises ValueError on bad values.
+    """
+
+    window_type: str = "count"
+    window_size: int = 50
+    minimum_calls: int = 20
+    failure_rate_threshold: float = 50.0
+    slow_call_duration: float | None = None
+    slow_call_rate_threshold: float = 100.0
+    open_duration: float = 30.0
+    half_open_permits: int = 5
+    max_half_open_duration: float | None = None
+    permit_lease: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.window_type not in ("count", "time"):
+            raise ValueError('window_type must be "count" or "time"')
+        _positive("window_size", self.window_size, integer=True)
+        if self.window_type == "count" and self.window_size > 10_000:
+            raise ValueError("a count window holds at most 10000 results")
+        if self.window_type == "time" and self.window_size > 3600:
+            raise ValueError("a time window spans at most 3600 seconds")
+        _positive("minimum_calls", self.minimum_calls, integer=True)
+        for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
+            value = getattr(self, name)
+            _positive(name, value)
+            if value > 100:
+                raise ValueError(f"{name} is a percentage: 0 < value <= 100")
+        _positive("slow_call_duration", self.slow_call_duration, allow_none=True)
+        _positive("open_duration", self.open_duration)
+        _positive("half_open_permits", self.half_open_permits, integer=True)
+        if self.half_open_permits > 1000:
+            raise ValueError("half_open_permits must be <= 1000")
+        _positive("max_half_open_duration", self.max_half_open_duration, allow_none=True)
+        _positive("permit_lease", self.permit_lease)
+
+    def _args(self) -> list[str | int | float]:
+        slow_threshold = 0.0 if self.slow_call_duration is None else self.slow_call_rate_threshold
+        return [
+            self.window_type,
+            self.window_size,
+            self.minimum_calls,
+            float(self.failure_rate_threshold),
+            float(slow_threshold),
+            float(self.open_duration),
+            self.half_open_permits,
+            float(self.max_half_open_duration or 0.0),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """
+    The breaker's answer before one attempt.
+
+    `admitted`: send or not. `permit_id`: the half-open permit (a probe), else None.
+    `generation`: the generation the call was admitted in (hand the Admission back to
+    `record`). `state`: the state that decided. `retry_after`: seconds before a call may be
+    admitted (0 when admitted).
+    """
+
+    group: str
+    admitted: bool
+    state: str
+    generation: int
+    retry_after: float
+    permit_id: str | None = None
+
+    @property
+    def probe(self) -> bool:
+        """True when this call holds a half-open permit."""
+        return self.permit_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What recording a result left: the `state`, `retry_after` if refusing, `late` result."""
+
+    state: str
+    retry_after: float
+    late: bool
+    generation: int
+
+    @property
+    def refusing(self) -> bool:
+        """True when the next call would be refused (open or forced open)."""
+        return self.state in ("open", "forced_open")
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSnapshot:
+    """
+    One breaker's state, for the admin and /metrics (`as_dict()` for JSON).
+
+    `state`: closed, open, half_open, forced_open, disabled or metrics_only. `failure_rate`
+    and `slow_call_rate`: percent over `buffered_calls` (the window; in half-open, the probe
+    results), None with no buffered call. `refused_calls`: calls refused since the breaker's
+    state was created (fleet-wide, never reset). `seconds_until_half_open`: while open, the
+    time until the next call is admitted as a probe (0: the next one is); None when not open.
+    `half_open_permits_in_use`: live probe leases. `override`: the operator's override or
+    None. `store`: "memory", "redis", or "fallback" (Redis unreachable: this process's local
+    breaker). `recorded_calls`, `recorded_failures`, `late_results`: every result recorded
+    since the state was created (late ones included).
+    """
+
+    name: str
+    group: str
+    state: str
+    generation: int
+    failure_rate: float | None
+    slow_call_rate: float | None
+    buffered_calls: int
+    failed_calls: int
+    slow_calls: int
+    minimum_calls: int
+    refused_calls: int
+    seconds_until_half_open: float | None
+    seconds_in_state: float
+    half_open_permits_in_use: int
+    override: str | None
+    store: str
+    recorded_calls: int
+    recorded_failures: int
+    late_results: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The snapshot as a plain dict (JSON-ready)."""
+        return asdict(self)
+
+
+# -- the atomic script ------------------------------------------------------------------------
+#
+# ARGV: [1] now, [2] op, [3] window type, [4] window size, [5] minimum calls, [6] failure rate
+# threshold, [7] slow rate threshold (0: off), [8] open duration, [9] half-open permits,
+# [10] max half-open duration (0: none), [11..13] the op's arguments:
+#   acquire  permit id, lease seconds          peek  -                  read  -
+#   record   permit id or '-', outcome (0-3 or 'i'), generation
+#   override 3 forced_open | 4 disabled | 5 metrics_only              reset -
+# Hash fields: st (0 closed, 1 open, 2 half-open), gen, since, until, w (count window: one
+# character per result, 0 success, 1 failure, 2 slow success, 3 slow failure), tw (time
+# window: "second:calls:failures:slow;..."), ls (leases "id=expiry;..."), hc/hf/hs (half-open
+# results, failures, slow), ov (0, or an override 3/4/5), ref (refused), ct/ft/lt (recorded
+# results, failures, late results). Times are kept in microseconds ("%.6f"), and `now` is rounded
+# to them first, so a boundary such as "opened + open_duration" compares exactly.
+
+_BREAKER_LUA = (
+    STORE_NOW
+    + """
+now = tonumber(string.format('%.6f', now))
+local key = KEYS[1]
+local op = ARGV[2]
+local wtype = ARGV[3]
+local wsize = tonumber(ARGV[4])
+local minc = tonumber(ARGV[5])
+local fthr = tonumber(ARGV[6])
+local sthr = tonumber(ARGV[7])
+local opend = tonumber(ARGV[8])
+local permits = tonumber(ARGV[9])
+local maxho = tonumber(ARGV[10])
+local a1 = ARGV[11] or ''
+local a2 = ARGV[12] or ''
+local a3 = ARGV[13] or ''
+local HALF_OPEN_WAIT = 1.0
+
+local h = {}
+local flat = redis.call('HGETALL', key)
+for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local dirty = false
+
+local function num(f, d)
+  local v = h[f]
+  if v == nil or v == '' then return d end
+  return tonumber(v)
+end
+local function put(f, v) h[f] = v; dirty = true end
+local function fmt(x) return string.format('%.6f', x) end
+local function int(x) return string.format('%d', x) end
+
+local st = num('st', 0)
+local gen = num('gen', 0)
+local ov = num('ov', 0)
+local since = num('since', now)
+local from_s, to_s = -1, -1
+
+local function reported()
+  if ov ~= 0 then return ov end
+  return st
+end
+
+local function window()
+  if wtype == 'count' then
+    local w = h['w'] or ''
+    if #w > wsize then w = string.sub(w, -wsize) end
+    local _, f = string.gsub(w, '[13]', '')
+    local _, s = string.gsub(w, '[23]', '')
+    return #w, f, s, w
+  end
+  local oldest = math.floor(now) - wsize + 1
+  local kept = {}
+  local c, f, s = 0, 0, 0
+  for sec, ec, ef, es in string.gmatch(h['tw'] or '', '(%-?%d+):(%d+):(%d+):(%d+)') do
+    if tonumber(sec) >= oldest then
+      kept[#kept + 1] = sec .. ':' .. ec .. ':' .. ef .. ':' .. es
+      c = c + tonumber(ec)
+      f = f + tonumber(ef)
+      s = s + tonumber(es)
+    end
+  end
+  return c, f, s, table.concat(kept, ';')
+end
+
+local function add(o)
+  local fail = 0
+  local slow = 0
+  if o == '1' or o == '3' then fail = 1 end
+  if o == '2' or o == '3' then slow = 1 end
+  if wtype == 'count' then
+    local w = (h['w'] or '') .. o
+    if #w > wsize then w = string.sub(w, -wsize) end
+    put('w', w)
+    return
+  end
+  local sec = int(math.floor(now))
+  local _, _, _, pruned = window()
+  local kept = {}
+  local found = false
+  for esec, ec, ef, es in string.gmatch(pruned, '(%-?%d+):(%d+):(%d+):(%d+)') do
+    if esec == sec then
+      found = true
+      ec = int(tonumber(ec) + 1)
+      ef = int(tonumber(ef) + fail)
+      es = int(tonumber(es) + slow)
+    end
+    kept[#kept + 1] = esec .. ':' .. ec .. ':' .. ef .. ':' .. es
+  end
+  if not found then
+    kept[#kept + 1] = sec .. ':1:' .. int(fail) .. ':' .. int(slow)
+  end
+  put('tw', table.concat(kept, ';'))
+end
+
+local function needed()
+  if wtype == 'count' and wsize < minc then return wsize end
+  return minc
+end
+
+local function trips(c, f, s, least)
+  if c < least then return false end
+  if f * 100 >= fthr * c then return true end
+  if sthr > 0 and s * 100 >= sthr * c then return true end
+  return false
+end
+
+local function leases(write)
+  local ls = h['ls'] or ''
+  local kept = {}
+  for id, exp in string.gmatch(ls, '([^=;]+)=([^;]+)') do
+    if tonumber(exp) > now then kept[#kept + 1] = id .. '=' .. exp end
+  end
+  local s = table.concat(kept, ';')
+  if write and s ~= ls then put('ls', s) end
+  return #kept, s
+end
+
+local function take_lease(id)
+  local _, s = leases(true)
+  local kept = {}
+  local found = false
+  for lid, exp in string.gmatch(s, '([^=;]+)=([^;]+)') do
+    if lid == id then found = true else kept[#kept + 1] = lid .. '=' .. exp end
+  end
+  if found then put('ls', table.concat(kept, ';')) end
+  return found
+end
+
+local function clear()
+  put('w', ''); put('tw', ''); put('ls', '')
+  put('hc', '0'); put('hf', '0'); put('hs', '0')
+end
+
+local function go(to)
+  if from_s < 0 then from_s = reported() end
+  st = to
+  gen = gen + 1
+  since = now
+  put('st', int(st)); put('gen', int(gen)); put('since', fmt(now))
+  clear()
+  if to == 1 then put('until', fmt(now + opend)) end
+  to_s = reported()
+end
+
+local function half_open_expired()
+  return st == 2 and ov == 0 and maxho > 0 and now - since >= maxho
+end
+
+local result = 0
+local retry = 0
+local dc, df, ds = -1, -1, -1
+
+if op == 'acquire' then
+  if ov == 4 or ov == 5 then
+    result = 1
+  elseif ov == 3 then
+    retry = opend
+  else
+    if half_open_expired() then go(1) end
+    if st == 1 and now >= num('until', 0) then go(2) end
+    if st == 0 then
+      result = 1
+    elseif st == 1 then
+      retry = num('until', 0) - now
+    else
+      local n, s = leases(true)
+      if n + num('hc', 0) < permits then
+        local lease = a1 .. '=' .. fmt(now + tonumber(a2))
+        if s == '' then put('ls', lease) else put('ls', s .. ';' .. lease) end
+        result = 2
+      else
+        retry = HALF_OPEN_WAIT
+      end
+    end
+  end
+  if result == 0 then put('ref', int(num('ref', 0) + 1)) end
+elseif op == 'peek' then
+  if ov == 3 then
+    retry = opend
+  elseif ov == 4 or ov == 5 or st == 0 then
+    result = 1
+  elseif half_open_expired() then
+    retry = opend
+  elseif st == 1 then
+    local u = num('until', 0)
+    if now >= u then result = 1 else retry = u - now end
+  else
+    local n = leases(false)
+    if n + num('hc', 0) < permits then result = 1 else retry = HALF_OPEN_WAIT end
+  end
+elseif op == 'record' then
+  local o = a2
+  local fail = 0
+  local slow = 0
+  if o == '1' or o == '3' then fail = 1 end
+  if o == '2' or o == '3' then slow = 1 end
+  if ov == 4 then
+    result = 0
+  elseif o == 'i' then
+    if tonumber(a3) == gen and st == 2 and ov == 0 and a1 ~= '-' then take_lease(a1) end
+    result = 0
+  else
+    put('ct', int(num('ct', 0) + 1))
+    if fail == 1 then put('ft', int(num('ft', 0) + 1)) end
+    if tonumber(a3) ~= gen then
+      put('lt', int(num('lt', 0) + 1))
+      result = 2
+    elseif ov == 5 or (ov == 0 and st == 0) then
+      add(o)
+      local c, f, s = window()
+      dc, df, ds = c, f, s
+      if ov == 0 and trips(c, f, s, needed()) then go(1) end
+      result = 1
+    elseif ov == 0 and st == 2 and a1 ~= '-' and take_lease(a1) then
+      local hc = num('hc', 0) + 1
+      local hf = num('hf', 0) + fail
+      local hs = num('hs', 0) + slow
+      put('hc', int(hc)); put('hf', int(hf)); put('hs', int(hs))
+      dc, df, ds = hc, hf, hs
+      if hc >= permits then
+        if trips(hc, hf, hs, permits) then go(1) else go(0) end
+      end
+      result = 1
+    else
+      put('lt', int(num('lt', 0) + 1))
+      result = 2
+    end
+  end
+elseif op == 'override' then
+  from_s = reported()
+  ov = tonumber(a1)
+  st = 0
+  gen = gen + 1
+  since = now
+  put('ov', int(ov)); put('st', '0'); put('gen', int(gen)); put('since', fmt(now))
+  clear()
+  to_s = reported()
+elseif op == 'reset' then
+  from_s = reported()
+  ov = 0
+  st = 0
+  gen = gen + 1
+  since = now
+  put('ov', '0'); put('st', '0'); put('gen', int(gen)); put('since', fmt(now))
+  clear()
+  to_s = 0
+end
+
+if op ~= 'acquire' and op ~= 'peek' then
+  if ov == 3 then
+    retry = opend
+  elseif ov == 0 and st == 1 then
+    retry = num('until', 0) - now
+    if retry < 0 then retry = 0 end
+  end
+end
+
+if dirty then
+  local out = {}
+  for f, v in pairs(h) do
+    out[#out + 1] = f
+    out[#out + 1] = v
+  end
+  redis.call('HSET', key, unpack(out))
+end
+
+local c, f, s
+if dc >= 0 then
+  c, f, s = dc, df, ds
+elseif st == 2 and ov == 0 then
+  c, f, s = num('hc', 0), num('hf', 0), num('hs', 0)
+else
+  c, f, s = window()
+end
+local in_use = leases(false)
+return {int(result), int(reported()), int(gen), fmt(retry), int(from_s), int(to_s),
+        int(c), int(f), int(s), int(num('ref', 0)), int(in_use),
+        int(num('ct', 0)), int(num('ft', 0)), int(num('lt', 0)),
+        fmt(since), fmt(num('until', 0)), fmt(now)}
+"""
+)
+
+_HALF_OPEN_WAIT = HALF_OPEN_RETRY_AFTER
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6f}"
+
+
+def _window_py(h: dict[str, str], wtype: str, wsize: int, now: float) -> tuple[int, int, int, str]:
+    if wtype == "count":
+        w = h.get("w", "")
+        if len(w) > wsize:
+            w = w[-wsize:]
+        return len(w), sum(ch in "13" for ch in w), sum(ch in "23" for ch in w), w
+    oldest = math.floor(now) - wsize + 1
+    kept: list[str] = []
+    c = f = s = 0
+    for entry in filter(None, h.get("tw", "").split(";")):
+        sec, ec, ef, es = entry.split(":")
+        if int(sec) >= oldest:
+            kept.append(entry)
+            c, f, s = c + int(ec), f + int(ef), s + int(es)
+    return c, f, s, ";".join(kept)
+
+
+def _leases_py(h: dict[str, str], now: float) -> list[tuple[str, str]]:
+    kept = []
+    for entry in filter(None, h.get("ls", "").split(";")):
+        lease_id, _, expiry = entry.partition("=")
+        if float(expiry) > now:
+            kept.append((lease_id, expiry))
+    return kept
+
+
+def _join_leases(leases: Sequence[tuple[str, str]]) -> str:
+    return ";".join(f"{lease_id}={expiry}" for lease_id, expiry in leases)
+
+
+def _breaker_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
+    """The Python twin of _BREAKER_LUA: the same steps, on a dict of the same strings."""
+    now = float(_fmt(now))  # microseconds, as stored: "at exactly opened + 30 s" holds
+    key = keys[0]
+    op, wtype = args[0], args[1]
+    wsize, minc = int(args[2]), int(args[3])
+    fthr, sthr, opend = float(args[4]), float(args[5]), float(args[6])
+    permits, maxho = int(args[7]), float(args[8])
+    a1 = args[9] if len(args) > 9 else ""
+    a2 = args[10] if len(args) > 10 else ""
+    a3 = args[11] if len(args) > 11 else ""
+
+    h: dict[str, str] = dict(space.get(key) or {})
+    dirty = False
+
+    def num(field: str, default: float) -> float:
+        value = h.get(field)
+        return default if value is None or value == "" else float(value)
+
+    def put(field: str, value: str) -> None:
+        nonlocal dirty
+        h[field] = value
+        dirty = True
+
+    st, gen, ov = int(num("st", 0)), int(num("gen", 0)), int(num("ov", 0))
+    since = num("since", now)
+    from_s = to_s = -1
+
+    def reported() -> int:
+        return ov if ov != 0 else st
+
+    def add(o: str) -> None:
+        if wtype == "count":
+            put("w", (h.get("w", "") + o)[-wsize:])
+            return
+        fail, slow = int(o in "13"), int(o in "23")
+        sec = str(math.floor(now))
+        kept, found = [], False
+        for entry in filter(None, _window_py(h, wtype, wsize, now)[3].split(";")):
+            esec, ec, ef, es = entry.split(":")
+            if esec == sec:
+                found = True
+                ec, ef, es = str(int(ec) + 1), str(int(ef) + fail), str(int(es) + slow)
+            kept.append(f"{esec}:{ec}:{ef}:{es}")
+        if not found:
+            kept.append(f"{sec}:1:{fail}:{slow}")
+        put("tw", ";".join(kept))
+
+    def needed() -> int:
+        return wsize if wtype == "count" and wsize < minc else minc
+
+    def trips(c: float, f: float, s: float, least: int) -> bool:
+        if c < least:
+            return False
+        return f * 100 >= fthr * c or (sthr > 0 and s * 100 >= sthr * c)
+
+    def purge() -> list[tuple[str, str]]:
+        live = _leases_py(h, now)
+        joined = _join_leases(live)
+        if joined != h.get("ls", ""):
+            put("ls", joined)
+        return live
+
+    def take_lease(lease_id: str) -> bool:
+        live = purge()
+        kept = [item for item in live if item[0] != lease_id]
+        if len(kept) != len(live):
+            put("ls", _join_leases(kept))
+            return True
+        return False
+
+    def clear() -> None:
+        for field, value in (("w", ""), ("tw", ""), ("ls", ""), ("hc", "0"), ("hf", "0")):
+            put(field, value)
+        put("hs", "0")
+
+    def go(to: int) -> None:
+        nonlocal st, gen, since, from_s, to_s
+        if from_s < 0:
+            from_s = reported()
+        st, gen, since = to, gen + 1, now
+        put("st", str(st))
+        put("gen", str(gen))
+        put("since", _fmt(now))
+        clear()
+        if to == 1:
+            put("until", _fmt(now + opend))
+        to_s = reported()
+
+    def half_open_expired() -> bool:
+        return st == 2 and ov == 0 and maxho > 0 and now - since >= maxho
+
+    result, retry = 0, 0.0
+    dc = df = ds = -1
+
+    if op == "acquire":
+        if ov in (4, 5):
+            result = 1
+        elif ov == 3:
+            retry = opend
+        else:
+            if half_open_expired():
+                go(1)
+            if st == 1 and now >= num("until", 0):
+                go(2)
+            if st == 0:
+                result = 1
+            elif st == 1:
+                retry = num("until", 0) - now
+            else:
+                live = purge()
+                if len(live) + num("hc", 0) < permits:
+                    put("ls", _join_leases([*live, (a1, _fmt(now + float(a2)))]))
+                    result = 2
+                else:
+                    retry = _HALF_OPEN_WAIT
+        if result == 0:
+            put("ref", str(int(num("ref", 0)) + 1))
+    elif op == "peek":
+        if ov == 3 or half_open_expired():
+            retry = opend
+        elif ov in (4, 5) or st == 0:
+            result = 1
+        elif st == 1:
+            until = num("until", 0)
+            if now >= until:
+                result = 1
+            else:
+                retry = until - now
+        elif len(_leases_py(h, now)) + num("hc", 0) < permits:
+            result = 1
+        else:
+            retry = _HALF_OPEN_WAIT
+    elif op == "record":
+        o = a2
+        fail, slow = int(o in ("1", "3")), int(o in ("2", "3"))
+        if ov == 4:
+            result = 0
+        elif o == "i":
+            if int(a3) == gen and st == 2 and ov == 0 and a1 != "-":
+                take_lease(a1)
+            result = 0
+        else:
+            put("ct", str(int(num("ct", 0)) + 1))
+            if fail:
+                put("ft", str(int(num("ft", 0)) + 1))
+            if int(a3) != gen:
+                put("lt", str(int(num("lt", 0)) + 1))
+                result = 2
+            elif ov == 5 or (ov == 0 and st == 0):
+                add(o)
+                c, f, s, _ = _window_py(h, wtype, wsize, now)
+                dc, df, ds = c, f, s
+                if ov == 0 and trips(c, f, s, needed()):
+                    go(1)
+                result = 1
+            elif ov == 0 and st == 2 and a1 != "-" and take_lease(a1):
+                hc, hf, hs = (
+                    int(num("hc", 0)) + 1,
+                    int(num("hf", 0)) + fail,
+                    int(num("hs", 0)) + slow,
+                )
+                put("hc", str(hc))
+                put("hf", str(hf))
+                put("hs", str(hs))
+                dc, df, ds = hc, hf, hs
+                if hc >= permits:
+                    go(1 if trips(hc, hf, hs, permits) else 0)
+                result = 1
+            else:
+                put("lt", str(int(num("lt", 0)) + 1))
+                result = 2
+    elif op in ("override", "reset"):
+        from_s = reported()
+        ov = int(a1) if op == "override" else 0
+        st, gen, since = 0, gen + 1, now
+        put("ov", str(ov))
+        put("st", "0")
+        put("gen", str(gen))
+        put("since", _fmt(now))
+        clear()
+        to_s = reported()
+
+    if op not in ("acquire", "peek"):
+        if ov == 3:
+            retry = opend
+        elif ov == 0 and st == 1:
+            retry = max(0.0, num("until", 0) - now)
+
+    if dirty:
+        space.set(key, h)
+
+    if dc >= 0:
+        c, f, s = dc, df, ds
+    elif st == 2 and ov == 0:
+        c, f, s = int(num("hc", 0)), int(num("hf", 0)), int(num("hs", 0))
+    else:
+        c, f, s, _ = _window_py(h, wtype, wsize, now)
+    in_use = len(_leases_py(h, now))
+    # Numbers pass through the same "%.6f" text as the Lua answer, so both twins agree exactly.
+    return [
+        float(result), float(reported()), float(gen), float(_fmt(retry)), float(from_s),
+        float(to_s), float(c), float(f), float(s), num("ref", 0), float(in_use),
+        num("ct", 0), num("ft", 0), num("lt", 0), float(_fmt(since)),
+        float(_fmt(num("until", 0))), float(_fmt(now)),
+    ]  # fmt: skip
+
+
+BREAKER_SCRIPT = AtomicScript("circuit_breaker", _BREAKER_LUA, _breaker_py)
+
+
+# -- the breaker ------------------------------------------------------------------------------
+
+
+class CircuitBreaker:
+    """
+    One breaker: an endpoint `group` of the acquirer `name`, in `store`, with `config`.
+
+    `acquire()` before each attempt; `record(admission, outcome, duration=...)` after it
+    (outcome SUCCESS, FAILURE or IGNORED; IGNORED gives a half-open permit back). `admits()`
+    is a cheap read-only pre-check. `snapshot()` reads the state; `force_open`, `disable`,
+    `metrics_only` and `reset` are the operator's overrides (logged with the actor and reason,
+    seen by every process sharing the store). `metrics` receives `breaker_transitions`
+    {group, from_state, to_state}, `breaker_refused` {group}, `breaker_late_results` {group},
+    `breaker_store_fallback` {group} and `breaker_operator_actions` {group, action}.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        group: str,
+        config: BreakerConfig | None = None,
+        *,
+        name: str = "acquirer",
+        metrics: Metrics | None = None,
+    ) -> None:
+        if not isinstance(group, str) or not group or not group.isprintable() or " " in group:
+            raise ValueError("group must be a non-empty printable string without spaces")
+        if config is not None and not isinstance(config, BreakerConfig):
+            raise TypeError("config must be a BreakerConfig")
+        self.store = store
+        self.group = group
+        self.name = name
+        self.config = config if config is not None else BreakerConfig()
+        self.metrics: Metrics = metrics if metrics is not None else NullMetrics()
+        self._key = f"breaker:{name}:{group}"
+        self._args = self.config._args()
+        self._lock = threading.Lock()
+        self._in_fallback = False
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def acquire(self, *, lease: float | None = None) -> Admission:
+        """
+        Before an attempt: admit it (closed, or a half-open permit leased for `lease` seconds,
+        default `config.permit_lease`) or refuse it (`retry_after` until probes are admitted).
+        """
+        seconds = self.config.permit_lease if lease is None else lease
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError("lease must be a positive number of seconds")
+        permit_id = uuid.uuid4().hex
+        values = self._run("acquire", permit_id, float(seconds))
+        admitted = values[_RESULT] != 0
+        if not admitted:
+            self.metrics.increment("breaker_refused", group=self.group)
+        return Admission(
+            group=self.group,
+            admitted=admitted,
+            state=_state_name(values[_STATE]),
+            generation=int(values[_GEN]),
+            retry_after=0.0 if admitted else max(0.0, values[_RETRY]),
+            permit_id=permit_id if values[_RESULT] == 2 else None,
+        )
+
+    def record(
+        self, admission: Admission, outcome: str, *, duration: float | None = None
+    ) -> Recorded:
+        """
+        After an admitted attempt: its `outcome` (SUCCESS, FAILURE or IGNORED) and `duration`
+        in seconds (slow-call detection). A result of an older generation counts in the
+        statistics only. Returns the state the breaker is left in.
+        """
+        if not admission.admitted:
+            raise ValueError("only an admitted call has a result to record")
+        if outcome == IGNORED:
+            code = "i"
+        else:
+            if outcome not in (SUCCESS, FAILURE):
+                raise ValueError("outcome must be SUCCESS, FAILURE or IGNORED")
+            threshold = self.config.slow_call_duration
+            slow = threshold is not None and duration is not None and duration >= threshold
+            code = _OUTCOME_CODES[(outcome, slow)]
+        values = self._run("record", admission.permit_id or "-", code, admission.generation)
+        late = values[_RESULT] == 2
+        if late:
+            self.metrics.increment("breaker_late_results", group=self.group)
+        return Recorded(
+            state=_state_name(values[_STATE]),
+            retry_after=max(0.0, values[_RETRY]),
+            late=late,
+            generation=int(values[_GEN]),
+        )
+
+    def release(self, admission: Admission) -> None:
+        """Give back what `admission` took without a result (an ignored or cancelled call)."""
+        if admission.admitted:
+            self.record(admission, IGNORED)
+
+    def admits(self) -> tuple[bool, float]:
+        """
+        Would a call be admitted now? `(True, 0.0)`, or `(False, retry_after)`. Takes no
+        permit and changes nothing (a pre-check before writing anything).
+        """
+        values = self._run("peek")
+        admitted = values[_RESULT] != 0
+        return admitted, 0.0 if admitted else max(0.0, values[_RETRY])
+
+    def snapshot(self) -> BreakerSnapshot:
+        """The breaker's state, rate and counters now (read-only)."""
+        return self._snapshot(self._run("read"))
+
+    # -- the operator's overrides --------------------------------------------------------------
+
+    def force_open(self, *, actor: str | None = None, reason: str | None = None) -> BreakerSnapshot:
+        """Refuse every call until `reset` (fleet-wide); logged with `actor` and `reason`."""
+        return self._operator(
+            "force_open", "override", str(_OVERRIDES["forced_open"]), actor, reason
+        )
+
+    def disable(self, *, actor: str | None = None, reason: str | None = None) -> BreakerSnapshot:
+        """Admit every call and record nothing until `reset` (fleet-wide)."""
+        return self._operator("disable", "override", str(_OVERRIDES["disabled"]), actor, reason)
+
+    def metrics_only(
+        self, *, actor: str | None = None, reason: str | None = None
+    ) -> BreakerSnapshot:
+        """Admit every call, keep measuring the rate, never open, until `reset` (fleet-wide)."""
+        return self._operator(
+            "metrics_only", "override", str(_OVERRIDES["metrics_only"]), actor, reason
+        )
+
+    def reset(self, *, actor: str | None = None, reason: str | None = None) -> BreakerSnapshot:
+        """Clear any override and close the breaker with an empty window (fleet-wide)."""
+        return self._operator("reset", "reset", "", actor, reason)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _operator(
+        self, action: str, op: str, arg: str, actor: str | None, reason: str | None
+    ) -> BreakerSnapshot:
+        values = self._run(op, arg, log_transition=False)
+        self.metrics.increment("breaker_operator_actions", group=self.group, action=action)
+        logger.warning(
+            "circuit breaker %s/%s: operator %s by %s (%s): %s -> %s, generation %d",
+            self.name,
+            self.group,
+            action,
+            actor or "-",
+            reason or "no reason given",
+            _state_name(values[_FROM]),
+            _state_name(values[_TO]),
+            int(values[_GEN]),
+            extra={
+                "gateway_breaker": self.name,
+                "gateway_breaker_group": self.group,
+                "gateway_breaker_action": action,
+                "gateway_breaker_actor": actor,
+                "gateway_breaker_reason": reason,
+                "gateway_breaker_from": _state_name(values[_FROM]),
+                "gateway_breaker_to": _state_name(values[_TO]),
+                "gateway_breaker_generation": int(values[_GEN]),
+            },
+        )
+        return self._snapshot(values)
+
+    def _run(
+        self, op: str, *op_args: str | int | float, log_transition: bool = True
+    ) -> list[float]:
+        args: list[str | int | float] = [op, *self._args, *op_args]
+        checked = getattr(self.store, "run_checked", None)
+        if checked is not None:
+            values, fallback = checked(BREAKER_SCRIPT, [self._key], args)
+        else:
+            values, fallback = self.store.run(BREAKER_SCRIPT, [self._key], args), False
+        self._note_store(fallback)
+        if log_transition and values[_TO] >= 0:
+            self._log_transition(values)
+        return values
+
+    def _note_store(self, fallback: bool) -> None:
+        with self._lock:
+            changed = fallback != self._in_fallback
+            self._in_fallback = fallback
+        if fallback:
+            self.metrics.increment("breaker_store_fallback", group=self.group)
+        if changed and fallback:
+            logger.warning(
+                "circuit breaker %s/%s: shared state unreachable; a local breaker with the "
+                "same config decides for this process (not an acquirer failure)",
+                self.name,
+                self.group,
+                extra={"gateway_breaker": self.name, "gateway_breaker_group": self.group},
+            )
+        elif changed:
+            logger.warning(
+                "circuit breaker %s/%s: shared state reachable again",
+                self.name,
+                self.group,
+                extra={"gateway_breaker": self.name, "gateway_breaker_group": self.group},
+            )
+
+    def _log_transition(self, values: list[float]) -> None:
+        source, target = _state_name(values[_FROM]), _state_name(values[_TO])
+        calls, failures = int(values[_CALLS]), int(values[_FAILS])
+        rate = 100.0 * failures / calls if calls else None
+        self.metrics.increment(
+            "breaker_transitions", group=self.group, from_state=source, to_state=target
+        )
+        level = logging.WARNING if target in ("open", "forced_open") else logging.INFO
+        logger.log(
+            level,
+            "circuit breaker %s/%s: %s -> %s (failures %d of %d%s), generation %d%s",
+            self.name,
+            self.group,
+            source,
+            target,
+            failures,
+            calls,
+            f", {rate:.1f} %" if rate is not None else "",
+            int(values[_GEN]),
+            f", probes in {values[_RETRY]:.3f} s" if target == "open" else "",
+            extra={
+                "gateway_breaker": self.name,
+                "gateway_breaker_group": self.group,
+                "gateway_breaker_from": source,
+                "gateway_breaker_to": target,
+                "gateway_breaker_generation": int(values[_GEN]),
+                "gateway_breaker_calls": calls,
+                "gateway_breaker_failures": failures,
+                "gateway_breaker_failure_rate": rate,
+                "gateway_breaker_retry_after": values[_RETRY] if target == "open" else None,
+            },
+        )
+
+    def _snapshot(self, values: list[float]) -> BreakerSnapshot:
+        calls, failures, slow = int(values[_CALLS]), int(values[_FAILS]), int(values[_SLOWS])
+        state = _state_name(values[_STATE])
+        override = state if state in _OVERRIDES else None
+        if state == "open":
+            until_half_open: float | None = max(0.0, values[_UNTIL] - values[_NOW])
+        else:
+            until_half_open = None
+        kind = getattr(self.store, "kind", "custom")
+        return BreakerSnapshot(
+            name=self.name,
+            group=self.group,
+            state=state,
+            generation=int(values[_GEN]),
+            failure_rate=100.0 * failures / calls if calls else None,
+            slow_call_rate=100.0 * slow / calls if calls else None,
+            buffered_calls=calls,
+            failed_calls=failures,
+            slow_calls=slow,
+            minimum_calls=self.config.minimum_calls,
+            refused_calls=int(values[_REFUSED]),
+            seconds_until_half_open=until_half_open,
+            seconds_in_state=max(0.0, values[_NOW] - values[_SINCE]),
+            half_open_permits_in_use=int(values[_IN_USE]),
+            override=override,
+            store="fallback" if self._in_fallback else kind,
+            recorded_calls=int(values[_TOTAL]),
+            recorded_failures=int(values[_TOTAL_FAILS]),
+            late_results=int(values[_LATE]),
+        )
+
+    def __repr__(self) -> str:
+        return f"CircuitBreaker(name={self.name!r}, group={self.group!r}, config={self.config!r})"
+
+
+class BreakerSet(Mapping[str, CircuitBreaker]):
+    """
+    The breakers of one acquirer, by endpoint group (a read-only mapping group -> breaker).
+
+    `configs`: group -> BreakerConfig (None: the production default for each of
+    DEFAULT_GROUPS). Every group shares `store`, `name` and `metrics`. The operator functions
+    and the snapshot take the group's name:
+
+        breakers.snapshot()                       # {"authorize": BreakerSnapshot, ...}
+        breakers.force_open("authorize", actor="alice", reason="acquirer incident 42")
+        breakers.reset("authorize", actor="alice")
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        configs: Mapping[str, BreakerConfig] | None = None,
+        *,
+        name: str = "acquirer",
+        metrics: Metrics | None = None,
+    ) -> None:
+        chosen = dict(configs) if configs is not None else dict.fromkeys(DEFAULT_GROUPS, None)
+        self.store = store
+        self.name = name
+        self._breakers = {
+            group: CircuitBreaker(store, group, config, name=name, metrics=metrics)
+            for group, config in chosen.items()
+        }
+
+    def __getitem__(self, group: str) -> CircuitBreaker:
+        return self._breakers[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._breakers)
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+    def snapshot(self) -> dict[str, BreakerSnapshot]:
+        """Every group's snapshot, by group."""
+        return {group: breaker.snapshot() for group, breaker in self._breakers.items()}
+
+    def admits(self, group: str) -> tuple[bool, float]:
+        """`self[group].admits()`: (admitted, retry_after) without taking a permit."""
+        return self[group].admits()
+
+    def force_open(
+        self, group: str, *, actor: str | None = None, reason: str | None = None
+    ) -> BreakerSnapshot:
+        """`self[group].force_open(...)`."""
+        return self[group].force_open(actor=actor, reason=reason)
+
+    def disable(
+        self, group: str, *, actor: str | None = None, reason: str | None = None
+    ) -> BreakerSnapshot:
+        """`self[group].disable(...)`."""
+        return self[group].disable(actor=actor, reason=reason)
+
+    def metrics_only(
+        self, group: str, *, actor: str | None = None, reason: str | None = None
+    ) -> BreakerSnapshot:
+        """`self[group].metrics_only(...)`."""
+        return self[group].metrics_only(actor=actor, reason=reason)
+
+    def reset(
+        self, group: str, *, actor: str | None = None, reason: str | None = None
+    ) -> BreakerSnapshot:
+        """`self[group].reset(...)`."""
+        return self[group].reset(actor=actor, reason=reason)
+
+    def __repr__(self) -> str:
+        return f"BreakerSet(name={self.name!r}, groups={list(self._breakers)!r})"
+
+
+def _state_name(code: float) -> str:
+    index = int(code)
+    return _STATES[index] if 0 <= index < len(_STATES) else "unknown"
