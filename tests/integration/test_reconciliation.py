@@ -375,3 +375,17 @@ def test_operator_reconcile_of_needs_review_never_resends(merchant_a, sandbox):
     assert Payment.objects.get().status == "needs_review"
     assert sandbox.stats()["requests_by_endpoint"].get("POST /charges") is None
     assert payment.events.get(type="reconciliation_attempt").data["operator_requested"] is True
+
+
+def test_open_breaker_defers_the_check_and_never_fails_the_payment(merchant_a, sandbox):
+    """The look-up breaker is open: nothing is sent, the next check waits for the probes."""
+    acquirer_client().breakers.force_open("lookup", actor="test", reason="drill")
+    now = timezone.now()
+    payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=10))
+    IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
+    outcome = reconcile(payment.id, now, random=lambda: 0.0)
+    payment.refresh_from_db()
+    assert outcome.result is Result.RETRY_LATER
+    assert payment.status == "processing"
+    assert payment.events.get(type="reconciliation_attempt").data["error"] == "CircuitOpenError"
+    assert sandbox.stats()["requests_total"] == 0
