@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -45,3 +45,19 @@ clean:
 .PHONY: demo
 demo: install
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 15 minutes),
+## against the server of DATABASE_URL (or the embedded one), in a database of their own
+## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
+## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
+BENCH ?= throughput endpoint_compare replay_latency same_key_storm client_compare retry_storm
+.PHONY: bench
+$(VENV)/.bench-stamp: pyproject.toml | $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+bench: install $(VENV)/.bench-stamp
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && apt-get install -y -qq wrk; } \
+	  || { echo "wrk is needed: apt-get install wrk (Debian/Ubuntu) or brew install wrk"; exit 1; }
+	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done

@@ -3,9 +3,11 @@
 The life of a key (Brandur Leach's rocket-rides design, adapted):
 
 1. **Claim** (:func:`idempotency_key_claim`, inside the caller's phase-1 transaction): INSERT
-   the row; the unique constraint on (merchant, key) decides the race. On a conflict the
-   existing row is locked and compared: another request -> 422, still running -> 409 at once,
-   completed -> replay, locked longer than the lock timeout (a crashed request) -> taken over.
+   the row with ``ON CONFLICT DO NOTHING``; the unique constraint on (merchant, key) decides the
+   race (a concurrent claim waits only for the other phase-1 transaction to commit). On a
+   conflict the existing row is locked and compared: another request -> 422, still running ->
+   409 at once, completed -> replay, locked longer than the lock timeout (a crashed request)
+   -> taken over.
 2. The caller commits, then does its network call **outside any transaction**.
 3. **Complete** (:func:`idempotency_key_complete`) stores the response to replay, or
    **release** (:func:`idempotency_key_release`) deletes the row when nothing happened, so the
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
@@ -73,9 +75,9 @@ def idempotency_key_claim(
     for a concurrent claim's phase-1 transaction to commit.
     """
     _assert_in_transaction()
-    try:
-        with transaction.atomic():  # a savepoint: the unique violation must not abort the caller
-            record = IdempotencyKey.objects.create(
+    for _ in range(3):  # a row that vanished between the conflict and the read: claim again
+        record = _insert_unless_present(
+            IdempotencyKey(
                 merchant_id=merchant_id,
                 key=key,
                 method=method,
@@ -86,11 +88,18 @@ def idempotency_key_claim(
                 created_at=now,
                 expires_at=now + retention,
             )
-        return Claim(record=record, outcome=ClaimOutcome.CREATED)
-    except IntegrityError:
-        pass
-
-    record = IdempotencyKey.objects.select_for_update().get(merchant_id=merchant_id, key=key)
+        )
+        if record is not None:
+            return Claim(record=record, outcome=ClaimOutcome.CREATED)
+        record = (
+            IdempotencyKey.objects.select_for_update()
+            .filter(merchant_id=merchant_id, key=key)
+            .first()
+        )
+        if record is not None:
+            break
+    else:  # pragma: no cover - three releases in a row between our statements
+        raise IdempotencyKeyInUse()
     if record.expires_at <= now:
         # Expired: the key counts as absent. Replace the row (its old resource keeps existing).
         record.delete()
@@ -112,6 +121,30 @@ def idempotency_key_claim(
         raise IdempotencyKeyInUse()
     idempotency_key_lock(record=record, now=now)
     return Claim(record=record, outcome=ClaimOutcome.TAKEN_OVER)
+
+
+def _insert_unless_present(record: IdempotencyKey) -> IdempotencyKey | None:
+    """INSERT ``record`` with ``ON CONFLICT (merchant_id, key) DO NOTHING``; return it saved, or
+    None when the key exists. No unique violation is raised or logged by PostgreSQL, and the
+    caller's transaction is never aborted (so no savepoint is needed)."""
+    meta = IdempotencyKey._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    values = [f.get_db_prep_save(getattr(record, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "  # noqa: S608
+            f"VALUES ({placeholders}) ON CONFLICT (merchant_id, key) DO NOTHING RETURNING id",
+            values,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    record.pk = row[0]
+    record._state.adding = False
+    record._state.db = connection.alias
+    return record
 
 
 def idempotency_key_lock(*, record: IdempotencyKey, now: datetime) -> None:

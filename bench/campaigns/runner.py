@@ -1,0 +1,94 @@
+"""Running campaigns on one stack: the short and full profiles, and the final audit."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.campaigns.harness import CampaignResult, Stack, StackOptions
+
+#: Campaign name -> module (each has ``run(stack, **params) -> CampaignResult``), in run order.
+CAMPAIGNS: dict[str, str] = {
+    "storms": "bench.campaigns.storms",
+    "crash": "bench.campaigns.crash",
+    "matrix": "bench.campaigns.matrix",
+    "schemathesis": "bench.campaigns.fuzz",
+    "soak": "bench.campaigns.soak",
+    "secrets": "bench.campaigns.secrets",
+}
+
+#: The merchant each campaign creates (``stack.create_merchant(name)``), made up front.
+MERCHANTS = {"storms": "storms", "crash": "crash", "matrix": "matrix", "schemathesis": "fuzz",
+             "soak": "soak", "secrets": "secrets"}  # fmt: skip
+
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    "full": {
+        "stack": {},  # production defaults (the breaker stays open 30 s)
+        "storms": {"keys": 50, "per_key": 20},
+        "crash": {"runs": 50},
+        "matrix": {"payments": 1000, "concurrency": 16, "recovery_timeout": 60},
+        "schemathesis": {"min_requests": 10_000, "max_examples": 1500},
+        "soak": {"seconds": 600, "rate": 20},
+        "secrets": {},
+    },
+    "short": {
+        # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
+        # conditions after the first one that opens it.
+        "stack": {"ACQUIRER_BREAKER_OPEN_SECONDS": "3"},
+        "storms": {"keys": 50, "per_key": 20},
+        "crash": {"runs": 3},
+        "matrix": {"payments": 100, "concurrency": 16, "recovery_timeout": 8},
+        "schemathesis": {"min_requests": 300, "max_examples": 25},
+        "soak": {"seconds": 60, "rate": 20},
+        "secrets": {},
+    },
+}
+
+
+def run_campaign(stack: Stack, name: str, params: dict[str, Any]) -> CampaignResult:
+    module = importlib.import_module(CAMPAIGNS[name])
+    started = time.monotonic()
+    result = module.run(stack, **params)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def run_campaigns(names: Sequence[str], profile: dict[str, dict[str, Any]],
+                  options: StackOptions, *, echo: bool = False) -> list[CampaignResult]:  # fmt: skip
+    """Start one stack, run ``names`` in the order of :data:`CAMPAIGNS` (secrets last), then
+    audit everything since the stack started. Returns every result (the final audit is
+    ``ledger-total``)."""
+    ordered = [name for name in CAMPAIGNS if name in names]
+    results: list[CampaignResult] = []
+    options.env = {**profile.get("stack", {}), **options.env}
+    with Stack.running(options) as stack:
+        stack.prepare_merchants([MERCHANTS[name] for name in ordered])
+        for name in ordered:
+            stack.sandbox.clear_conditions()
+            result = run_campaign(stack, name, profile.get(name, {}))
+            results.append(result)
+            if echo:
+                print(result.report(), flush=True)
+        results.append(final_audit(stack))
+        if echo:
+            print(results[-1].report(), flush=True)
+    return results
+
+
+def final_audit(stack: Stack) -> CampaignResult:
+    """The ledger audit over the whole run: every payment every campaign made."""
+    from bench.campaigns.harness import audit_figures
+
+    result = CampaignResult("ledger-total")
+    started = time.monotonic()
+    stack.sandbox.clear_conditions()
+    stack.wait_resolved(stack.started_at, timeout=60)
+    audit = stack.audit(stack.started_at, "total")
+    result.figures["payments by status"] = audit["payments_by_status"]
+    audit_figures(result, audit)
+    result.figures["audit exit status"] = audit["exit"]
+    result.check(audit["exit"] == (0 if audit["clean"] else 1), "audit exit status is wrong")
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,336 @@
+"""The benchmarks under bench/ (docs/benchmarks.md) still import, parse their arguments and
+compute their figures right. They are never run here: they start servers and take minutes.
+
+The peer comparisons need the ``bench`` extra (django-idempotency-key, tenacity, pybreaker);
+without it those checks are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench import (
+    client_compare,
+    common,
+    endpoint_compare,
+    profile_stacks,
+    replay_latency,
+    retry_storm,
+    same_key_storm,
+    throughput,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [throughput, endpoint_compare, replay_latency, same_key_storm, client_compare, retry_storm],
+)
+def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
+    args = module.parse_args([])
+    assert args is not None
+    assert module.__doc__ and "One command" in module.__doc__
+
+
+def test_arguments_are_parsed():
+    assert throughput.parse_args(["--duration", "5", "--rounds", "1"]).rounds == 1
+    assert throughput.parse_args([]).profile_seconds > 0
+    assert replay_latency.parse_args(["--concurrency", "1", "4"]).concurrency == [1, 4]
+    assert same_key_storm.parse_args([]).storm == 20
+    assert retry_storm.parse_args([]).clients == 200
+    assert retry_storm.parse_args([]).capacity == 60
+    assert retry_storm.parse_args(["--max-concurrent", "0"]).max_concurrent == [0]
+    with pytest.raises(SystemExit):
+        retry_storm.parse_args(["--strategies", "nonsense"])
+
+
+# -- common ------------------------------------------------------------------------------
+
+
+def test_percentile_ratio_median():
+    values = list(range(1, 101))
+    assert common.percentile(values, 50) == 50
+    assert common.percentile(values, 99) == 99
+    assert common.percentile([7.0], 99) == 7.0
+    assert common.ratio(1, 0) != common.ratio(1, 0)  # NaN
+    assert common.ratio(3, 4) == 0.75
+    assert common.median([3, float("nan"), 1, 2]) == 2
+
+
+def test_the_web_command_is_the_procfiles():
+    assert common.procfile_command("web") == [
+        sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py",
+        "config.wsgi:application",
+    ]  # fmt: skip
+    assert common.procfile_command("sandbox")[:3] == [sys.executable, "-m", "sandbox_acquirer"]
+
+
+def test_database_from_the_url(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://bob:s%40cret@db.local:6543/app")
+    db = common.database_from_env("payments_bench")
+    assert (db.host, db.port, db.user, db.password, db.name) == (
+        "db.local", 6543, "bob", "s@cret", "payments_bench",
+    )  # fmt: skip
+    assert db.url() == "postgresql://bob:s%40cret@db.local:6543/payments_bench"
+    assert db.pg_env()["PGDATABASE"] == "payments_bench"
+    assert "dbname='postgres'" in db.conninfo("postgres")
+    socket_db = common.Database("/tmp/pg", None, "postgres", "", "x")
+    assert socket_db.url() == "postgresql://postgres@/x?host=/tmp/pg"
+
+
+def test_wrk_command_and_its_output():
+    command = common.wrk_command(
+        "http://127.0.0.1:1/payments", api_key="sk", mode="replay", prefix="p", pool=10,
+        duration=3, connections=4, threads=2,
+    ) if common.shutil.which("wrk") else None  # fmt: skip
+    if command is not None:
+        assert command[-6:] == ["--", "sk", "replay", "p", "10", "tok_visa"]
+        assert str(common.LUA / "payments.lua") in command
+    script = (common.LUA / "payments.lua").read_text()
+    assert "BENCH_JSON" in script and "Idempotency-Key" in script
+    line = common.WRK_MARKER + json.dumps(
+        {"requests": 30, "duration_us": 2_000_000, "statuses": {"201": 29, "409": 1},
+         "errors": {"connect": 0, "read": 0, "write": 0, "status": 1, "timeout": 0},
+         "p50_us": 1500, "p90_us": 3000, "p99_us": 9000, "max_us": 12000, "mean_us": 2000}
+    )  # fmt: skip
+    result = common.parse_wrk_output("Running 2s test\n" + line + "\n")
+    assert result.rate(201) == 14.5
+    assert result.rate() == 15
+    assert (result.p50_ms, result.p99_ms) == (1.5, 9.0)
+    with pytest.raises(ValueError):
+        common.parse_wrk_output("no marker")
+
+
+def test_pgbench_output():
+    out = """transaction type: payment.sql
+number of transactions actually processed: 8734/8734
+number of failed transactions: 0 (0.000%)
+latency average = 9.162 ms
+initial connection time = 12.702 ms
+tps = 873.102367 (without initial connection time)
+"""
+    result = common.parse_pgbench_output(out)
+    assert (result.transactions, result.tps, result.latency_ms, result.failed) == (
+        8734, 873.102367, 9.162, 0,
+    )  # fmt: skip
+
+
+def test_cpu_accounting():
+    group = common.process_group
+    assert group("postgres: 15/main: postgres bench 127.0.0.1(5) idle", "bench") == "postgres"
+    assert group("postgres: postgres other_db [local] idle", "bench") == "other"
+    assert group("postgres: 15/main: walwriter ", "bench") == "postgres (shared processes)"
+    assert group("/usr/lib/postgresql/15/bin/postgres -D /x", "bench").startswith("postgres (")
+    assert group("python -m gunicorn -c x", "bench") == "other"  # someone else's gunicorn
+    before = {"procs": {1: ("gunicorn", 100), 2: ("postgres", 50)}, "busy": 0, "total": 0,
+              "at": 0.0}  # fmt: skip
+    after = {"procs": {1: ("gunicorn", 300), 2: ("postgres", 60), 3: ("postgres", 40)},
+             "busy": 100, "total": 200, "at": 2.0}  # fmt: skip
+    seconds = common.cpu_seconds_by_group(before, after)
+    ticks = common._TICKS
+    assert seconds["gunicorn"] == pytest.approx(200 / ticks)
+    assert seconds["postgres"] == pytest.approx(50 / ticks)  # pid 3 started in between
+    assert seconds["machine_busy_cores"] == pytest.approx(0.5 * (common.os.cpu_count() or 1))
+    per_payment = throughput.per_item_ms({**seconds, "gunicorn": 1.0}, per_second=250)
+    assert per_payment["gunicorn"] == pytest.approx(2.0)  # 1 CPU s over 2 s x 250/s
+    service = {"gunicorn worker 1": 8.0, "gunicorn worker 2": 2.0, "postgres": 4.0,
+               "sandbox": 1.0, "load generator": 0.1, "other": 9.0}  # fmt: skip
+    assert throughput.own_cpu_ms(service, floor=False) == 14.0
+    assert throughput.own_cpu_ms({"postgres": 2.0, "load generator": 0.5}, floor=True) == 2.5
+    snapshot = common.cpu_snapshot({common.os.getpid(): "load generator"}, "bench")
+    assert snapshot["procs"][common.os.getpid()][0] == "load generator"
+    assert snapshot["total"] >= snapshot["busy"] > 0
+
+
+# -- throughput: the pgbench script is the request's SQL -------------------------------------
+
+
+def test_pgbench_script_has_the_two_transactions_of_a_request():
+    script = throughput.pgbench_script(7, "ab" * 32)
+    assert throughput.script_shapes(script) == [
+        "SELECT merchants_apikey",
+        "BEGIN",
+        "INSERT idempotency_idempotencykey",
+        "SELECT payments_payment",
+        "INSERT payments_payment",
+        "INSERT payments_paymentevent",
+        "COMMIT",
+        "BEGIN",
+        "SELECT payments_payment FOR UPDATE",
+        "SELECT idempotency_idempotencykey FOR UPDATE",
+        "INSERT payments_paymentevent",
+        "UPDATE payments_payment",
+        "INSERT payments_paymentevent",
+        "UPDATE idempotency_idempotencykey",
+        "COMMIT",
+    ]
+    assert "SELECT 1;" in script  # Django's connection health check
+    assert r"\gset" in script and ":kid" in script
+
+
+def test_statement_shapes_of_django_sql():
+    shape = throughput.statement_shape
+    assert shape('SAVEPOINT "s1403_x2"') == "SAVEPOINT"
+    assert shape('ROLLBACK TO SAVEPOINT "s1"') == "ROLLBACK"
+    assert shape('UPDATE "payments_payment" SET "status" = 1 WHERE id = 2') == (
+        "UPDATE payments_payment"
+    )
+    assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x LIMIT 21 FOR UPDATE') == (
+        "SELECT payments_payment FOR UPDATE"
+    )
+    assert shape("SELECT 1") is None
+    assert shape(r"\set k random(1, 10)") is None
+
+
+# -- profile summaries -------------------------------------------------------------------
+
+
+def test_profile_layers():
+    request = "handle (gunicorn/workers/gthread.py);handle_request (gunicorn/workers/gthread.py)"
+    lines = [
+        f"{request};post (payments/apis.py);execute (psycopg/cursor.py) 60",
+        f"{request};post (payments/apis.py);as_sql (django/db/models/sql/compiler.py) 25",
+        f"{request};post (payments/apis.py);send (httpx/_client.py) 10",
+        f"{request};post (payments/apis.py) 5",
+        "run (gunicorn/workers/gthread.py);select (selectors.py) 300",
+        "garbage line",
+    ]
+    stacks = profile_stacks.parse_collapsed(lines)
+    summary = profile_stacks.summarize(stacks)
+    assert summary["samples_in_requests"] == 100
+    assert summary["samples_outside_requests"] == 300
+    shares = {row["layer"]: row["share"] for row in summary["layers"]}
+    assert shares[profile_stacks.LAYERS[0][0]] == 0.6
+    assert shares["Django ORM (building SQL, model instances)"] == 0.25
+    assert summary["top_functions"][0] == {"function": "post (payments/apis.py)", "share": 1.0}
+    assert "60.0%" in profile_stacks.format_summary("t", summary)
+
+
+# -- comparisons ---------------------------------------------------------------------------
+
+
+def test_endpoint_rotation():
+    names = list(endpoint_compare.ENDPOINTS)
+    assert endpoint_compare.rotation(names, 0) == names
+    assert endpoint_compare.rotation(names, 1) == names[1:] + names[:1]
+    assert {tuple(endpoint_compare.rotation(names, i))[0] for i in range(3)} == set(names)
+
+
+def test_endpoint_cpu_per_payment():
+    cpu = {"gunicorn": 1.0, "postgres": 0.4, "postgres (shared processes)": 0.1, "other": 5.0,
+           "seconds": 5.0}  # fmt: skip
+    assert endpoint_compare.service_cpu_ms(cpu, per_second=100) == pytest.approx(3.0)
+
+
+def test_duplicate_counting():
+    assert same_key_storm.duplicates(Counter({"a": 1, "b": 3, "c": 2})) == (3, 2)
+    assert same_key_storm.duplicates(Counter()) == (0, 0)
+
+
+def test_payment_schedule():
+    assert client_compare.schedule(10, 1) == [i / 10 for i in range(10)]
+    assert len(client_compare.schedule(20, 3.5)) == 70
+
+
+# -- the live retry storm --------------------------------------------------------------------
+
+
+def test_arrival_series_and_storm_metrics():
+    started = 1000.05  # epoch seconds: the storm begins in bucket 1000000 ms
+    buckets = {"999900": 4, "1000000": 100, "1000100": 20, "1000500": 6, "1001200": 1}
+    series = retry_storm.arrivals_series(buckets, started)
+    assert series[:3] == [100, 20, 0] and series[5] == 6 and series[12] == 1 and len(series) == 13
+    metrics = retry_storm.storm_metrics([100, 20] + [0] * 8 + [5] * 20, capacity=60, clients=200)
+    assert metrics["peak_per_second"] == 120
+    assert metrics["peak_ratio"] == 2.0
+    assert metrics["retry_peak_per_second"] == 50  # windows starting at 1 s
+    assert metrics["recovery_seconds"] == 1.0  # the end of the last overloaded window, 0-1 s
+    assert metrics["ideal_drain_seconds"] == pytest.approx(200 / 60)
+    assert retry_storm.storm_metrics([], 60, 200)["recovery_seconds"] == 0.0
+
+
+def test_storm_strategies_use_the_gateway_backoff(tmp_path):
+    args = retry_storm.parse_args([])
+    rng = retry_storm.random.Random(1)
+    assert retry_storm.delay_function("fixed", args, rng)(5) == args.fixed_interval
+    no_jitter = retry_storm.delay_function("no-jitter", args, rng)
+    assert [no_jitter(n) for n in range(5)] == [0.2, 0.4, 0.8, 1.6, 2.0]
+    jitter = retry_storm.delay_function("full-jitter+budget", args, rng)
+    assert all(0 <= jitter(n) <= min(2.0, 0.2 * 2**n) for n in range(10))
+    result = {"strategy": "fixed", "series_per_100ms": [5, 0, 7], "outcomes": {"succeeded": 3},
+              "requests": 12, "recovery_seconds": 0.3}  # fmt: skip
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "storm.png"
+    retry_storm.plot([result, {**result, "strategy": "no-jitter"}], 60, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert retry_storm.plot_name(0) == "bench_retry_storm_rate.png"
+    runs = [{**result, "peak_ratio": x, "retry_peak_ratio": 0, "recovery_ratio": 1,
+             "seconds_until_all_done": 1, "outcomes": {"succeeded": x, "gave up (budget)": 1}}
+            for x in (1, 5, 3)]  # fmt: skip
+    combined = retry_storm.combine(runs)
+    assert (combined["peak_ratio"], combined["succeeded"], combined["gave_up"]) == (3, 3, 1)
+
+
+# -- the peers ------------------------------------------------------------------------------
+
+
+def test_peer_client_retries_then_its_breaker_opens():
+    pytest.importorskip("tenacity")
+    pytest.importorskip("pybreaker")
+    from bench.peers import tenacity_client
+
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Idempotency-Key"])
+        if len(seen) < 3:
+            return httpx.Response(503)
+        return httpx.Response(201, json={"id": "ch_1", "status": "approved"})
+
+    client = tenacity_client.PeerClient(
+        "http://acquirer.test", "sk", transport=httpx.MockTransport(handler)
+    )
+    fast = client._retrying.retry_with(wait=lambda _state: 0)  # no sleeping in a unit test
+    result = fast({"amount": 1, "currency": "EUR", "payment_method": "tok_visa",
+                   "reference": "r", "idempotency_key": "k-1"})  # fmt: skip
+    assert result.approved and seen == ["k-1", "k-1", "k-1"]  # same key on every attempt
+
+    always_down = tenacity_client.PeerClient(
+        "http://acquirer.test", "sk", transport=httpx.MockTransport(lambda r: httpx.Response(503))
+    )
+    attempt = always_down._retrying.retry_with(wait=lambda _state: 0)
+    request = {"amount": 1, "currency": "EUR", "payment_method": "tok_visa", "reference": "r",
+               "idempotency_key": "k-2"}  # fmt: skip
+    import pybreaker
+
+    errors = []
+    for _ in range(3):
+        try:
+            attempt(request)
+        except (tenacity_client.TransientStatusError, pybreaker.CircuitBreakerError) as exc:
+            errors.append(type(exc).__name__)
+    # 5 failed attempts open the breaker (fail_max=5); then calls are refused without sending.
+    assert errors[-1] == "CircuitBreakerError"
+    assert always_down.breaker.current_state == "open"
+
+
+def test_bench_routes_resolve():
+    pytest.importorskip("idempotency_key")
+    pytest.importorskip("django_redis")
+    from django.urls import resolve
+
+    from bench.peers.views import PlainPaymentCreateApi
+
+    plain = resolve("/bench/plain/payments", urlconf="bench.peers.urls")
+    peer = resolve("/bench/peer/payments", urlconf="bench.peers.urls")
+    service = resolve("/payments", urlconf="bench.peers.urls")
+    assert plain.func.view_class is PlainPaymentCreateApi
+    assert getattr(peer.func, "idempotency_key", False) is True
+    assert service.url_name == "payments"
