@@ -15,9 +15,9 @@ from django.conf import settings
 
 from gateway_client import (
     AcquirerClient,
+    AcquirerConfig,
     AimdConfig,
     BreakerConfig,
-    AcquirerConfig,
     MemoryStore,
     RedisStore,
     RetryBudget,
@@ -95,7 +95,7 @@ def reconciliation_retry_policy() -> RetryPolicy:
 @lru_cache(maxsize=4)
 def _state_store(redis_url: str, namespace: str) -> StateStore:
     if redis_url:
-        return RedisStore.from_url(redis_url, namespace=namespace)
+        return RedisStore.from_url(redis_url, namespace=namespace, metrics=GatewayMetrics())
     return MemoryStore(namespace=namespace)
 
 

@@ -10,17 +10,28 @@ and act on them. Nobody edits an amount or a status by hand.
   group may only look; the ``operator`` group has both permissions (data migration 0004).
 * Built for millions of rows: no full COUNT (capped paginator), no facet counts, filters that
   each have an index, exact searches resolved through indexes (never ``UPPER(...) LIKE``).
+* The resilience page (``/admin/payments/resilience/``, :class:`ResilienceAdmin`): the acquirer
+  client's circuit breakers per endpoint group, the rate gate, the retry budget and the AIMD
+  limit, read without side effects; force-open / disable / reset per group with a note
+  (``payments.operate_breaker``, the ``operator`` group, data migration 0005), recorded in the
+  admin history and in the breaker's own log with the operator and the note.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -30,6 +41,7 @@ from django.utils.html import format_html, format_html_join
 
 from idempotency.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
+from payments.acquirer import acquirer_client
 from payments.models import Payment, PaymentEvent, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
@@ -68,6 +80,8 @@ RECONCILE_EXPLANATIONS = {
 
 RECONCILE_PERMISSION = "payments.reconcile_payment"
 RESOLVE_PERMISSION = "payments.resolve_payment"
+
+logger = logging.getLogger(__name__)
 
 
 class StatusListFilter(admin.SimpleListFilter):
@@ -300,6 +314,7 @@ class PaymentAdmin(admin.ModelAdmin):
             **(extra_context or {}),
             "needs_review_count": needs_review,
             "needs_review_capped": needs_review > CappedCountPaginator.cap,
+            "breakers_not_closed": breakers_not_closed(),
         }
         return super().changelist_view(request, extra_context=extra_context)
 
@@ -598,3 +613,377 @@ class PaymentAdmin(admin.ModelAdmin):
             ),
             extra={"bulk_action": "reconcile_selected"},
         )
+
+
+# --- The resilience page -------------------------------------------------------------------
+
+#: Acting on a circuit breaker (force open, disable, reset): the ``operator`` group (0005).
+BREAKER_PERMISSION = "payments.operate_breaker"
+#: Reading the resilience page: whoever may view payments (``support`` and ``operator``).
+RESILIENCE_VIEW_PERMISSION = "payments.view_payment"
+#: The admin-history rows of breaker actions: this content type (no model; made by migration
+#: 0005, and again here if someone removed it), ``object_id`` = the endpoint group.
+BREAKER_AUDIT_CONTENT_TYPE = ("payments", "circuitbreaker")
+#: Breaker actions listed at the bottom of the page (newest first).
+RESILIENCE_HISTORY_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class BreakerAction:
+    """One operator action on a breaker: the ``BreakerSet`` method, its button and its page."""
+
+    label: str
+    method: str
+    explanation: str
+
+
+BREAKER_ACTIONS: dict[str, BreakerAction] = {
+    "force_open": BreakerAction(
+        "Force open",
+        "force_open",
+        "Refuses every call of this endpoint group at once, without sending anything, until "
+        "someone resets it. For authorize: POST /payments answers 503 acquirer_unavailable "
+        "(nothing stored, the merchant's key stays free, nothing charged). For lookup: "
+        "reconciliation postpones its checks; processing payments stay processing. Use it when "
+        "the acquirer is known to be down or asks us to stop sending, and the breaker has not "
+        "opened by itself, or for an announced maintenance window.",
+    ),
+    "disable": BreakerAction(
+        "Disable",
+        "disable",
+        "Admits every call and records nothing: the breaker never opens until someone resets "
+        "it. Retries, the retry budget, the rate gate and the concurrency limit still protect "
+        "the acquirer. Use it only when the breaker opens for something that is not an "
+        "acquirer outage (a misclassified answer, our own network), while you investigate.",
+    ),
+    "reset": BreakerAction(
+        "Reset",
+        "reset",
+        "Clears any override (forced open, disabled) and closes the breaker with an empty "
+        "window and a new generation: calls are admitted at once. Use it to end a forced open "
+        "or a disable, or to close an open breaker once the acquirer confirms it has "
+        "recovered, instead of waiting for the probes. If the acquirer still fails, the "
+        "breaker opens again after the minimum number of failed calls.",
+    ),
+}
+
+MEMORY_STORE_WARNING = (
+    "The acquirer state store is in memory (ACQUIRER_STATE_REDIS_URL is not set): what this "
+    "page shows and every action on it concern only the process that answered this request. "
+    "Other web workers and the Celery worker keep their own breakers. Production must set "
+    "ACQUIRER_STATE_REDIS_URL."
+)
+FALLBACK_STORE_WARNING = (
+    "Redis (ACQUIRER_STATE_REDIS_URL) is unreachable: this page shows this process's local "
+    "fallback, and an action now affects only this process and is lost when Redis answers "
+    "again. Other processes each decide alone until then."
+)
+
+
+def _client_or_none():
+    try:
+        return acquirer_client()
+    except Exception:  # settings broken: the page and the list must still render
+        logger.exception("the acquirer client could not be built")
+        return None
+
+
+def breakers_not_closed() -> list[dict[str, Any]]:
+    """Breakers that are not closed (for the payments list's banner); [] when unreadable."""
+    client = _client_or_none()
+    if client is None:
+        return []
+    try:
+        snapshots = client.breakers.snapshot()
+    except Exception:  # a banner is never worth a failed page
+        logger.exception("reading the circuit breakers failed")
+        return []
+    return [
+        {
+            "group": group,
+            "state": snapshot.state,
+            "refusing": snapshot.state in ("open", "forced_open"),
+        }
+        for group, snapshot in snapshots.items()
+        if snapshot.state != "closed"
+    ]
+
+
+def _read(what: str, errors: list[str], read):
+    """One read of the resilience state; a failure becomes a line on the page, not a 500."""
+    try:
+        return read()
+    except Exception as exc:
+        logger.exception("resilience page: reading the %s failed", what)
+        errors.append(f"The {what} could not be read ({type(exc).__name__}).")
+        return None
+
+
+def resilience_state(client) -> dict[str, Any]:
+    """What the page shows, read without side effects: each breaker's snapshot (read-only
+    script), the rate gate (``RateGate.remaining``: a GET), the retry budget
+    (``RetryBudget.state``: a read that only drops expired slots) and the AIMD limit
+    (``AimdLimiter.snapshot``: a read). Nothing is acquired, refused or counted."""
+    errors: list[str] = []
+    snapshots = _read("circuit breakers", errors, client.breakers.snapshot) or {}
+    gate_remaining = _read("rate gate", errors, lambda: client.gate.remaining(client.scope))
+    budget = client.budget
+    budget_state = _read("retry budget", errors, budget.state)
+    limiter = _read("concurrency limit", errors, lambda: client.limiter.snapshot(client.scope))
+    now = timezone.now()
+    stores = {snapshot.store for snapshot in snapshots.values()} or {
+        getattr(client.store, "kind", "custom")
+    }
+    gate = None
+    if gate_remaining is not None:
+        gate = {
+            "scope": client.scope,
+            "remaining": gate_remaining,
+            "closed": gate_remaining > 0,
+            "not_before": now + timedelta(seconds=gate_remaining) if gate_remaining > 0 else None,
+        }
+    return {
+        "breakers": [
+            {"group": group, "snapshot": snapshot, "config": client.breakers[group].config}
+            for group, snapshot in snapshots.items()
+        ],
+        "gate": gate,
+        "budget": None
+        if budget_state is None
+        else {
+            "name": budget.name,
+            "retries_available": budget_state.retries_available,
+            "balance": budget_state.balance,
+            "reserve": budget.min_retries_per_second * budget.ttl,
+            "ttl": budget.ttl,
+            "percent_can_retry": budget.percent_can_retry * 100,
+        },
+        "limiter": limiter,
+        "store_kind": getattr(client.store, "kind", "custom"),
+        "memory_store": "memory" in stores,
+        "fallback_store": "fallback" in stores,
+        "errors": errors,
+        "acquirer": client.config.name,
+        "read_at": now,
+    }
+
+
+class ResilienceAdmin:
+    """The resilience page of an ``AdminSite``: ``/admin/payments/resilience/`` and one action
+    page per endpoint group and action. :func:`install_resilience_page` hooks it into the
+    site's URLs (names ``admin:payments_resilience`` and ``admin:payments_resilience_action``)
+    and lists it under Payments on the admin index and in the navigation sidebar."""
+
+    template = "admin/payments/resilience.html"
+    action_template = "admin/payments/resilience_action.html"
+
+    def __init__(self, site: admin.AdminSite) -> None:
+        self.site = site
+
+    def get_urls(self):
+        wrap = self.site.admin_view
+        return [
+            path("payments/resilience/", wrap(self.page_view), name="payments_resilience"),
+            path(
+                "payments/resilience/<str:group>/<str:action>/",
+                wrap(self.action_view),
+                name="payments_resilience_action",
+            ),
+        ]
+
+    # --- permissions -------------------------------------------------------------------------
+
+    @staticmethod
+    def has_view_permission(request) -> bool:
+        return request.user.has_perm(RESILIENCE_VIEW_PERMISSION)
+
+    @staticmethod
+    def has_operate_permission(request) -> bool:
+        return request.user.has_perm(BREAKER_PERMISSION)
+
+    # --- the admin index and sidebar ----------------------------------------------------------
+
+    def add_to_app_list(self, request, app_list: list[dict]) -> list[dict]:
+        """Add "Acquirer resilience" to the payments app of ``app_list`` (when it is there)."""
+        if not self.has_view_permission(request):
+            return app_list
+        for app in app_list:
+            if app.get("app_label") != "payments":
+                continue
+            if not any(m.get("object_name") == "Resilience" for m in app["models"]):
+                app["models"].append(
+                    {
+                        "model": None,
+                        "name": "Acquirer resilience",
+                        "object_name": "Resilience",
+                        "perms": {"view": True},
+                        "admin_url": reverse(
+                            "admin:payments_resilience", current_app=self.site.name
+                        ),
+                        "add_url": None,
+                        "view_only": True,
+                    }
+                )
+                app["models"].sort(key=lambda m: m["name"])
+        return app_list
+
+    # --- views -------------------------------------------------------------------------------
+
+    def _context(self, request, title: str, **extra) -> dict[str, Any]:
+        return {
+            **self.site.each_context(request),
+            "title": title,
+            "app_label": "payments",
+            "resilience_url": reverse("admin:payments_resilience", current_app=self.site.name),
+            **extra,
+        }
+
+    def page_view(self, request: HttpRequest) -> HttpResponse:
+        """The page: breakers, rate gate, retry budget, AIMD limit, recent actions."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        client = _client_or_none()
+        state = resilience_state(client) if client is not None else None
+        can_operate = self.has_operate_permission(request)
+        if state is not None and can_operate:
+            for row in state["breakers"]:
+                row["actions"] = [
+                    (
+                        action.label,
+                        reverse(
+                            "admin:payments_resilience_action",
+                            args=[row["group"], name],
+                            current_app=self.site.name,
+                        ),
+                    )
+                    for name, action in BREAKER_ACTIONS.items()
+                ]
+        context = self._context(
+            request,
+            "Acquirer resilience",
+            state=state,
+            can_operate=can_operate,
+            memory_store_warning=MEMORY_STORE_WARNING,
+            fallback_store_warning=FALLBACK_STORE_WARNING,
+            history=_breaker_history(),
+        )
+        return TemplateResponse(request, self.template, context)
+
+    def action_view(self, request: HttpRequest, group: str, action: str) -> HttpResponse:
+        """Force open / disable / reset one group: a page with a required note, then the
+        breaker call (with the operator and note) and an admin-history row."""
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        chosen = BREAKER_ACTIONS.get(action)
+        client = _client_or_none()
+        if chosen is None or client is None or group not in client.breakers:
+            raise Http404("No such breaker action.")
+        form = NoteForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            note = form.cleaned_data["note"]
+            actor = request.user.get_username()
+            act = getattr(client.breakers, chosen.method)
+            before = client.breakers[group].snapshot()
+            after = act(group, actor=actor, reason=note)
+            summary = (
+                f"{chosen.label} circuit breaker {client.config.name}/{group}: "
+                f"{before.state} -> {after.state} (generation {after.generation}, store "
+                f"{after.store})"
+            )
+            try:
+                _audit(request, client, group, f"{summary}. Note: {note}")
+            except DatabaseError:
+                logger.exception("the breaker action could not be written to the admin history")
+                messages.error(
+                    request,
+                    f"{summary}. Applied, but NOT recorded in the admin history (database "
+                    "error); the gateway_client.breaker log has your name and note.",
+                )
+            else:
+                level = messages.SUCCESS if after.store == "redis" else messages.WARNING
+                scope = (
+                    "every process sharing the state store"
+                    if after.store == "redis"
+                    else "THIS PROCESS ONLY (no shared state store)"
+                )
+                messages.add_message(request, level, f"{summary}; applies to {scope}.")
+            return HttpResponseRedirect(
+                reverse("admin:payments_resilience", current_app=self.site.name)
+            )
+        snapshot = _read("circuit breaker", [], client.breakers[group].snapshot)
+        context = self._context(
+            request,
+            f"{chosen.label} the {group} circuit breaker",
+            form=form,
+            group=group,
+            action=chosen,
+            snapshot=snapshot,
+            memory_store_warning=MEMORY_STORE_WARNING
+            if snapshot is not None and snapshot.store == "memory"
+            else "",
+            fallback_store_warning=FALLBACK_STORE_WARNING
+            if snapshot is not None and snapshot.store == "fallback"
+            else "",
+        )
+        return TemplateResponse(request, self.action_template, context)
+
+
+def _audit_content_type() -> ContentType:
+    app_label, model = BREAKER_AUDIT_CONTENT_TYPE
+    content_type, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
+    return content_type
+
+
+def _audit(request, client, group: str, message: str) -> LogEntry:
+    """One admin-history row: who (the user), when (now), why (the note, in the message)."""
+    return LogEntry.objects.create(
+        user_id=request.user.pk,
+        content_type=_audit_content_type(),
+        object_id=group,
+        object_repr=f"circuit breaker {client.config.name}/{group}"[:200],
+        action_flag=CHANGE,
+        change_message=message,
+    )
+
+
+def _breaker_history() -> list[LogEntry]:
+    app_label, model = BREAKER_AUDIT_CONTENT_TYPE
+    try:
+        return list(
+            LogEntry.objects.filter(content_type__app_label=app_label, content_type__model=model)
+            .select_related("user")
+            .order_by("-action_time", "-id")[:RESILIENCE_HISTORY_LIMIT]
+        )
+    except DatabaseError:
+        logger.exception("reading the breaker actions' history failed")
+        return []
+
+
+def install_resilience_page(site) -> ResilienceAdmin:
+    """Serve the resilience page from ``site`` and list it under Payments (idempotent).
+
+    An ``AdminSite`` has no registry for views without a model, so this wraps the site's
+    ``get_urls`` (the page's routes first) and ``get_app_list`` (one more entry in the payments
+    app: the index, the app index and the sidebar). A template override of ``admin/index.html``
+    would not work here: ``django.contrib.admin`` precedes ``payments`` in INSTALLED_APPS, so
+    the admin's own template wins.
+    """
+    existing = getattr(site, "_payments_resilience", None)
+    if existing is not None:
+        return existing
+    page = ResilienceAdmin(site)
+    site_get_urls, site_get_app_list = site.get_urls, site.get_app_list
+
+    def get_urls():
+        return [*page.get_urls(), *site_get_urls()]
+
+    def get_app_list(request, app_label=None):
+        return page.add_to_app_list(request, site_get_app_list(request, app_label))
+
+    site.get_urls = get_urls
+    site.get_app_list = get_app_list
+    site._payments_resilience = page
+    return page
+
+
+RESILIENCE_PAGE = install_resilience_page(admin.site)

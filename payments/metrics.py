@@ -33,6 +33,46 @@ Counters:
 * ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
 * ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
 
+The gateway client's resilience counters (:data:`GATEWAY_COUNTERS` maps its names):
+
+* ``payments_acquirer_breaker_transitions_total{group,from_state,to_state}``: circuit breaker
+  transitions (counted once fleet-wide, by the process whose call made the transition).
+* ``payments_acquirer_breaker_refused_total{group}``: calls the breaker refused (nothing sent).
+* ``payments_acquirer_breaker_late_results_total{group}``: results of calls admitted in an
+  older breaker generation (statistics only, never a transition).
+* ``payments_acquirer_breaker_store_fallback_total{group}``: breaker operations decided by the
+  local in-memory fallback (Redis unreachable).
+* ``payments_acquirer_breaker_operator_actions_total{group,action}``: force_open, disable,
+  metrics_only, reset.
+* ``payments_acquirer_circuit_open_calls_total{operation}``: calls the breaker ended (refused
+  before the first attempt, or stopped when it opened mid-call).
+* ``payments_acquirer_concurrency_limit_changes_total{scope,direction}``: AIMD limit moves
+  (``down`` after a rate limit, ``up`` after a success at high concurrency).
+* ``payments_acquirer_concurrency_waits_total{scope}``, ``..._concurrency_refused_total{scope}``:
+  slot requests that had to wait, and that found no slot in time;
+  ``..._concurrency_refused_calls_total{operation}``: calls that failed for it.
+* ``payments_acquirer_retry_budget_exhausted_total{operation}``: retries the budget refused.
+* ``payments_acquirer_rate_gate_hits_total{operation,result}``: calls that found their quota
+  scope's rate gate closed (``result``: ``waited`` or ``refused`` without sending).
+* ``payments_acquirer_invalid_headers_total{header}``: Retry-After / quota headers ignored as
+  invalid (``header`` names it, e.g. ``retry-after``).
+* ``payments_acquirer_state_store_fallback_total{store}``: shared-state operations served in
+  memory because Redis was unreachable (when the store is handed this hook).
+
+Gauges computed at scrape time from the process's acquirer client (:class:`ResilienceCollector`;
+shared state: three reads of the Redis store, or of memory):
+
+* ``payments_acquirer_breaker_state{group,state}``: 1 for the breaker's current state (closed,
+  open, half_open, forced_open, disabled, metrics_only), 0 for the others.
+* ``payments_acquirer_breaker_failure_rate_percent{group}`` (absent with no buffered call) and
+  ``payments_acquirer_breaker_buffered_calls{group}``.
+* ``payments_acquirer_concurrency_limit{scope}`` and
+  ``payments_acquirer_concurrency_in_flight{scope}``: the AIMD limit and the slots in use.
+* ``payments_acquirer_state_store{store}``: 1 for where that state came from: ``redis`` (shared
+  by the fleet), ``fallback`` (Redis unreachable: this process's local copy) or ``memory``
+  (no ``ACQUIRER_STATE_REDIS_URL``: this process only).
+* ``payments_acquirer_resilience_collector_up``: 1 when the state could be read, else 0.
+
 django-prometheus adds the request, response and latency metrics (``django_http_*``).
 
 Processes: counters live in the process that increments them. With several gunicorn workers,
@@ -47,6 +87,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -67,6 +108,7 @@ from payments.models import Payment, PaymentStatus
 __all__ = [
     "GatewayMetrics",
     "PaymentsCollector",
+    "ResilienceCollector",
     "metrics_view",
     "record_idempotency_key_in_use",
     "record_idempotency_key_reused",
@@ -111,15 +153,111 @@ IDEMPOTENCY_KEY_REUSED = Counter(
     "payments_idempotency_key_reused", "422 idempotency_key_reused answers (another request)."
 )
 
-# The gateway client's counter names (gateway_client/metrics.py) -> (Prometheus counter, labels).
-# Names not listed here go to GATEWAY_CLIENT_EVENTS, so nothing the client counts is lost.
-# --- RESILIENCE METRICS GO HERE (issue 7, built separately): breaker state per group, retry
-# --- budget exhaustion, rate-gate hits, waits by source, AIMD limit. Add the counters above and
-# --- map the client's names ("budget_exhausted", "gate_refused", "gate_waits", ...) below; add
-# --- state gauges as a collector like PaymentsCollector, registered in _scrape_registry().
-GATEWAY_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
-    "attempts": (ACQUIRER_ATTEMPTS, ("operation", "outcome")),
-    "retries": (ACQUIRER_RETRIES, ("operation", "reason")),
+# --- The gateway client's resilience counters (breaker, limiter, budget, gate) -----------------
+
+BREAKER_TRANSITIONS = Counter(
+    "payments_acquirer_breaker_transitions",
+    "Circuit breaker transitions by endpoint group, counted once fleet-wide.",
+    ["group", "from_state", "to_state"],
+)
+BREAKER_REFUSED = Counter(
+    "payments_acquirer_breaker_refused",
+    "Calls refused by the circuit breaker without being sent, by endpoint group.",
+    ["group"],
+)
+BREAKER_LATE_RESULTS = Counter(
+    "payments_acquirer_breaker_late_results",
+    "Results of calls admitted in an older breaker generation (statistics only).",
+    ["group"],
+)
+BREAKER_STORE_FALLBACK = Counter(
+    "payments_acquirer_breaker_store_fallback",
+    "Breaker operations decided by the local fallback because Redis was unreachable.",
+    ["group"],
+)
+BREAKER_OPERATOR_ACTIONS = Counter(
+    "payments_acquirer_breaker_operator_actions",
+    "Operator overrides of a circuit breaker, by endpoint group and action.",
+    ["group", "action"],
+)
+CIRCUIT_OPEN_CALLS = Counter(
+    "payments_acquirer_circuit_open_calls",
+    "Calls ended by the circuit breaker (refused before sending, or stopped when it opened).",
+    ["operation"],
+)
+CONCURRENCY_LIMIT_CHANGES = Counter(
+    "payments_acquirer_concurrency_limit_changes",
+    "AIMD concurrency limit changes by quota scope and direction (down: rate limited).",
+    ["scope", "direction"],
+)
+CONCURRENCY_WAITS = Counter(
+    "payments_acquirer_concurrency_waits",
+    "Concurrency slot requests that had to wait for a free slot, by quota scope.",
+    ["scope"],
+)
+CONCURRENCY_REFUSED = Counter(
+    "payments_acquirer_concurrency_refused",
+    "Concurrency slot requests that found no free slot in time, by quota scope.",
+    ["scope"],
+)
+CONCURRENCY_REFUSED_CALLS = Counter(
+    "payments_acquirer_concurrency_refused_calls",
+    "Calls that failed without sending for want of a concurrency slot, by operation.",
+    ["operation"],
+)
+RETRY_BUDGET_EXHAUSTED = Counter(
+    "payments_acquirer_retry_budget_exhausted",
+    "Retries refused by the shared retry budget (the call failed at once), by operation.",
+    ["operation"],
+)
+RATE_GATE_HITS = Counter(
+    "payments_acquirer_rate_gate_hits",
+    "Calls that found the quota scope's rate gate closed, by operation and result "
+    "(waited, or refused without sending).",
+    ["operation", "result"],
+)
+INVALID_HEADERS = Counter(
+    "payments_acquirer_invalid_headers",
+    "Retry-After or quota headers present but invalid (ignored: the backoff applied), by header.",
+    ["header"],
+)
+STATE_STORE_FALLBACK = Counter(
+    "payments_acquirer_state_store_fallback",
+    "Shared-state operations served in memory because Redis was unreachable, by store.",
+    ["store"],
+)
+
+
+class _Mapped(NamedTuple):
+    """Where one of the gateway client's counters goes: the Prometheus counter, the client's
+    labels it keeps (in order), and fixed labels added to them."""
+
+    counter: Counter
+    labels: tuple[str, ...]
+    fixed: tuple[tuple[str, str], ...] = ()
+
+
+# The gateway client's counter names (gateway_client/metrics.py, breaker.py, aimd.py) -> where
+# they go. Names not listed here (deadline_stops, server_wait_too_long, ...) go to
+# GATEWAY_CLIENT_EVENTS, so nothing the client counts is lost.
+GATEWAY_COUNTERS: dict[str, _Mapped] = {
+    "attempts": _Mapped(ACQUIRER_ATTEMPTS, ("operation", "outcome")),
+    "retries": _Mapped(ACQUIRER_RETRIES, ("operation", "reason")),
+    "breaker_transitions": _Mapped(BREAKER_TRANSITIONS, ("group", "from_state", "to_state")),
+    "breaker_refused": _Mapped(BREAKER_REFUSED, ("group",)),
+    "breaker_late_results": _Mapped(BREAKER_LATE_RESULTS, ("group",)),
+    "breaker_store_fallback": _Mapped(BREAKER_STORE_FALLBACK, ("group",)),
+    "breaker_operator_actions": _Mapped(BREAKER_OPERATOR_ACTIONS, ("group", "action")),
+    "circuit_open": _Mapped(CIRCUIT_OPEN_CALLS, ("operation",)),
+    "concurrency_limit_changes": _Mapped(CONCURRENCY_LIMIT_CHANGES, ("scope", "direction")),
+    "concurrency_waits": _Mapped(CONCURRENCY_WAITS, ("scope",)),
+    "concurrency_refused": _Mapped(CONCURRENCY_REFUSED, ("scope",)),
+    "concurrency_refused_calls": _Mapped(CONCURRENCY_REFUSED_CALLS, ("operation",)),
+    "budget_exhausted": _Mapped(RETRY_BUDGET_EXHAUSTED, ("operation",)),
+    "gate_waits": _Mapped(RATE_GATE_HITS, ("operation",), (("result", "waited"),)),
+    "gate_refused": _Mapped(RATE_GATE_HITS, ("operation",), (("result", "refused"),)),
+    "invalid_header": _Mapped(INVALID_HEADERS, ("header",)),
+    "store_fallback": _Mapped(STATE_STORE_FALLBACK, ("store",)),
 }
 
 
@@ -169,8 +307,8 @@ class GatewayMetrics:
                 value
             )
             return
-        counter, label_names = mapped
-        counter.labels(**{label: str(labels.get(label, "")) for label in label_names}).inc(value)
+        values = {label: str(labels.get(label, "")) for label in mapped.labels}
+        mapped.counter.labels(**values, **dict(mapped.fixed)).inc(value)
 
 
 # --- Gauges from PostgreSQL, computed at scrape time ----------------------------------------
@@ -266,12 +404,110 @@ def _estimated_by_status() -> dict[str, float]:
     return {value: round(reltuples * freq) for value, freq in zip(values, freqs, strict=False)}
 
 
+# --- Resilience state of the acquirer client, read at scrape time -------------------------------
+
+#: Every state a breaker reports (gateway_client.breaker), exported one-hot per group.
+BREAKER_STATES = ("closed", "open", "half_open", "forced_open", "disabled", "metrics_only")
+#: Where the breaker state came from (``BreakerSnapshot.store``), exported one-hot.
+STATE_STORES = ("redis", "fallback", "memory")
+
+
+class ResilienceCollector:
+    """Scrape-time gauges of the process's acquirer client: breaker state per endpoint group and
+    the AIMD limit of its quota scope.
+
+    Cost: two breaker reads and one limiter read, each one atomic read-only script on the shared
+    store (a Redis round trip each, or a dict look-up for the in-memory store); no permit taken,
+    no refusal counted. When Redis is unreachable the store answers from its in-memory fallback
+    after one short connect timeout (0.25 s, then Redis is skipped for 5 s), and the gauges say
+    so (``payments_acquirer_state_store{store="fallback"}``). Any other error exports only
+    ``payments_acquirer_resilience_collector_up 0``: a scrape never fails because of it.
+    """
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric families (without samples); reads nothing."""
+        return list(self._families())
+
+    @staticmethod
+    def _families() -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "payments_acquirer_breaker_state",
+            "Circuit breaker state per endpoint group: 1 for the current state, 0 for the others.",
+            labels=["group", "state"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_breaker_failure_rate_percent",
+            "Failure rate over the breaker's buffered calls, percent (absent with none).",
+            labels=["group"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_breaker_buffered_calls",
+            "Results in the breaker's window (in half-open: the probe results).",
+            labels=["group"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_concurrency_limit",
+            "AIMD concurrency limit of the quota scope (calls in flight allowed).",
+            labels=["scope"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_concurrency_in_flight",
+            "Calls holding a concurrency slot of the quota scope now.",
+            labels=["scope"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_state_store",
+            "Where the breaker state was read: redis (shared), fallback (Redis unreachable: "
+            "this process only) or memory (no ACQUIRER_STATE_REDIS_URL: this process only).",
+            labels=["store"],
+        )
+        yield GaugeMetricFamily(
+            "payments_acquirer_resilience_collector_up",
+            "1 when the acquirer client's resilience state could be read at this scrape.",
+        )
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the state; on an error only ``..._resilience_collector_up 0`` is exported."""
+        state, rate, buffered, limit, in_flight, store, up = self._families()
+        try:
+            snapshots, limiter = self._read()
+        except Exception:  # a scrape answers whatever the state store does
+            logger.exception("resilience metrics collector failed")
+            up.add_metric([], 0)
+            return [up]
+        stores = set()
+        for group, snapshot in snapshots.items():
+            for name in BREAKER_STATES:
+                state.add_metric([group, name], 1 if snapshot.state == name else 0)
+            if snapshot.failure_rate is not None:
+                rate.add_metric([group], snapshot.failure_rate)
+            buffered.add_metric([group], snapshot.buffered_calls)
+            stores.add(snapshot.store)
+        limit.add_metric([limiter.scope], limiter.limit)
+        in_flight.add_metric([limiter.scope], limiter.in_flight)
+        # "fallback" wins: one group read from the fallback means the shared state is not seen.
+        current = next((name for name in ("fallback", "memory", "redis") if name in stores), "")
+        for name in STATE_STORES:
+            store.add_metric([name], 1 if current == name else 0)
+        up.add_metric([], 1)
+        return [state, rate, buffered, limit, in_flight, store, up]
+
+    @staticmethod
+    def _read():
+        from payments.acquirer import acquirer_client  # it imports this module
+
+        client = acquirer_client()
+        return client.breakers.snapshot(), client.limiter.snapshot(client.scope)
+
+
 _PAYMENTS_COLLECTOR = PaymentsCollector()
+_RESILIENCE_COLLECTOR = ResilienceCollector()
 
 
 def _scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_PAYMENTS_COLLECTOR)
+    registry.register(_RESILIENCE_COLLECTOR)
     return registry
 
 
@@ -290,7 +526,8 @@ def _process_registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """``GET /metrics``: Prometheus text format, in-process metrics then the database gauges.
+    """``GET /metrics``: Prometheus text format, in-process metrics then the scrape-time gauges
+    (database, acquirer resilience state).
 
     When ``settings.METRICS_BEARER_TOKEN`` is set, the scrape must send
     ``Authorization: Bearer <token>`` (401 otherwise). Keep ``/metrics`` off the public

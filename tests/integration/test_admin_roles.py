@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db
 
 MIGRATION = "0004_operations_roles"
 ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
+BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -27,12 +28,16 @@ ACTION_PERMISSIONS = {
     "payments.resolve_payment",
     "merchants.rotate_api_key",
 }
+#: Granted to operator by migration 0005 (the resilience page's breaker actions).
+BREAKER_PERMISSIONS = {"payments.operate_breaker"}
 
 
 def run_migration_function() -> None:
-    """Run the migration's function with the historical models of its own state."""
+    """Run the migration's function with the historical models of its own state, then 0005's
+    (a flush by an earlier transactional test may have removed what the migrations made)."""
     state = MigrationLoader(connection).project_state(("payments", MIGRATION))
     ROLES_MIGRATION.create_roles(state.apps, None)
+    BREAKER_MIGRATION.grant_operate_breaker(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:
@@ -48,9 +53,9 @@ def test_support_may_only_view():
 
 
 def test_operator_may_view_and_act():
-    """operator: the view permissions plus reconcile, resolve and rotate."""
+    """operator: the view permissions plus reconcile, resolve, rotate and operate_breaker."""
     run_migration_function()
-    assert permissions_of("operator") == VIEW_PERMISSIONS | ACTION_PERMISSIONS
+    assert permissions_of("operator") == VIEW_PERMISSIONS | ACTION_PERMISSIONS | BREAKER_PERMISSIONS
 
 
 def test_no_role_may_change_or_delete_payments_or_keys():
