@@ -4,6 +4,12 @@ State machine (see README): a payment is created ``processing`` in the same tran
 claims its idempotency key, then moves once to ``succeeded``, ``declined`` or ``failed``, or
 stays ``processing`` until reconciliation resolves it (``needs_review`` when it cannot).
 ``payments.services.ALLOWED_TRANSITIONS`` is the only place that changes a status.
+
+Row locks on payments are always ``FOR NO KEY UPDATE`` (``select_for_update(no_key=True)``):
+it conflicts with other updates but not with the ``KEY SHARE`` lock that inserting a
+``PaymentEvent`` takes through its foreign key, so a request holding an idempotency key and
+appending an event never deadlocks with reconciliation holding the payment and asking for the
+key.
 """
 
 from __future__ import annotations

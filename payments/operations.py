@@ -83,7 +83,7 @@ def payment_reconcile_request(
     note = _clean_note(operator=operator, note=note)
     now = clock()
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().get(pk=payment_id)
+        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
         if payment.status not in RECONCILABLE_STATUSES:
             raise OperationRefused(
                 f"A {payment.status} payment is resolved; there is nothing to reconcile."
@@ -143,7 +143,7 @@ def payment_resolve(
 
     now = clock()
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().get(pk=payment_id)
+        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
         if payment.status != PaymentStatus.NEEDS_REVIEW:
             raise OperationRefused(
                 f"Only a payment in needs_review can be resolved; this one is {payment.status}."

@@ -145,7 +145,7 @@ def reconciliation_claim_due(*, now: datetime, policy: ReconciliationPolicy) -> 
     first, skipping rows other workers hold; lease them and count the attempt. Returns ids."""
     with transaction.atomic():
         ids = list(
-            Payment.objects.select_for_update(skip_locked=True)
+            Payment.objects.select_for_update(skip_locked=True, no_key=True)
             .filter(_claimable(now), next_check_at__lte=now)
             .order_by("next_check_at")
             .values_list("id", flat=True)[: policy.batch_size]
@@ -170,7 +170,7 @@ def reconciliation_claim_payment(
         )
     with transaction.atomic():
         claimed = (
-            Payment.objects.select_for_update(skip_locked=True)
+            Payment.objects.select_for_update(skip_locked=True, no_key=True)
             .filter(claimable, id=payment_id)
             .exists()
         )
@@ -201,7 +201,7 @@ def _record_authorization(
     payment_id: str, authorization: Authorization, *, how: str, charges_found: int, now: datetime
 ) -> Reconciliation:
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().get(pk=payment_id)
+        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
         if payment.status not in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
             return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
         to_status = PaymentStatus.SUCCEEDED if authorization.approved else PaymentStatus.DECLINED
@@ -233,7 +233,7 @@ def _record_authorization(
 
 def _record_rejection(payment_id: str, error: GatewayError, now: datetime) -> Reconciliation:
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().get(pk=payment_id)
+        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
         if payment.status != PaymentStatus.PROCESSING:
             return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
         payment_transition(
@@ -286,7 +286,7 @@ def _reschedule(
     if not_before is not None and not_before > next_check_at:
         next_check_at = not_before
     with transaction.atomic():
-        locked = Payment.objects.select_for_update().get(pk=payment.pk)
+        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
         if locked.status != PaymentStatus.PROCESSING:
             return Reconciliation(payment.pk, Result.ALREADY_RESOLVED, locked.status)
         locked.next_check_at = next_check_at
@@ -308,7 +308,7 @@ def _reschedule(
 
 def _escalate(payment: Payment, *, now: datetime, reason: str) -> Reconciliation:
     with transaction.atomic():
-        locked = Payment.objects.select_for_update().get(pk=payment.pk)
+        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
         if locked.status != PaymentStatus.PROCESSING:
             return Reconciliation(payment.pk, Result.ALREADY_RESOLVED, locked.status)
         payment_transition(
@@ -427,7 +427,7 @@ def _look_up_for_review(
             )
         detail, error = "the acquirer has no record of it", None
     with transaction.atomic():
-        locked = Payment.objects.select_for_update().get(pk=payment.pk)
+        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
         locked.reconciliation_lease_until = None
         locked.save(update_fields=["reconciliation_lease_until"])
         data = {"result": Result.NEEDS_REVIEW.value, "detail": detail, "operator_requested": True}

@@ -312,7 +312,7 @@ def payment_create(
 
     now = clock()
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().get(pk=payment.pk)
+        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
         record = IdempotencyKey.objects.select_for_update().get(pk=record.pk)
         payment_event_record(payment=payment, event_type="acquirer_attempt", now=now, data=attempt)
         if payment.status != PaymentStatus.PROCESSING:
