@@ -20,3 +20,31 @@ def child_exit(server, worker):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+# Card numbers or API keys that a client puts in a URL never reach the access or error log.
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "config.log_filters.RedactSecrets"}},
+    "formatters": {
+        "generic": {"format": "%(asctime)s [%(process)d] [%(levelname)s] %(message)s"},
+        "access": {"format": "%(message)s"},
+    },
+    "handlers": {
+        "error_console": {
+            "class": "logging.StreamHandler",
+            "formatter": "generic",
+            "filters": ["redact"],
+            "stream": "ext://sys.stderr",
+        },
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "access",
+            "filters": ["redact"],
+            "stream": "ext://sys.stdout",
+        },
+    },
+    "loggers": {
+        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
+        "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
+    },
+}

@@ -234,6 +234,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
+    "audit-acquirer-daily": {
+        "task": "ledger.tasks.audit_acquirer_daily",
+        "schedule": env.float("LEDGER_AUDIT_INTERVAL_SECONDS", default=24 * 3600.0),
+    },
     "reconcile-due-payments": {
         "task": "payments.tasks.reconcile_due_payments",
         "schedule": RECONCILIATION_SWEEP_INTERVAL_SECONDS,
@@ -250,8 +254,13 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"redact": {"()": "config.log_filters.RedactSecrets"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact"],
+        },
     },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {

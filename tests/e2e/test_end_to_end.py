@@ -52,7 +52,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
                 assert web.poll() is None, (tmp_path / "gunicorn.log").read_text()
                 assert time.monotonic() < deadline, "gunicorn did not start"
                 time.sleep(0.1)
-            yield {"url": url, "sandbox": sandbox, "env": env}
+            yield {"url": url, "sandbox": sandbox, "env": env, "log": tmp_path / "gunicorn.log"}
         finally:
             web.terminate()
             try:
@@ -132,3 +132,26 @@ def test_payments_end_to_end(stack):
     listed = httpx.get(f"{url}/payments", headers={"Authorization": f"Bearer {key_a}"}).json()
     assert len(listed["data"]) == 5
     assert sandbox.stats()["charges_total"] == 5
+
+
+def test_card_numbers_and_keys_in_urls_never_reach_the_logs(stack):
+    """A card number or an API key in a URL or header is redacted from gunicorn's and Django's
+    logs, and a card-like Idempotency-Key is refused before it is stored."""
+    url, log_path = stack["url"], stack["log"]
+    key = create_merchant(stack["env"], f"e2e-logs-{uuid.uuid4().hex[:6]}")
+    auth = {"Authorization": f"Bearer {key}"}
+    httpx.get(f"{url}/payments/4111111111111111", headers=auth, timeout=10)
+    httpx.get(f"{url}/payments?reference=5555555555554444&api_key={key}", headers=auth, timeout=10)
+    refused = httpx.post(
+        f"{url}/payments",
+        json=BODY,
+        headers={**auth, "Idempotency-Key": "3782-822463-10005"},
+        timeout=10,
+    )
+    assert refused.status_code == 400
+    assert refused.json()["code"] == "card_data_not_accepted"
+    assert not IdempotencyKey.objects.exists()
+    text = log_path.read_text()
+    assert "[card number redacted]" in text  # the lines are there, their secrets are not
+    for secret in ("4111111111111111", "5555555555554444", "822463", key, key[8:]):
+        assert secret not in text
