@@ -7,6 +7,7 @@ COPY config config
 COPY merchants merchants
 COPY idempotency idempotency
 COPY payments payments
+COPY ledger ledger
 COPY gateway_client gateway_client
 COPY sandbox_acquirer sandbox_acquirer
 COPY manage.py Procfile ./

@@ -61,3 +61,16 @@ bench: install $(VENV)/.bench-stamp
 	  && apt-get update -qq && apt-get install -y -qq wrk; } \
 	  || { echo "wrk is needed: apt-get install wrk (Debian/Ubuntu) or brew install wrk"; exit 1; }
 	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done
+
+## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
+## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the
+## secrets grep, on the stack started as subprocesses; the ledger audit is the oracle. Needs
+## Redis (REDIS_URL, default 127.0.0.1:6379); the database is <DATABASE_URL's name>_campaigns
+## (or CAMPAIGN_DATABASE_URL), recreated. make campaign-short: the short versions (about 4
+## minutes, soak 60 s). CAMPAIGN_ARGS="storms crash --out DIR" picks campaigns and options.
+.PHONY: campaign campaign-short
+campaign: install
+	$(BIN)/python -m bench.campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+
+campaign-short: install
+	$(BIN)/python -m bench.campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)

@@ -15,6 +15,9 @@ path                                   auth    methods
                                                ``{"data": [charge, ...]}``
 ``/_sandbox/stats``, ``/_sandbox/export``  no  GET -> 200 counters (``?format=csv`` for CSV)
 ``/_sandbox/reset``                    no      POST -> 200, forgets everything
+``/_sandbox/charges``                  Bearer  GET ``?since=&starting_after=&limit=`` -> 200
+                                               ``{"data": [charge, ...], "has_more"}``: the
+                                               caller's charges, oldest first (no lag)
 ``/_sandbox/conditions``               no      GET -> every condition; DELETE -> clears them
 ``/_sandbox/conditions/<name>``        no      GET; POST or PUT a JSON object -> sets it;
                                                DELETE -> clears it
@@ -39,7 +42,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -77,6 +80,10 @@ __all__ = [
 
 #: Longest accepted ``Idempotency-Key``, in characters.
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+
+#: Page size of ``GET /_sandbox/charges``: default and largest ``limit``.
+LEDGER_PAGE_DEFAULT = 1000
+LEDGER_PAGE_MAX = 10000
 
 #: Problem ``type`` URIs are this plus the error code (``.invalid`` never resolves).
 PROBLEM_TYPE_BASE = "https://sandbox-acquirer.invalid/problems/"
@@ -451,6 +458,39 @@ class SandboxApp:
             return replace(created, trickle_seconds_per_byte=scenario.trickle_seconds_per_byte)
         return created
 
+    def _charge_ledger(self, request: Request) -> Response:
+        """``GET /_sandbox/charges``: the caller's recorded charges, oldest first, paged; the
+        settlement report an audit reads (no lookup lag, no conditions, not counted)."""
+        account = self._authenticate(request)
+        if isinstance(account, Response):
+            return account
+        query = parse_qs(request.query, keep_blank_values=True)
+        unknown = sorted(set(query) - {"since", "starting_after", "limit"})
+        if unknown or any(len(values) != 1 for values in query.values()):
+            return _invalid("Give at most one each of since, starting_after and limit.")
+        since = None
+        if "since" in query:
+            try:
+                since = datetime.fromisoformat(query["since"][0])
+            except ValueError:
+                since = None
+            if since is None or since.tzinfo is None:
+                return _invalid("since must be an RFC 3339 time with an offset, e.g. ...Z.")
+        raw_limit = query.get("limit", [str(LEDGER_PAGE_DEFAULT)])[0]
+        if not (raw_limit.isascii() and raw_limit.isdigit()) or not (
+            1 <= int(raw_limit) <= LEDGER_PAGE_MAX
+        ):
+            return _invalid(f"limit must be an integer from 1 to {LEDGER_PAGE_MAX}.")
+        starting_after = query.get("starting_after", [None])[0]
+        try:
+            page, has_more = self.store.ledger(
+                account, since=since, starting_after=starting_after, limit=int(raw_limit)
+            )
+        except KeyError:
+            return _invalid("starting_after is not the id of one of your charges.")
+        data = [{**charge.to_json(), "idempotency_key": key} for key, charge in page]
+        return json_response(200, {"data": data, "has_more": has_more})
+
     # -- control API: conditions -----------------------------------------------------------
 
     def _conditions(self, request: Request) -> Response:
@@ -609,6 +649,7 @@ _ROUTES: dict[str, dict[str, Handler | None]] = {
     "/_sandbox/stats": {"GET": SandboxApp._stats},
     "/_sandbox/export": {"GET": SandboxApp._stats},
     "/_sandbox/reset": {"POST": SandboxApp._reset},
+    "/_sandbox/charges": {"GET": SandboxApp._charge_ledger},
     "/_sandbox/conditions": {"GET": SandboxApp._conditions, "DELETE": SandboxApp._conditions},
 }
 

@@ -25,8 +25,10 @@ Memory is bounded for long benchmarks: every per-key or per-reference table (ide
 records, attempt counters, the lookup ledger, the per-key and per-reference counters) keeps at
 most ``max_tracked_keys`` entries (100 000 by default) and drops its oldest entry beyond that;
 arrival counts keep the latest ``max_arrival_buckets`` 100 ms buckets (36 000, one hour).
-Every drop is counted in ``stats()["evicted"]``, so a benchmark can tell whether the bound was
-reached. Completed idempotency records are evicted oldest first; records in progress never.
+The settlement listing (``ledger()``, every charge in commit order) keeps the same number of
+charges. Every drop is counted in ``stats()["evicted"]``, so a benchmark can tell whether the
+bound was reached. Completed idempotency records are evicted oldest first; records in progress
+never.
 """
 
 from __future__ import annotations
@@ -167,6 +169,10 @@ class _State:
     lookup: dict[tuple[str, str], deque[tuple[Charge, datetime]]] = field(default_factory=dict)
     lookup_order: deque[tuple[str, str]] = field(default_factory=deque)
     lookup_evicted: int = 0
+    # Every recorded charge in commit order, (account, idempotency key, charge): the
+    # settlement-style listing of GET /_sandbox/charges (no lookup lag), bounded like the rest.
+    ledger: deque[tuple[str, str, Charge]] = field(default_factory=deque)
+    ledger_evicted: int = 0
     charges_total: int = 0
     charges_by_reference: _BoundedCounter = field(init=False)
     charges_by_key: _BoundedCounter = field(init=False)
@@ -301,6 +307,10 @@ class SandboxStore:
                 if not entries:
                     del state.lookup[oldest]
                 state.lookup_evicted += 1
+            state.ledger.append((claim.account, claim.key, charge))
+            while len(state.ledger) > self._limit:
+                state.ledger.popleft()
+                state.ledger_evicted += 1
             state.charges_total += 1
             state.charges_by_reference.add(charge.reference)
             state.charges_by_key.add(claim.key)
@@ -340,6 +350,37 @@ class SandboxStore:
             now = self._clock()
             entries = self._state.lookup.get((account, reference), ())
             return [charge for charge, visible_at in entries if visible_at <= now]
+
+    def ledger(
+        self,
+        account: str,
+        *,
+        since: datetime | None = None,
+        starting_after: str | None = None,
+        limit: int = 1000,
+    ) -> tuple[list[tuple[str, Charge]], bool]:
+        """``account``'s recorded charges in the order they were recorded, as
+        ``(idempotency key, charge)``, with ``created_at >= since``, after the charge with id
+        ``starting_after`` (a cursor from the previous page), at most ``limit`` of them; and
+        whether more follow. Unlike ``charges_for``, no lookup lag applies: this is the
+        settlement report, not the look-up API. ``starting_after`` unknown: ``KeyError``.
+        """
+        with self._lock:
+            entries = iter(self._state.ledger)
+            if starting_after is not None:
+                for entry_account, _, charge in entries:
+                    if entry_account == account and charge.id == starting_after:
+                        break
+                else:
+                    raise KeyError(starting_after)
+            page: list[tuple[str, Charge]] = []
+            for entry_account, key, charge in entries:
+                if entry_account != account or (since is not None and charge.created_at < since):
+                    continue
+                if len(page) == limit:
+                    return page, True
+                page.append((key, charge))
+            return page, False
 
     def count_arrival(self, *, generation: int, idempotency_key: str | None = None) -> None:
         """Count one request arriving now (100 ms buckets), and per ``idempotency_key``.
@@ -441,6 +482,7 @@ class SandboxStore:
                 "evicted": {
                     "idempotency_keys": state.records_evicted,
                     "charges_for_lookup": state.lookup_evicted,
+                    "charges_listed": state.ledger_evicted,
                     "charges_by_reference": state.charges_by_reference.evicted,
                     "charges_by_idempotency_key": state.charges_by_key.evicted,
                     "requests_by_idempotency_key": state.requests_by_key.evicted,

@@ -20,14 +20,21 @@ from bench.campaigns.runner import CAMPAIGNS, PROFILES, run_campaigns
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.campaigns", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("campaigns", nargs="*", default=["all"],
-                        help=f"all, or some of: {', '.join(CAMPAIGNS)}")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.campaigns",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "campaigns", nargs="*", default=["all"], help=f"all, or some of: {', '.join(CAMPAIGNS)}"
+    )
     parser.add_argument("--short", action="store_true", help="the short (CI) version")
     parser.add_argument("--out", type=Path, help="output directory (logs, CSVs, dump, reports)")
-    parser.add_argument("--database-url", help="campaign database (recreated; name must end "
-                        "in 'campaigns'); default CAMPAIGN_DATABASE_URL or <DATABASE_URL>_campaigns")  # fmt: skip
+    parser.add_argument(
+        "--database-url",
+        help="campaign database (recreated; name must end "
+        "in 'campaigns'); default CAMPAIGN_DATABASE_URL or <DATABASE_URL>_campaigns",
+    )
     parser.add_argument("--soak-seconds", type=float, help="override the soak's duration")
     parser.add_argument("--soak-rate", type=float, help="override the soak's requests/s")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
@@ -47,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     options = StackOptions(out_dir=out)
     if args.database_url:
         options.database_url = args.database_url
-    print(f"campaigns: {', '.join(names)} ({'short' if args.short else 'full'}); output in {out}",
-          flush=True)  # fmt: skip
+    print(
+        f"campaigns: {', '.join(names)} ({'short' if args.short else 'full'}); output in {out}",
+        flush=True,
+    )
     # SIGTERM stops the stack's processes too (they run in sessions of their own).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -60,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps([r.as_json() for r in results], indent=1, default=str))
     failed = [r.name for r in results if not r.ok]
     print()
-    print(f"{len(results) - len(failed)} of {len(results)} campaigns without violation"
-          + (f"; violations in: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    print(
+        f"{len(results) - len(failed)} of {len(results)} campaigns without violation"
+        + (f"; violations in: {', '.join(failed)}" if failed else "")
+    )
     print(f"output: {out}")
     return 1 if failed else 0
 

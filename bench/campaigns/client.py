@@ -45,20 +45,29 @@ class Answer:
 class ApiClient:
     """One merchant's client of the payment API (``api_key`` in memory only)."""
 
-    def __init__(self, base_url: str, api_key: str, *, max_connections: int = 200,
-                 timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, api_key: str, *, max_connections: int = 200, timeout: float = 30.0
+    ) -> None:
         self.base_url = base_url
         self._api_key = api_key
         self._http = httpx.AsyncClient(
             base_url=base_url,
             timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             trust_env=False,
-        )  # fmt: skip
+        )
 
-    async def request(self, method: str, path: str, *, headers: dict[str, str] | None = None,
-                      auth: bool = True, **kwargs: Any) -> Answer:  # fmt: skip
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        auth: bool = True,
+        **kwargs: Any,
+    ) -> Answer:
         all_headers = dict(headers or {})
         if auth:
             all_headers.setdefault("Authorization", f"Bearer {self._api_key}")
@@ -66,8 +75,7 @@ class ApiClient:
         try:
             response = await self._http.request(method, path, headers=all_headers, **kwargs)
         except httpx.HTTPError as exc:
-            return Answer(status=None, error=type(exc).__name__,
-                          seconds=time.monotonic() - started)  # fmt: skip
+            return Answer(status=None, error=type(exc).__name__, seconds=time.monotonic() - started)
         return Answer(
             status=response.status_code,
             body=response.content,
@@ -77,8 +85,9 @@ class ApiClient:
 
     async def create(self, key: str, body: dict[str, Any], **kwargs: Any) -> Answer:
         """``POST /payments`` with ``Idempotency-Key: key``."""
-        return await self.request("POST", "/payments", json=body,
-                                  headers={"Idempotency-Key": key}, **kwargs)  # fmt: skip
+        return await self.request(
+            "POST", "/payments", json=body, headers={"Idempotency-Key": key}, **kwargs
+        )
 
     async def close(self) -> None:
         await self._http.aclose()

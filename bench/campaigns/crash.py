@@ -62,14 +62,17 @@ def run(stack: Stack, *, runs: int = 50) -> CampaignResult:
     assert stack.sandbox is not None and stack.web is not None
     stats_before = stack.sandbox.stats()
     webs = {
-        point: stack.start_web(f"web-crash-{point}", workers=2, wait=False,
-                               PAYMENTS_CRASH_POINT=point)  # fmt: skip
+        point: stack.start_web(
+            f"web-crash-{point}", workers=2, wait=False, PAYMENTS_CRASH_POINT=point
+        )
         for point in CRASH_POINTS
     }
     for point, web in webs.items():
         wait_until(web.up, timeout=60, what=f"gunicorn crashing at {point}")
     booted_before = {point: web.workers_booted() for point, web in webs.items()}
-    keys = {point: [f"crash-{stack.tag}-{point}-{i}" for i in range(runs)] for point in CRASH_POINTS}
+    keys = {
+        point: [f"crash-{stack.tag}-{point}-{i}" for i in range(runs)] for point in CRASH_POINTS
+    }
 
     async def all_points() -> list[list[Answer]]:
         return await asyncio.gather(
@@ -113,8 +116,12 @@ def run(stack: Stack, *, runs: int = 50) -> CampaignResult:
         if not found:
             continue
         data = answer.json() or {}
-        if not (answer.status == 201 and answer.replayed and data.get("id") == found[0]["id"]
-                and data.get("status") == found[0]["status"]):  # fmt: skip
+        if not (
+            answer.status == 201
+            and answer.replayed
+            and data.get("id") == found[0]["id"]
+            and data.get("status") == found[0]["status"]
+        ):
             bad_replays.append(f"{key}: {answer.status} {data.get('status')}")
     delta = sandbox_delta(stats_before, stack.sandbox.stats())
     audit = stack.audit(since, "crash")
@@ -144,8 +151,10 @@ def run(stack: Stack, *, runs: int = 50) -> CampaignResult:
     result.check(not wrong, f"{len(wrong)} payments resolved wrongly: {wrong[:5]}")
     result.check(not bad_replays, f"{len(bad_replays)} replays wrong: {bad_replays[:5]}")
     for point in CRASH_POINTS:
-        result.check(answered[point] == 0,
-                     f"{point}: {answered[point]} requests were answered (no crash)")  # fmt: skip
-        result.check(crashes[point] >= runs,
-                     f"{point}: {crashes[point]} worker restarts for {runs} runs")  # fmt: skip
+        result.check(
+            answered[point] == 0, f"{point}: {answered[point]} requests were answered (no crash)"
+        )
+        result.check(
+            crashes[point] >= runs, f"{point}: {crashes[point]} worker restarts for {runs} runs"
+        )
     return result

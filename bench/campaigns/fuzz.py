@@ -3,17 +3,20 @@ sequences too) with a merchant's key -> 0 server errors, every error answer an R
 ``application/problem+json`` (the hook ``schemathesis_hooks.error_is_problem_json``).
 
 Schemathesis runs as its own CLI (``schemathesis run``, all checks), round after round with a
-new seed until the web process has answered ``min_requests`` requests (counted in gunicorn's
-access log). Odd rounds generate from the schema as served, even rounds from the same schema
-tightened to the README's contract (``CAMPAIGN_SCHEMA=contract``), so that generated
-payments pass validation and reach the payment flow. Violations: a 5xx other than the API's designed ``502 acquirer_error`` and ``503
-acquirer_unavailable`` (ST101, ST102, or any 500/504 in the access log), and any error answer
-that is not problem+json. The other checks' failures (schema conformance, ...) are findings,
-printed with Schemathesis' reproduction, not violations.
+new seed, at least ``min_rounds`` rounds and until the web process has answered
+``min_requests`` requests (counted in gunicorn's access log). Odd rounds generate from the
+schema as served, even rounds from the same schema tightened to the README's contract
+(``CAMPAIGN_SCHEMA=contract``), so that generated payments pass validation and reach the
+payment flow. Violations: a 5xx other than the API's
+designed ``502 acquirer_error`` and ``503 acquirer_unavailable`` (ST101, ST102, or any
+500/504 in the access log), and any error answer that is not problem+json. The other
+checks' failures (schema conformance, ...) are findings, printed with Schemathesis'
+reproduction, not violations.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -21,12 +24,14 @@ import time
 import xml.etree.ElementTree as ET  # noqa: S405 - our own report file
 from pathlib import Path
 
-from bench.campaigns.harness import PYTHON, ROOT, CampaignResult, Stack
+from bench.campaigns.harness import PYTHON, ROOT, CampaignError, CampaignResult, Stack
 
 #: Failure codes that are violations of the campaign (the rest are findings).
 VIOLATION_CODES = {"ST101", "ST102"}
 CUSTOM_CHECK = "error_is_problem_json"
-ACCESS_LINE = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+" (\d{3}) ')
+ACCESS_LINE = re.compile(
+    r'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+" (\d{3}) '
+)
 CONFIG = """\
 [checks.not_a_server_error]
 # 502 acquirer_error and 503 acquirer_unavailable are designed answers (README, API contract).
@@ -58,10 +63,19 @@ def _failures(report: Path) -> list[tuple[str, str, str]]:
     return found
 
 
-def run(stack: Stack, *, min_requests: int = 10_000, max_examples: int = 1500,
-        workers: int = 2, max_rounds: int = 20) -> CampaignResult:  # fmt: skip
+def run(
+    stack: Stack,
+    *,
+    min_requests: int = 10_000,
+    max_examples: int = 1500,
+    workers: int = 2,
+    max_rounds: int = 20,
+    min_rounds: int = 2,
+) -> CampaignResult:
     result = CampaignResult("schemathesis")
     assert stack.web is not None
+    if importlib.util.find_spec("schemathesis") is None:
+        raise CampaignError("schemathesis is not installed (pip install 'schemathesis>=4')")
     _, api_key = stack.create_merchant("fuzz")
     out = stack.out_dir / "schemathesis"
     out.mkdir(parents=True, exist_ok=True)
@@ -73,24 +87,51 @@ def run(stack: Stack, *, min_requests: int = 10_000, max_examples: int = 1500,
     failures: list[tuple[str, str, str]] = []
     rounds = 0
     exit_codes = []
-    while rounds < max_rounds and sum(statuses.values()) < min_requests:
+    while rounds < max_rounds and (rounds < min_rounds or sum(statuses.values()) < min_requests):
         rounds += 1
         report = out / f"junit-{rounds}.xml"
         command = [
-            PYTHON, "-m", "schemathesis.cli", "--config-file", str(config), "run",
-            f"{stack.web.url}/openapi.json", "--header", f"Authorization: Bearer {api_key}",
-            "--checks", "all", "--max-examples", str(max_examples), "--workers", str(workers),
-            "--seed", str(rounds), "--suppress-health-check", "all", "--request-timeout", "30",
-            "--report", "junit", "--report-junit-path", str(report), "--no-color",
-        ]  # fmt: skip
+            PYTHON,
+            "-m",
+            "schemathesis.cli",
+            "--config-file",
+            str(config),
+            "run",
+            f"{stack.web.url}/openapi.json",
+            "--header",
+            f"Authorization: Bearer {api_key}",
+            "--checks",
+            "all",
+            "--max-examples",
+            str(max_examples),
+            "--workers",
+            str(workers),
+            "--seed",
+            str(rounds),
+            "--suppress-health-check",
+            "all",
+            "--request-timeout",
+            "30",
+            "--report",
+            "junit",
+            "--report-junit-path",
+            str(report),
+            "--no-color",
+        ]
         # Odd rounds generate from the served schema, even ones from the README's contract.
         schema = "served" if rounds % 2 else "contract"
-        env = {**os.environ, "SCHEMATHESIS_HOOKS": "bench.campaigns.schemathesis_hooks",
-               "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "CAMPAIGN_SCHEMA": schema}  # fmt: skip
+        env = {
+            **os.environ,
+            "SCHEMATHESIS_HOOKS": "bench.campaigns.schemathesis_hooks",
+            "PYTHONPATH": str(ROOT),
+            "NO_COLOR": "1",
+            "CAMPAIGN_SCHEMA": schema,
+        }
         with open(out / f"output-{rounds}.txt", "wb") as output:
             # In the output directory: Schemathesis and Hypothesis keep caches in the cwd.
-            completed = subprocess.run(command, cwd=out, env=env, stdout=output,
-                                       stderr=subprocess.STDOUT, timeout=3600)  # fmt: skip
+            completed = subprocess.run(  # noqa: S603
+                command, cwd=out, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=3600
+            )
         exit_codes.append(completed.returncode)
         time.sleep(0.5)  # gunicorn flushes its access log line after the answer
         counts, offset = _access_statuses(log, offset)
@@ -99,8 +140,11 @@ def run(stack: Stack, *, min_requests: int = 10_000, max_examples: int = 1500,
         failures += _failures(report)
 
     requests = sum(statuses.values())
-    (payments,) = stack.sql("SELECT count(*) FROM payments_payment p JOIN merchants_merchant m "
-                            "ON m.id = p.merchant_id WHERE m.name LIKE %s", [f"fuzz-{stack.tag}"])[0]  # fmt: skip
+    (payments,) = stack.sql(
+        "SELECT count(*) FROM payments_payment p JOIN merchants_merchant m "
+        "ON m.id = p.merchant_id WHERE m.name LIKE %s",
+        [f"fuzz-{stack.tag}"],
+    )[0]
     server_errors = {s: n for s, n in statuses.items() if s.startswith("5")}
     unexpected = {s: n for s, n in server_errors.items() if s not in ("502", "503")}
     violations, findings = [], {}
@@ -121,10 +165,11 @@ def run(stack: Stack, *, min_requests: int = 10_000, max_examples: int = 1500,
             "answers by status": dict(sorted(statuses.items())),
             "payments created": payments,
             "5xx": server_errors or 0,
-            "schemathesis failures (violations / other findings)":
-                f"{len(violations)} / {len(findings)}",
+            "schemathesis failures (violations / other findings)": (
+                f"{len(violations)} / {len(findings)}"
+            ),
         }
-    )  # fmt: skip
+    )
     for finding, curl in findings.items():
         result.notes.append(f"finding (not a violation): {finding} | reproduce: {curl}")
     result.check(requests >= min_requests, f"only {requests} requests (< {min_requests})")

@@ -141,8 +141,9 @@ def default_campaign_database_url() -> str:
     base = os.environ.get("DATABASE_URL")
     if base:
         name = database_name(base) or "payments"
-        return database_url_with_name(base.replace("postgres://", "postgresql://", 1),
-                                      f"{name}_campaigns")  # fmt: skip
+        return database_url_with_name(
+            base.replace("postgres://", "postgresql://", 1), f"{name}_campaigns"
+        )
     sys.path.insert(0, str(ROOT))
     from config.embedded_db import embedded_database_config
 
@@ -157,8 +158,9 @@ def recreate_database(url: str) -> None:
 
     name = database_name(url)
     if not name.endswith("campaigns"):
-        raise CampaignError(f"refusing to recreate database {name!r}: its name must end in "
-                            "'campaigns'")  # fmt: skip
+        raise CampaignError(
+            f"refusing to recreate database {name!r}: its name must end in 'campaigns'"
+        )
     admin_url = database_url_with_name(url, "postgres")
     with psycopg.connect(admin_url, autocommit=True) as conn:
         # Processes still connected belong to another run on the same database (or one that
@@ -244,17 +246,23 @@ class Process:
 def _spawn(name: str, command: Sequence[str], env: dict[str, str], log_path: Path) -> Process:
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child until it exits
     try:
-        popen = subprocess.Popen(
-            list(command), cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        popen = subprocess.Popen(  # noqa: S603
+            list(command),
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         log.close()
     return Process(name, popen, log_path)
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
-               interval: float = 0.1) -> None:  # fmt: skip
+def wait_until(
+    condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -281,15 +289,28 @@ class Sandbox(Process):
 
     @classmethod
     def start(cls, log_path: Path, api_key: str, extra_args: Sequence[str] = ()) -> Sandbox:
-        command = [PYTHON, "-m", "sandbox_acquirer", "--port", "0", "--api-key", api_key,
-                   *extra_args]  # fmt: skip
+        command = [
+            PYTHON,
+            "-m",
+            "sandbox_acquirer",
+            "--port",
+            "0",
+            "--api-key",
+            api_key,
+            *extra_args,
+        ]
         log = open(log_path, "ab")  # noqa: SIM115
         try:
-            popen = subprocess.Popen(
-                command, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+            popen = subprocess.Popen(  # noqa: S603
+                command,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         finally:
             log.close()
         lines: queue.Queue[str | None] = queue.Queue()
@@ -430,13 +451,20 @@ class Stack:
         self.web = self.start_web("web")
         self.start_celery()
 
-    def start_web(self, name: str, *, workers: int | None = None, wait: bool = True,
-                  **env: str) -> Web:  # fmt: skip
+    def start_web(
+        self, name: str, *, workers: int | None = None, wait: bool = True, **env: str
+    ) -> Web:
         """Another gunicorn (e.g. one that crashes at a point), on its own port; with
         ``wait=False`` the caller waits for ``web.up()``."""
         port = free_port()
-        command = [PYTHON, "-m", "gunicorn", "-c", "config/gunicorn.conf.py",
-                   "config.wsgi:application"]  # fmt: skip
+        command = [
+            PYTHON,
+            "-m",
+            "gunicorn",
+            "-c",
+            "config/gunicorn.conf.py",
+            "config.wsgi:application",
+        ]
         process_env = self.env(
             WEB_BIND=f"127.0.0.1:{port}",
             WEB_CONCURRENCY=str(workers or self.options.web_workers),
@@ -452,12 +480,37 @@ class Stack:
         return web
 
     def start_celery(self) -> None:
-        worker = [PYTHON, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
-                  "--concurrency", str(self.options.celery_concurrency), "--loglevel", "DEBUG",
-                  "-n", f"{self.queue}@%h", "--without-heartbeat", "--without-gossip",
-                  "--without-mingle"]  # fmt: skip
-        beat = [PYTHON, "-m", "celery", "-A", "config", "beat", "--loglevel", "DEBUG",
-                "--schedule", str(self.out_dir / "beat-schedule")]  # fmt: skip
+        worker = [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(self.options.celery_concurrency),
+            "--loglevel",
+            "DEBUG",
+            "-n",
+            f"{self.queue}@%h",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        beat = [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "DEBUG",
+            "--schedule",
+            str(self.out_dir / "beat-schedule"),
+        ]
         worker_process = _spawn("worker", worker, self.env(), self.log("worker"))
         self.processes.append(worker_process)
         self.processes.append(_spawn("beat", beat, self.env(), self.log("beat")))
@@ -477,7 +530,7 @@ class Stack:
         for process in reversed(self.processes):
             try:
                 process.stop()
-            except Exception:  # noqa: BLE001 - stop everything we can
+            except Exception:  # noqa: BLE001, S110 - stop everything we can
                 pass
         if self._db is not None:
             self._db.close()
@@ -486,7 +539,7 @@ class Stack:
         if self.options.drop_database_at_exit:
             try:
                 drop_database(self.options.database_url)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001, S110
                 pass
 
     def log(self, name: str) -> Path:
@@ -520,9 +573,14 @@ class Stack:
 
     # -- commands, merchants, SQL, audit ---------------------------------------------------
 
-    def manage(self, *args: str, log_name: str | None = None, check: bool = True,
-               timeout: float = 300, env: dict[str, str] | None = None,
-               ) -> subprocess.CompletedProcess:  # fmt: skip
+    def manage(
+        self,
+        *args: str,
+        log_name: str | None = None,
+        check: bool = True,
+        timeout: float = 300,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
         """``manage.py ARGS`` with the stack's settings (plus ``env``). Output goes to a log
         file when ``log_name`` is given (never for commands printing secrets), else is
         returned."""
@@ -530,14 +588,23 @@ class Stack:
         env = {**self.env(), **(env or {})}
         if log_name:
             with open(self.log(log_name), "ab") as log:
-                result = subprocess.run(command, cwd=ROOT, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT, timeout=timeout)  # fmt: skip
+                result = subprocess.run(  # noqa: S603
+                    command,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                )
         else:
-            result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                                    timeout=timeout)  # fmt: skip
+            result = subprocess.run(  # noqa: S603
+                command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+            )
         if check and result.returncode != 0:
-            raise CampaignError(f"manage.py {' '.join(args)} failed ({result.returncode}): "
-                                f"{(result.stderr or '')[-2000:]}")  # fmt: skip
+            raise CampaignError(
+                f"manage.py {' '.join(args)} failed ({result.returncode}): "
+                f"{(result.stderr or '')[-2000:]}"
+            )
         return result
 
     def prepare_merchants(self, names: Sequence[str]) -> None:
@@ -576,12 +643,18 @@ class Stack:
     def audit(self, since: datetime, name: str) -> dict[str, Any]:
         """The ledger audit through the operator's command; its JSON report plus ``exit``."""
         result = self.manage(
-            "audit_acquirer", "--since", since.isoformat(), "--json",
-            "--csv", str(self.out_dir / "audits" / f"{name}.csv"), check=False,
-        )  # fmt: skip
+            "audit_acquirer",
+            "--since",
+            since.isoformat(),
+            "--json",
+            "--csv",
+            str(self.out_dir / "audits" / f"{name}.csv"),
+            check=False,
+        )
         if result.returncode not in (0, 1):
-            raise CampaignError(f"audit_acquirer failed ({result.returncode}): "
-                                f"{result.stderr[-2000:]}")  # fmt: skip
+            raise CampaignError(
+                f"audit_acquirer failed ({result.returncode}): {result.stderr[-2000:]}"
+            )
         report = json.loads(result.stdout)
         report["exit"] = result.returncode
         return report
@@ -593,8 +666,9 @@ class Stack:
         while True:
             (count,) = self.sql(
                 "SELECT count(*) FROM payments_payment WHERE status = 'processing' "
-                "AND created_at >= %s", [since],
-            )[0]  # fmt: skip
+                "AND created_at >= %s",
+                [since],
+            )[0]
             if count == 0 or time.monotonic() > deadline:
                 return count
             time.sleep(0.5)
@@ -610,9 +684,20 @@ class Stack:
         if merchant_id is not None:
             query += " AND p.merchant_id = %s"
             params.append(merchant_id)
-        columns = ("id", "status", "failure_code", "decline_code", "reference", "amount",
-                   "currency", "payment_method", "created_at", "updated_at",
-                   "acquirer_reference", "key")  # fmt: skip
+        columns = (
+            "id",
+            "status",
+            "failure_code",
+            "decline_code",
+            "reference",
+            "amount",
+            "currency",
+            "payment_method",
+            "created_at",
+            "updated_at",
+            "acquirer_reference",
+            "key",
+        )
         return [dict(zip(columns, row, strict=True)) for row in self.sql(query, params)]
 
     def rss(self) -> dict[str, int]:
@@ -625,13 +710,15 @@ class Stack:
 # --- figures shared by the campaigns --------------------------------------------------------
 
 
-def audit_figures(result: CampaignResult, audit: dict[str, Any], *,
-                  allow_unresolved: bool = False) -> None:  # fmt: skip
+def audit_figures(
+    result: CampaignResult, audit: dict[str, Any], *, allow_unresolved: bool = False
+) -> None:
     """Put the audit's verdict in ``result`` and a violation for each discrepancy."""
     counts = {k: v for k, v in audit["counts"].items() if v}
     result.figures["audit"] = (
-        f"clean ({audit['payments_checked']} payments, {audit['records_checked']} acquirer "
-        f"records)" if audit["clean"] else f"{audit['discrepancies_total']} discrepancies {counts}"
+        f"clean ({audit['payments_checked']} payments, {audit['records_checked']} acquirer records)"
+        if audit["clean"]
+        else f"{audit['discrepancies_total']} discrepancies {counts}"
     )
     result.figures["duplicates (payments charged twice)"] = audit["counts"]["multiple_records"]
     result.figures["lost (records of no payment, payments the acquirer lacks)"] = (

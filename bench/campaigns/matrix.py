@@ -10,9 +10,10 @@ third of the ``202`` answers are retried by the merchant with the same key after
 ``Retry-After``.
 
 Allowed end states: ``succeeded`` or ``declined`` (one matching acquirer record),
-``failed`` without any record (``acquirer_unavailable``: never sent; ``acquirer_rejected``:
-the acquirer refused our request), or ``needs_review`` (reconciliation gave up after the
-short ``RECONCILIATION_MAX_AGE_SECONDS`` of the campaign stack); or no payment at all when
+``failed`` without any record (``acquirer_unavailable`` or ``circuit_open``: never sent;
+``acquirer_rejected``: the acquirer refused our request), or ``needs_review`` (reconciliation
+gave up after the short ``RECONCILIATION_MAX_AGE_SECONDS`` of the campaign stack); or no
+payment at all when
 every answer was ``503 acquirer_unavailable`` (the circuit breaker was open: refused before
 anything was written, the key left free). Allowed answers: 201, 202,
 502 ``acquirer_error`` and 503 ``acquirer_unavailable``, each consistent with the payment's
@@ -96,18 +97,30 @@ PHASES = (
     Phase("capacity", _set("capacity", max_per_second=12, overload_delay_ms=100, retry_after=1)),
     Phase(
         "lookup_lag",
-        _set("outage", duration_seconds=5, failure=500, phase="after_commit",
-             endpoints=["POST /charges"]),
+        _set(
+            "outage",
+            duration_seconds=5,
+            failure=500,
+            phase="after_commit",
+            endpoints=["POST /charges"],
+        ),
         tokens=LAG_TOKENS,
-    ),  # fmt: skip
+    ),
     Phase("flapping", _set("flapping", healthy_seconds=2, failing_seconds=2, failure=502)),
     Phase(
         "outage_after_commit_500",
-        _set("outage", duration_seconds=600, failure=500, phase="after_commit",
-             endpoints=["POST /charges"]),
-    ),  # fmt: skip
-    Phase("outage_reset", _set("outage", duration_seconds=6, failure="reset",
-                               endpoints=["POST /charges"])),  # fmt: skip
+        _set(
+            "outage",
+            duration_seconds=600,
+            failure=500,
+            phase="after_commit",
+            endpoints=["POST /charges"],
+        ),
+    ),
+    Phase(
+        "outage_reset",
+        _set("outage", duration_seconds=6, failure="reset", endpoints=["POST /charges"]),
+    ),
     Phase("outage_503", _set("outage", duration_seconds=600, failure=503, retry_after=1)),
 )
 #: Healthy payments sent per scenario payment, so per-payment faults alone stay a minority.
@@ -115,6 +128,11 @@ FILLERS_PER_SCENARIO = 2
 FILLER = "tok_visa"
 
 ALLOWED_ANSWERS = {201, 202, 502, 503}
+#: A payment failed without anything sent: the acquirer unavailable, or the breaker open when
+#: the call was made (the README's "failed-without-sending").
+NOT_SENT = {("failed", "acquirer_unavailable"), ("failed", "circuit_open")}
+#: Failure codes allowed at the end (each with no acquirer record: the audit checks that).
+FAILED_CODES = {"acquirer_unavailable", "circuit_open", "acquirer_rejected"}
 
 
 @dataclass
@@ -134,20 +152,30 @@ async def _pay(api: ApiClient, sent: Sent, rng: random.Random) -> None:
         sent.answers.append(await api.create(sent.key, sent.body))
 
 
-async def _phase(stack: Stack, api_key: str, phase: Phase, items: list[Sent],
-                 concurrency: int, rng: random.Random) -> float:  # fmt: skip
+async def _phase(
+    stack: Stack,
+    api_key: str,
+    phase: Phase,
+    items: list[Sent],
+    concurrency: int,
+    rng: random.Random,
+    pace: float | None = None,
+) -> float:
     assert stack.web is not None and stack.sandbox is not None
     stack.sandbox.clear_conditions()
     phase.setup(stack.sandbox)
     started = time.monotonic()
     api = ApiClient(stack.web.url, api_key, max_connections=concurrency + 4, timeout=60)
-    pending: asyncio.Queue[Sent] = asyncio.Queue()
-    for item in items:
-        pending.put_nowait(item)
+    pending: asyncio.Queue[tuple[int, Sent]] = asyncio.Queue()
+    for index, item in enumerate(items):
+        pending.put_nowait((index, item))
 
     async def worker() -> None:
         while not pending.empty():
-            await _pay(api, pending.get_nowait(), rng)
+            index, item = pending.get_nowait()
+            if pace:  # spread the phase over time: the breaker opens, probes, closes meanwhile
+                await asyncio.sleep(max(0.0, started + index / pace - time.monotonic()))
+            await _pay(api, item, rng)
 
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -157,8 +185,9 @@ async def _phase(stack: Stack, api_key: str, phase: Phase, items: list[Sent],
     return time.monotonic() - started
 
 
-async def _recover(stack: Stack, api_key: str, make: Callable[[], Sent], probes: list[Sent],
-                   timeout: float) -> float | None:  # fmt: skip
+async def _recover(
+    stack: Stack, api_key: str, make: Callable[[], Sent], probes: list[Sent], timeout: float
+) -> float | None:
     """After a phase: one healthy payment a second until one is approved (the circuit
     breaker closed again, the gate opened); returns the seconds it took (None: not within
     ``timeout``). The probes are payments of the matrix like the others."""
@@ -188,19 +217,29 @@ def _check_answer(answer: Answer, payment: dict | None) -> str | None:
         return "no payment"
     if answer.status == 201 and data.get("status") != payment["status"]:
         return f"201 {data.get('status')} but the payment ended {payment['status']}"
-    if answer.status == 503 and (data.get("code") != "acquirer_unavailable" or (
-            payment["status"], payment["failure_code"]) != ("failed", "acquirer_unavailable")):  # fmt: skip
+    if answer.status == 503 and (
+        data.get("code") != "acquirer_unavailable"
+        or (payment["status"], payment["failure_code"]) not in NOT_SENT
+    ):
         return f"503 {data.get('code')} but the payment ended {payment['status']}"
-    if answer.status == 502 and (data.get("code") != "acquirer_error"
-                                 or payment["failure_code"] != "acquirer_rejected"):  # fmt: skip
+    if answer.status == 502 and (
+        data.get("code") != "acquirer_error" or payment["failure_code"] != "acquirer_rejected"
+    ):
         return f"502 {data.get('code')} but the payment ended {payment['status']}"
     if answer.content_type not in ("application/json", "application/problem+json"):
         return f"content type {answer.content_type}"
     return None
 
 
-def run(stack: Stack, *, payments: int = 1000, concurrency: int = 16, seed: int = 8,
-        recovery_timeout: float = 60.0) -> CampaignResult:  # fmt: skip
+def run(
+    stack: Stack,
+    *,
+    payments: int = 1000,
+    concurrency: int = 16,
+    seed: int = 8,
+    recovery_timeout: float = 60.0,
+    pace: float | None = None,
+) -> CampaignResult:
     result = CampaignResult("matrix")
     rng = random.Random(seed)  # noqa: S311
     since = datetime.now(UTC)
@@ -215,8 +254,12 @@ def run(stack: Stack, *, payments: int = 1000, concurrency: int = 16, seed: int 
     def sent(phase: str, token: str) -> Sent:
         nonlocal counter
         key = f"matrix-{stack.tag}-{counter}"
-        body = {"amount": 1000 + counter, "currency": "EUR", "payment_method": token,
-                "reference": key}  # fmt: skip
+        body = {
+            "amount": 1000 + counter,
+            "currency": "EUR",
+            "payment_method": token,
+            "reference": key,
+        }
         counter += 1
         return Sent(key, phase, token, body, [])
 
@@ -235,15 +278,22 @@ def run(stack: Stack, *, payments: int = 1000, concurrency: int = 16, seed: int 
     recovery: dict[str, str] = {}
     for phase in PHASES:
         durations[phase.name] = round(
-            asyncio.run(_phase(stack, api_key, phase, plan[phase.name], concurrency, rng)), 1
+            asyncio.run(_phase(stack, api_key, phase, plan[phase.name], concurrency, rng, pace)),
+            1,
         )
         probes: list[Sent] = []
         if recovery_timeout <= 0:
             recovery[phase.name] = "not measured"
             continue
-        seconds = asyncio.run(_recover(stack, api_key, lambda: sent(phase.name + "/probe",
-                                                                    FILLER), probes,
-                                       recovery_timeout))  # fmt: skip
+        seconds = asyncio.run(
+            _recover(
+                stack,
+                api_key,
+                lambda name=phase.name: sent(name + "/probe", FILLER),
+                probes,
+                recovery_timeout,
+            )
+        )
         plan[phase.name] += probes
         recovery[phase.name] = (
             f"{seconds:.0f} s" if seconds is not None else f"not within {recovery_timeout:g} s"
@@ -268,9 +318,13 @@ def run(stack: Stack, *, payments: int = 1000, concurrency: int = 16, seed: int 
     per_phase_status: dict[str, dict[str, int]] = {}
     for item in sent:
         found = by_key.get(item.key, [])
-        if not found and item.answers and all(
-            a.status == 503 and (a.json() or {}).get("code") == "acquirer_unavailable"
-            for a in item.answers
+        if (
+            not found
+            and item.answers
+            and all(
+                a.status == 503 and (a.json() or {}).get("code") == "acquirer_unavailable"
+                for a in item.answers
+            )
         ):
             # The breaker was open: refused before anything was written, the key left free.
             refused_unwritten += 1
@@ -283,16 +337,16 @@ def run(stack: Stack, *, payments: int = 1000, concurrency: int = 16, seed: int 
             problems.append(f"{item.key} ({item.phase}, {item.token}): {len(found)} payments")
             continue
         payment = found[0]
-        final = payment["status"] + (f"/{payment['failure_code']}" if payment["failure_code"]
-                                     else "")  # fmt: skip
+        final = payment["status"] + (
+            f"/{payment['failure_code']}" if payment["failure_code"] else ""
+        )
         per_token.setdefault(item.token, {}).setdefault(final, 0)
         per_token[item.token][final] += 1
         per_phase_status.setdefault(item.phase, {}).setdefault(final, 0)
         per_phase_status[item.phase][final] += 1
         if payment["status"] == "processing":
             problems.append(f"{item.key} ({item.phase}, {item.token}): still processing")
-        if payment["status"] == "failed" and payment["failure_code"] not in (
-            "acquirer_unavailable", "acquirer_rejected"):  # fmt: skip
+        if payment["status"] == "failed" and payment["failure_code"] not in FAILED_CODES:
             problems.append(f"{item.key}: failed with {payment['failure_code']}")
         for answer in item.answers:
             why = _check_answer(answer, payment)

@@ -59,27 +59,71 @@ def _probes(api_key: str) -> list[tuple[str, dict]]:
         ("card in an unknown field", {"json": {**body, "card_number": CARDS[3]}}),
         ("card as a field name", {"json": {**body, CARDS[4]: "x"}}),
         ("card nested", {"json": {**body, "metadata": {"pan": CARDS[5]}}}),
-        ("card in invalid JSON", {"content": f'{{"amount": {CARDS[0]}, "currency": '.encode(),
-                                  "headers": json_headers}),  # fmt: skip
-        ("card in a form body", {"content": f"card={CARDS[1]}&cvc=123".encode(),
-                                 "headers": {"Content-Type": "application/x-www-form-urlencoded"}}),  # fmt: skip
-        ("card in the Idempotency-Key", {"json": {**body, "reference": "idem-card"},
-                                         "idempotency_key": CARDS[0]}),  # fmt: skip
-        ("card in the query string", {"method": "GET", "path": "/payments",
-                                      "params": {"reference": CARDS[2]}}),  # fmt: skip
+        (
+            "card in invalid JSON",
+            {"content": f'{{"amount": {CARDS[0]}, "currency": '.encode(), "headers": json_headers},
+        ),
+        (
+            "card in a form body",
+            {
+                "content": f"card={CARDS[1]}&cvc=123".encode(),
+                "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+            },
+        ),
+        (
+            "card in the Idempotency-Key",
+            {"json": {**body, "reference": "idem-card"}, "idempotency_key": CARDS[0]},
+        ),
+        (
+            "card in the query string",
+            {"method": "GET", "path": "/payments", "params": {"reference": CARDS[2]}},
+        ),
         ("card in the URL path", {"method": "GET", "path": f"/payments/{CARDS[3]}"}),
-        ("card as the bearer token", {"method": "GET", "path": "/payments",
-                                      "headers": {"Authorization": f"Bearer {CARDS[4]}"}}),  # fmt: skip
-        ("API key with another scheme", {"method": "GET", "path": "/payments",
-                                         "headers": {"Authorization": f"Token {api_key}"}}),  # fmt: skip
-        ("API key twice in Authorization", {"method": "GET", "path": "/payments",
-            "headers": {"Authorization": f"Bearer {api_key} {api_key}"}}),  # fmt: skip
-        ("API key in X-Api-Key", {"method": "GET", "path": "/payments", "auth": False,
-                                  "headers": {"X-Api-Key": api_key}}),  # fmt: skip
-        ("API key in the query string", {"method": "GET", "path": "/payments", "auth": False,
-                                         "params": {"api_key": api_key}}),  # fmt: skip
-        ("unknown API key", {"method": "GET", "path": "/payments",
-                             "headers": {"Authorization": f"Bearer {bad_key}"}}),  # fmt: skip
+        (
+            "card as the bearer token",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "headers": {"Authorization": f"Bearer {CARDS[4]}"},
+            },
+        ),
+        (
+            "API key with another scheme",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "headers": {"Authorization": f"Token {api_key}"},
+            },
+        ),
+        (
+            "API key twice in Authorization",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "headers": {"Authorization": f"Bearer {api_key} {api_key}"},
+            },
+        ),
+        (
+            "API key in X-Api-Key",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "auth": False,
+                "headers": {"X-Api-Key": api_key},
+            },
+        ),
+        (
+            "API key in the query string",
+            {"method": "GET", "path": "/payments", "auth": False, "params": {"api_key": api_key}},
+        ),
+        (
+            "unknown API key",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "headers": {"Authorization": f"Bearer {bad_key}"},
+            },
+        ),
         ("valid payment (DEBUG log of a success)", {"json": {**body, "reference": "secrets-ok"}}),
         ("list payments", {"method": "GET", "path": "/payments"}),
     ]
@@ -121,23 +165,34 @@ def _admin_pages(stack: Stack, out: Path, per_model: int = 20, limit: int = 400)
     assert stack.web is not None
     password = random_secrets.token_urlsafe(24)
     username = f"campaign-{stack.tag}"
-    stack.manage("createsuperuser", "--noinput", "--username", username,
-                 "--email", "campaign@example.invalid",
-                 env={"DJANGO_SUPERUSER_PASSWORD": password})  # fmt: skip
+    stack.manage(
+        "createsuperuser",
+        "--noinput",
+        "--username",
+        username,
+        "--email",
+        "campaign@example.invalid",
+        env={"DJANGO_SUPERUSER_PASSWORD": password},
+    )
     out.mkdir(parents=True, exist_ok=True)
     saved: list[Path] = []
-    with httpx.Client(base_url=stack.web.url, timeout=30, trust_env=False,
-                      follow_redirects=True) as http:  # fmt: skip
+    with httpx.Client(
+        base_url=stack.web.url, timeout=30, trust_env=False, follow_redirects=True
+    ) as http:
         login = http.get("/admin/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text)
         if not token:
             raise CampaignError("no CSRF token on the admin login page")
         answer = http.post(
             "/admin/login/?next=/admin/",
-            data={"username": username, "password": password,
-                  "csrfmiddlewaretoken": token.group(1), "next": "/admin/"},
+            data={
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": token.group(1),
+                "next": "/admin/",
+            },
             headers={"Referer": f"{stack.web.url}/admin/login/"},
-        )  # fmt: skip
+        )
         if "/admin/login/" in str(answer.url):
             raise CampaignError("could not log in to the admin")
         queue, seen, per_changelist = ["/admin/"], set(), {}
@@ -185,9 +240,20 @@ def _pg_dump(stack: Stack, path: Path) -> None:
             pass
     if not binary:
         raise CampaignError("pg_dump is not installed")
-    result = subprocess.run([binary, "--data-only", "--no-owner", "--file", str(path),
-                             "--dbname", stack.options.database_url],
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(  # noqa: S603
+        [
+            binary,
+            "--data-only",
+            "--no-owner",
+            "--file",
+            str(path),
+            "--dbname",
+            stack.options.database_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if result.returncode != 0:
         raise CampaignError(f"pg_dump failed: {result.stderr[-1000:]}")
 
@@ -221,8 +287,11 @@ def run(stack: Stack) -> CampaignResult:
     _, api_key = stack.create_merchant("secrets")
     answers = asyncio.run(_send(stack, api_key))
     refused_card = [n for n, a in answers if a.status == 400 and b"card_data" in a.body]
-    echoed = [n for n, a in answers if any(c.encode() in a.body for c in CARDS + FORMATTED)
-              or api_key.encode() in a.body]  # fmt: skip
+    echoed = [
+        n
+        for n, a in answers
+        if any(c.encode() in a.body for c in CARDS + FORMATTED) or api_key.encode() in a.body
+    ]
     server_errors = [f"{n}: {a.status}" for n, a in answers if a.status and a.status >= 500]
     stack.wait_resolved(stack.started_at, timeout=30)
     out = stack.out_dir

@@ -27,8 +27,9 @@ GROWTH_FLOOR = 32 * MIB
 GROWTH_FRACTION = 0.25
 
 
-async def _load(stack: Stack, api_key: str, seconds: float, rate: float, rss_every: float,
-                warmup: float) -> tuple[list, dict[str, int], dict[str, int], dict[str, int], float]:  # fmt: skip
+async def _load(
+    stack: Stack, api_key: str, seconds: float, rate: float, rss_every: float, warmup: float
+) -> tuple[list, dict[str, int], dict[str, int], dict[str, int], float]:
     assert stack.web is not None
     api = ApiClient(stack.web.url, api_key, max_connections=128, timeout=30)
     rng = random.Random(5)  # noqa: S311
@@ -59,8 +60,12 @@ async def _load(stack: Stack, api_key: str, seconds: float, rate: float, rss_eve
             else:
                 kind = "decline" if roll < 0.10 else "new"
                 key = f"soak-{stack.tag}-{sent}"
-                body = {"amount": 100 + sent % 1000, "currency": "EUR", "reference": key,
-                        "payment_method": "tok_decline" if kind == "decline" else "tok_visa"}  # fmt: skip
+                body = {
+                    "amount": 100 + sent % 1000,
+                    "currency": "EUR",
+                    "reference": key,
+                    "payment_method": "tok_decline" if kind == "decline" else "tok_visa",
+                }
             task = asyncio.create_task(one(kind, key, body))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -80,12 +85,18 @@ async def _load(stack: Stack, api_key: str, seconds: float, rate: float, rss_eve
     for name, value in end_rss.items():
         max_rss[name] = max(max_rss.get(name, 0), value)
     originals = {key: body for key, _, body in completed}
-    return [(k, key, b, a, originals.get(key)) for k, key, b, a in done], start_rss, end_rss, \
-        max_rss, lag  # fmt: skip
+    return (
+        [(k, key, b, a, originals.get(key)) for k, key, b, a in done],
+        start_rss,
+        end_rss,
+        max_rss,
+        lag,
+    )
 
 
-def run(stack: Stack, *, seconds: float = 600, rate: float = 20,
-        rss_every: float = 5.0) -> CampaignResult:  # fmt: skip
+def run(
+    stack: Stack, *, seconds: float = 600, rate: float = 20, rss_every: float = 5.0
+) -> CampaignResult:
     result = CampaignResult("soak")
     since = datetime.now(UTC)
     merchant_id, api_key = stack.create_merchant("soak")
@@ -106,10 +117,12 @@ def run(stack: Stack, *, seconds: float = 600, rate: float = 20,
     stack.wait_resolved(since, timeout=60)
     (duplicates,) = stack.sql(
         "SELECT count(*) FROM (SELECT reference FROM payments_payment WHERE merchant_id = %s "
-        "GROUP BY reference HAVING count(*) > 1) d", [merchant_id],
-    )[0]  # fmt: skip
-    (payments,) = stack.sql("SELECT count(*) FROM payments_payment WHERE merchant_id = %s",
-                            [merchant_id])[0]  # fmt: skip
+        "GROUP BY reference HAVING count(*) > 1) d",
+        [merchant_id],
+    )[0]
+    (payments,) = stack.sql(
+        "SELECT count(*) FROM payments_payment WHERE merchant_id = %s", [merchant_id]
+    )[0]
     audit = stack.audit(since, "soak")
     elapsed_rate = len(done) / seconds if seconds else 0
 
@@ -118,14 +131,17 @@ def run(stack: Stack, *, seconds: float = 600, rate: float = 20,
     for name in sorted(set(start_rss) | set(end_rss)):
         start, end = start_rss.get(name), end_rss.get(name)
         if start is None or end is None:
-            memory[name] = (f"{'-' if start is None else start // MIB} -> "
-                            f"{'-' if end is None else end // MIB} MiB (process replaced)")  # fmt: skip
+            memory[name] = (
+                f"{'-' if start is None else start // MIB} -> "
+                f"{'-' if end is None else end // MIB} MiB (process replaced)"
+            )
             continue
         memory[name] = f"{start / MIB:.0f} -> {end / MIB:.0f} MiB (max {max_rss[name] / MIB:.0f})"
         bound = max(GROWTH_FLOOR, GROWTH_FRACTION * start)
         if not name.startswith("sandbox") and end - start > bound:
-            grew.append(f"{name}: {start / MIB:.0f} -> {end / MIB:.0f} MiB "
-                        f"(bound +{bound / MIB:.0f} MiB)")  # fmt: skip
+            grew.append(
+                f"{name}: {start / MIB:.0f} -> {end / MIB:.0f} MiB (bound +{bound / MIB:.0f} MiB)"
+            )
     result.figures.update(
         {
             "duration, rate": f"{seconds:g} s at {rate:g} requests/s "

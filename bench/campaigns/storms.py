@@ -57,8 +57,7 @@ async def _client(api: ApiClient, key: str, body: dict[str, Any]) -> list[Answer
 
 async def _storm(stack: Stack, api_key: str, keys: list[str], per_key: int) -> dict[str, list]:
     assert stack.web is not None
-    api = ApiClient(stack.web.url, api_key, max_connections=len(keys) * per_key + 10,
-                    timeout=60)  # fmt: skip
+    api = ApiClient(stack.web.url, api_key, max_connections=len(keys) * per_key + 10, timeout=60)
     try:
         bodies = {
             key: {
@@ -135,12 +134,13 @@ def run(stack: Stack, *, keys: int = 50, per_key: int = 20) -> CampaignResult:
     unanswered_clients = sum(
         1 for clients in outcomes.values() for tries in clients if tries[-1].status is None
     )
-    result.check(unanswered_clients == 0,
-                 f"{unanswered_clients} clients never got an answer")  # fmt: skip
+    result.check(unanswered_clients == 0, f"{unanswered_clients} clients never got an answer")
     result.check(not missing, f"{len(missing)} keys have no payment (lost): {missing[:5]}")
     result.check(not doubled, f"{len(doubled)} keys have several payments: {doubled[:5]}")
-    result.check(not disagreeing, f"clients of {len(disagreeing)} keys saw different answers: "
-                                  f"{disagreeing[:5]}")  # fmt: skip
+    result.check(
+        not disagreeing,
+        f"clients of {len(disagreeing)} keys saw different answers: {disagreeing[:5]}",
+    )
     result.check(len(payments) == keys, f"{len(payments)} payments for {keys} keys")
     result.seconds = time.monotonic() - started
     return result

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "merchants",
     "idempotency",
     "payments",
+    "ledger",
 ]
 
 MIDDLEWARE = [
@@ -203,6 +204,13 @@ RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default
 # How long the acquirer remembers an idempotency key; the maximum age must stay well below it.
 ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(
     "ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600.0
+)
+
+# --- Ledger audit (ledger/): our payments against the acquirer's records -------------------
+LEDGER_AUDIT_CSV_DIR = env("LEDGER_AUDIT_CSV_DIR", default=str(BASE_DIR / "audits"))
+LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
+LEDGER_ACQUIRER_RECORDS = env(
+    "LEDGER_ACQUIRER_RECORDS", default=""
 )
 
 # --- Celery ---------------------------------------------------------------------------------

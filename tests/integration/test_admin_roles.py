@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
 MIGRATION = "0004_operations_roles"
 ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
 BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
+LEDGER_MIGRATION = importlib.import_module("ledger.migrations.0002_audit_view_roles")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -22,6 +23,7 @@ VIEW_PERMISSIONS = {
     "idempotency.view_idempotencykey",
     "merchants.view_merchant",
     "merchants.view_apikey",
+    "ledger.view_auditrun",
 }
 ACTION_PERMISSIONS = {
     "payments.reconcile_payment",
@@ -38,6 +40,7 @@ def run_migration_function() -> None:
     state = MigrationLoader(connection).project_state(("payments", MIGRATION))
     ROLES_MIGRATION.create_roles(state.apps, None)
     BREAKER_MIGRATION.grant_operate_breaker(apps, None)
+    LEDGER_MIGRATION.grant_view(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:
@@ -47,7 +50,7 @@ def permissions_of(role: str) -> set[str]:
 
 
 def test_support_may_only_view():
-    """support: the five view permissions and nothing else."""
+    """support: the view permissions and nothing else."""
     run_migration_function()
     assert permissions_of("support") == VIEW_PERMISSIONS
 

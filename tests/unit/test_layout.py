@@ -56,6 +56,7 @@ FORBIDDEN_IMPORTS = {
     "idempotency": {"payments", "gateway_client", "sandbox_acquirer"},
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
     "payments": {"sandbox_acquirer"},
+    "ledger": {"sandbox_acquirer", "gateway_client"},
 }  # fmt: skip
 
 

@@ -1,0 +1,169 @@
+"""The acquirer's records of our authorizations, as the ledger audit reads them.
+
+:class:`AcquirerRecords` is the interface: "every authorization the acquirer recorded for us
+since T", each as an :class:`AcquirerRecord` (what the acquirer says happened: its id, our
+reference, approved or declined, amount and currency). An audit never needs more.
+
+:class:`SandboxAcquirerRecords` fills it from the sandbox acquirer's settlement listing
+(``GET /_sandbox/charges?since=``, paged, no lookup lag). A real acquirer's daily settlement
+report (a file or an API) fills the same interface: map each line to an
+:class:`AcquirerRecord` and name the class in ``LEDGER_ACQUIRER_RECORDS``.
+
+Errors reading the records raise :class:`AcquirerRecordsError`, whose message never holds the
+API key or a response body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
+
+import httpx
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+__all__ = [
+    "AcquirerRecord",
+    "AcquirerRecords",
+    "AcquirerRecordsError",
+    "SandboxAcquirerRecords",
+    "acquirer_records_from_settings",
+]
+
+DEFAULT_RECORDS_CLASS = "ledger.acquirer_records.SandboxAcquirerRecords"
+
+
+@dataclass(frozen=True, slots=True)
+class AcquirerRecord:
+    """One authorization as the acquirer recorded it.
+
+    ``acquirer_reference`` is the acquirer's id (our payment's ``acquirer_reference``);
+    ``reference`` is what we sent as the reference, our payment id; ``status`` is
+    ``approved`` or ``declined``; ``amount`` in minor units of ``currency``; ``created_at``
+    when the acquirer recorded it (aware). ``idempotency_key`` when the source knows it.
+    """
+
+    acquirer_reference: str
+    reference: str
+    status: Literal["approved", "declined"]
+    amount: int
+    currency: str
+    created_at: datetime
+    decline_code: str | None = None
+    idempotency_key: str | None = None
+
+
+class AcquirerRecordsError(Exception):
+    """The acquirer's records could not be read (unreachable, refused, malformed)."""
+
+
+@runtime_checkable
+class AcquirerRecords(Protocol):
+    """A source of the acquirer's records. ``name`` says which, for the audit's report."""
+
+    name: str
+
+    def records_since(self, since: datetime) -> Iterator[AcquirerRecord]:
+        """Every record with ``created_at >= since`` (aware), oldest first.
+
+        Raises :class:`AcquirerRecordsError` when they cannot be read completely: an audit
+        over part of the records would report payments the acquirer "does not know".
+        """
+        ...
+
+
+class SandboxAcquirerRecords:
+    """The sandbox acquirer's settlement listing, ``GET /_sandbox/charges``, read page by page.
+
+    ``base_url`` and ``api_key`` are the acquirer's (the listing is scoped to our account);
+    ``transport`` lets unit tests use ``httpx.MockTransport``.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        timeout: float = 30.0,
+        page_size: int = 1000,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.name = f"sandbox acquirer at {base_url}"
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._timeout = timeout
+        self._page_size = page_size
+        self._transport = transport
+
+    def records_since(self, since: datetime) -> Iterator[AcquirerRecord]:
+        if since.tzinfo is None:
+            raise ValueError("since must be timezone-aware")
+        query = {
+            "since": since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "limit": str(self._page_size),
+        }
+        with httpx.Client(
+            base_url=self._base_url,
+            timeout=self._timeout,
+            headers={"Authorization": f"Bearer {self._api_key}"},
+            transport=self._transport,
+            trust_env=False,
+        ) as http:
+            while True:
+                page = self._page(http, query)
+                rows = page.get("data")
+                if not isinstance(rows, list):
+                    raise AcquirerRecordsError("The acquirer's listing has no 'data' list.")
+                for row in rows:
+                    yield _record(row)
+                if not page.get("has_more") or not rows:
+                    return
+                query = {**query, "starting_after": rows[-1]["id"]}
+
+    def _page(self, http: httpx.Client, query: dict[str, str]) -> dict:
+        try:
+            response = http.get("/_sandbox/charges", params=query)
+        except httpx.HTTPError as exc:
+            raise AcquirerRecordsError(
+                f"Could not read the acquirer's records from {self._base_url}: "
+                f"{type(exc).__name__}."
+            ) from exc
+        if response.status_code != 200:
+            raise AcquirerRecordsError(
+                f"The acquirer answered {response.status_code} to the records listing."
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise AcquirerRecordsError("The acquirer's listing is not JSON.") from exc
+
+
+def _record(row: dict) -> AcquirerRecord:
+    try:
+        created_at = datetime.fromisoformat(row["created_at"])
+        if created_at.tzinfo is None:
+            raise ValueError("naive created_at")
+        if row["status"] not in ("approved", "declined"):
+            raise ValueError("unknown status")
+        return AcquirerRecord(
+            acquirer_reference=str(row["id"]),
+            reference=str(row["reference"]),
+            status=row["status"],
+            amount=int(row["amount"]),
+            currency=str(row["currency"]),
+            created_at=created_at,
+            decline_code=row.get("decline_code"),
+            idempotency_key=row.get("idempotency_key"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AcquirerRecordsError("A record in the acquirer's listing is malformed.") from exc
+
+
+def acquirer_records_from_settings() -> AcquirerRecords:
+    """The configured source: ``LEDGER_ACQUIRER_RECORDS`` (a dotted class path, the sandbox's
+    listing by default), built with the acquirer's base URL and API key."""
+    path = getattr(settings, "LEDGER_ACQUIRER_RECORDS", "") or DEFAULT_RECORDS_CLASS
+    cls = import_string(path)
+    return cls(base_url=settings.ACQUIRER_BASE_URL, api_key=settings.ACQUIRER_API_KEY)

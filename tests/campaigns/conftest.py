@@ -1,0 +1,9 @@
+"""The ``campaign`` marker: ``pytest -m campaign`` runs the short fault campaigns only,
+``-m "not campaign"`` skips them."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "campaign: short fault campaigns (bench/campaigns) against the stack as subprocesses",
+    )
