@@ -48,3 +48,6 @@ logconfig_dict = {
         "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
     },
 }
+# Idle keep-alive connections live longer than common clients keep them (httpx: 5 s), so a
+# client never reuses a connection at the moment the server closes it.
+keepalive = int(os.environ.get("WEB_KEEPALIVE", "10"))

@@ -31,12 +31,19 @@ from payments.serializers import (
     PaymentListQuerySerializer,
     PaymentListSerializer,
     PaymentSerializer,
+    ProblemSerializer,
 )
 from payments.services import Outcome, StoredResponse, payment_create
 
-PROBLEM_RESPONSE = OpenApiResponse(
-    response=OpenApiTypes.OBJECT, description="application/problem+json (RFC 9457)"
-)
+PROBLEM = "application/problem+json"
+
+
+def problems(*statuses: int) -> dict:
+    """OpenAPI responses for error ``statuses``: RFC 9457 ``application/problem+json``."""
+    return {
+        (status, PROBLEM): OpenApiResponse(ProblemSerializer, description="RFC 9457 problem")
+        for status in statuses
+    }
 
 
 def _to_http(stored: StoredResponse) -> HttpResponse:
@@ -65,12 +72,7 @@ class PaymentListCreateApi(APIView):
         responses={
             201: PaymentSerializer,
             202: PaymentSerializer,
-            400: PROBLEM_RESPONSE,
-            401: PROBLEM_RESPONSE,
-            409: PROBLEM_RESPONSE,
-            422: PROBLEM_RESPONSE,
-            502: PROBLEM_RESPONSE,
-            503: PROBLEM_RESPONSE,
+            **problems(400, 401, 409, 422, 502, 503),
         },
     )
     def post(self, request: Request) -> HttpResponse:
@@ -143,7 +145,7 @@ class PaymentListCreateApi(APIView):
         operation_id="payments_list",
         summary="List payments, newest first",
         parameters=[PaymentListQuerySerializer],
-        responses={200: PaymentListSerializer, 400: PROBLEM_RESPONSE, 401: PROBLEM_RESPONSE},
+        responses={200: PaymentListSerializer, **problems(400, 401)},
     )
     def get(self, request: Request) -> HttpResponse:
         unknown = sorted(set(request.query_params) - set(PaymentListQuerySerializer().fields))
@@ -184,7 +186,7 @@ class PaymentDetailApi(APIView):
     @extend_schema(
         operation_id="payments_retrieve",
         summary="Retrieve a payment",
-        responses={200: PaymentSerializer, 401: PROBLEM_RESPONSE, 404: PROBLEM_RESPONSE},
+        responses={200: PaymentSerializer, **problems(401, 404)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         try:

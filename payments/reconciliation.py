@@ -342,6 +342,23 @@ def payment_reconcile(
     """
     if connection.in_atomic_block:
         raise RuntimeError("Reconciliation calls the acquirer: never inside a transaction.")
+    try:
+        return _reconcile(payment_id, client, policy, acquirer_policy, clock, random)
+    except Exception:
+        # An unexpected error (a bug, a lost database): free the payment for the next sweep
+        # now rather than when the lease runs out; its next_check_at is unchanged.
+        Payment.objects.filter(pk=payment_id).update(reconciliation_lease_until=None)
+        raise
+
+
+def _reconcile(
+    payment_id: str,
+    client: AcquirerClient,
+    policy: ReconciliationPolicy,
+    acquirer_policy: RetryPolicy | None,
+    clock: Callable[[], datetime],
+    random: Callable[[], float],
+) -> Reconciliation:
     now = clock()
     payment = Payment.objects.select_related("idempotency_key").get(pk=payment_id)
     if payment.status == PaymentStatus.NEEDS_REVIEW:

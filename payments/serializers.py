@@ -177,3 +177,24 @@ class PaymentListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
     data = PaymentSerializer(many=True)
     has_more = serializers.BooleanField()
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    """One field error of a problem document."""
+
+    field = serializers.CharField()
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ProblemSerializer(serializers.Serializer):
+    """An RFC 9457 problem document (for the OpenAPI schema; errors are built in problems.py)."""
+
+    type = serializers.CharField(help_text="A relative URI reference: /problems/<code>.")
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.CharField(
+        help_text="Stable machine-readable code, e.g. idempotency_key_in_use."
+    )
+    errors = FieldErrorSerializer(many=True, required=False)

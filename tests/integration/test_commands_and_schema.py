@@ -53,6 +53,9 @@ def test_openapi_schema_documents_the_payments_api(client):
     assert schema["openapi"].startswith("3.")
     post = schema["paths"]["/payments"]["post"]
     assert {"201", "202", "400", "409", "422", "503"} <= set(post["responses"])
+    conflict = post["responses"]["409"]["content"]
+    assert list(conflict) == ["application/problem+json"]
+    assert conflict["application/problem+json"]["schema"]["$ref"].endswith("/Problem")
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
     assert "/payments/{payment_id}" in schema["paths"]
     assert schema["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"

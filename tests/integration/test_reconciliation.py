@@ -389,3 +389,22 @@ def test_open_breaker_defers_the_check_and_never_fails_the_payment(merchant_a, s
     assert payment.status == "processing"
     assert payment.events.get(type="reconciliation_attempt").data["error"] == "CircuitOpenError"
     assert sandbox.stats()["requests_total"] == 0
+
+
+def test_an_unexpected_error_frees_the_lease_at_once(merchant_a, sandbox):
+    """A bug mid-check (not an acquirer failure) re-raises, and the payment is free for the next
+    sweep instead of waiting for its lease to run out."""
+
+    class BrokenClient:
+        def lookup(self, reference, policy=None):
+            raise RuntimeError("a bug")
+
+    now = timezone.now()
+    payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=10))
+    IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
+    assert reconciliation_claim_payment(payment_id=payment.id, now=now, policy=POLICY)
+    with pytest.raises(RuntimeError):
+        payment_reconcile(payment_id=payment.id, client=BrokenClient(), policy=POLICY)
+    payment.refresh_from_db()
+    assert payment.reconciliation_lease_until is None
+    assert payment.status == "processing"
