@@ -17,7 +17,7 @@ from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.keys import parse_idempotency_key
 from idempotency.responses import replay_response
 from payments.acquirer import acquirer_client
-from payments.card_data import card_data_fields, looks_like_card_number
+from payments.card_data import card_data_fields, is_card_number
 from payments.metrics import (
     record_idempotency_key_in_use,
     record_idempotency_key_reused,
@@ -77,7 +77,7 @@ class PaymentListCreateApi(APIView):
     )
     def post(self, request: Request) -> HttpResponse:
         key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
-        if looks_like_card_number(key):  # it would be stored and shown to operators
+        if is_card_number(key):  # it would be stored and shown to operators
             raise Problem(
                 "Card numbers are not accepted, in the Idempotency-Key header either.",
                 code="card_data_not_accepted",

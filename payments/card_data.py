@@ -21,6 +21,23 @@ def looks_like_card_number(text: str) -> bool:
     return CARD_NUMBER_PATTERN.search(text) is not None
 
 
+def is_card_number(text: str) -> bool:
+    """True when ``text`` as a whole is a card number: 13-19 digits once spaces and dashes are
+    removed, passing the Luhn check (ISO/IEC 7812-1). Used for the Idempotency-Key header, where
+    a digit run inside a longer key (a UUID's hex) is common and harmless, but a key that IS a
+    card number must never be stored."""
+    digits = text.replace(" ", "").replace("-", "")
+    if not (13 <= len(digits) <= 19 and digits.isascii() and digits.isdigit()):
+        return False
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char)
+        if position % 2 == 1:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
 def card_data_fields(data: Any) -> list[str]:
     """Return the dotted paths of the fields of a parsed JSON value that look like card data.
 

@@ -56,3 +56,24 @@ def test_card_data_fields_reports_paths_and_redacts_keys():
         "ok": "1",
     }
     assert card_data_fields(data) == ["[redacted]", "a.b[1]", "n"]
+
+
+@pytest.mark.parametrize(
+    ("key", "refused"),
+    [
+        ("4242424242424242", True),
+        ("3782-822463-10005", True),
+        ("4111 1111 1111 1111", True),
+        ("4242424242424241", False),  # fails the Luhn check
+        ("1234567890123456789012", False),  # too long
+        ("0f1234567890123456abcdef12345678", False),  # a UUID's hex with a long digit run
+        ("550e8400-e29b-41d4-a716-446655440000", False),
+        ("order-4242424242424242", False),
+    ],
+)
+def test_idempotency_key_refused_only_when_it_is_a_card_number(key, refused):
+    """A key that is, as a whole, a Luhn-valid 13-19 digit number is refused; digit runs inside
+    other keys are not (about 1 in 20 random UUID hex strings holds 13 digits in a row)."""
+    from payments.card_data import is_card_number
+
+    assert is_card_number(key) is refused
