@@ -17,6 +17,7 @@ from config.log_filters import RedactSecrets, redact
         ("GET /payments?api_key=abc123&limit=2", "GET /payments?api_key=[redacted]&limit=2"),
         ("Bearer sk_live_AbC-12_x", "Bearer sk_live_[redacted]"),
         ("payment pay_0123456789abcdef01234567 succeeded", "payment pay_0123456789abcdef01234567 succeeded"),
+        ("reconcile pay_a1234567890123456789bcde: resolved", "reconcile pay_a1234567890123456789bcde: resolved"),
     ],
 )  # fmt: skip
 def test_redact(line, expected):
