@@ -147,17 +147,12 @@ class ConnectionFailedError(RetryableError):
     """
 
 
-class RateLimitedError(RetryableError):
-    """
-    The acquirer refused the request because of a rate limit (429, or a 403 whose headers or
-    error code confirm a rate limit), or the scope's rate gate refused to send it (attempts
-    then counts only the requests sent before). It was not applied.
+class _RetryAfterHeader:
+    """Mixin of the refusals the acquirer answers itself (429, 503): it may say how long to wait.
 
     Attributes:
-        retry_after_header: the raw `Retry-After` header, or None.
-        retry_after: the full wait in seconds (Retry-After, quota headers or the gate), or
-            None. Without a value from the client, the header read as delay-seconds.
-        not_before: `now + retry_after` as an aware UTC datetime, or None.
+        retry_after_header: the raw `Retry-After` header, or None. Without a `retry_after`
+            from the client, the header read as delay-seconds gives it.
     """
 
     def __init__(
@@ -172,6 +167,20 @@ class RateLimitedError(RetryableError):
             retry_after = parse_delay_seconds(retry_after_header)
         super().__init__(message, retry_after=retry_after, **kwargs)
         self.retry_after_header = retry_after_header
+
+
+class RateLimitedError(_RetryAfterHeader, RetryableError):
+    """
+    The acquirer refused the request because of a rate limit (429, or a 403 whose headers or
+    error code confirm a rate limit), or the scope's rate gate refused to send it (attempts
+    then counts only the requests sent before). It was not applied.
+
+    Attributes:
+        retry_after_header: the raw `Retry-After` header, or None.
+        retry_after: the full wait in seconds (Retry-After, quota headers or the gate), or
+            None. Without a value from the client, the header read as delay-seconds.
+        not_before: `now + retry_after` as an aware UTC datetime, or None.
+    """
 
 
 class ConcurrencyLimitedError(RateLimitedError):
@@ -216,7 +225,7 @@ class CircuitOpenError(RetryableError):
         self.state = state
 
 
-class AcquirerUnavailableError(RetryableError):
+class AcquirerUnavailableError(_RetryAfterHeader, RetryableError):
     """
     The acquirer answered 503: it is unavailable and did not apply the request.
 
@@ -225,19 +234,6 @@ class AcquirerUnavailableError(RetryableError):
         retry_after: the full wait in seconds (Retry-After or quota headers), or None.
         not_before: `now + retry_after` as an aware UTC datetime, or None.
     """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retry_after_header: str | None = None,
-        retry_after: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if retry_after is None:
-            retry_after = parse_delay_seconds(retry_after_header)
-        super().__init__(message, retry_after=retry_after, **kwargs)
-        self.retry_after_header = retry_after_header
 
 
 class RetryBudgetExhaustedError(RetryableError):
