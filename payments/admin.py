@@ -41,7 +41,7 @@ from django.utils.html import format_html, format_html_join
 
 from idempotency.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentEvent, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.keys import parse_idempotency_key
 from idempotency.responses import replay_response
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.card_data import card_data_fields, is_card_number
 from payments.metrics import (
     record_idempotency_key_in_use,

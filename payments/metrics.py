@@ -494,7 +494,7 @@ class ResilienceCollector:
 
     @staticmethod
     def _read():
-        from payments.acquirer import acquirer_client  # it imports this module
+        from payments.acquirer.client import acquirer_client  # it imports this module
 
         client = acquirer_client()
         return client.breakers.snapshot(), client.limiter.snapshot(client.scope)

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from idempotency.services import idempotency_keys_purge_expired
-from payments.acquirer import acquirer_client, reconciliation_retry_policy
+from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.metrics import record_reconciliation
 from payments.models import PaymentStatus
 from payments.reconciliation import (

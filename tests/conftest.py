@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from merchants.models import Merchant
 from merchants.services import merchant_create
-from payments.acquirer import acquirer_clients_reset
+from payments.acquirer.client import acquirer_clients_reset
 from tests.support.sandbox import SandboxProcess
 
 PAYMENT_BODY: dict[str, Any] = {

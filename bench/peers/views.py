@@ -21,7 +21,7 @@ from django.utils import timezone
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.card_data import card_data_fields
 from payments.models import Payment, PaymentStatus, new_payment_id
 from payments.problems import Problem

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.crashpoints import CRASH_POINTS
 from payments.models import Payment
 from payments.reconciliation import (

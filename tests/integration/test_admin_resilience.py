@@ -14,7 +14,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, User
 
 from gateway_client import BreakerSet, RedisStore
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idempotency.models import IdempotencyKey
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.models import Payment
 from tests.conftest import PAYMENT_BODY
 from tests.support.processes import wait_until

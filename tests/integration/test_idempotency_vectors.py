@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.models import Payment
 from payments.services import payment_create
 from tests.conftest import PAYMENT_BODY

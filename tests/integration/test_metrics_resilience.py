@@ -20,7 +20,7 @@ from gateway_client import (
     RetryPolicy,
 )
 from payments import metrics
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
-from payments.acquirer import acquirer_client
+from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentEvent
 from payments.reconciliation import (
     ReconciliationPolicy,

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from gateway_client import GatewayError
-from payments.acquirer import acquirer_client, reconciliation_retry_policy
+from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
