@@ -23,7 +23,9 @@ def _serve_worker_metrics(**kwargs) -> None:
     PROMETHEUS_MULTIPROC_DIR too when the pool has several processes."""
     port = os.environ.get("CELERY_METRICS_PORT")
     if port:
-        from payments.metrics import worker_metrics_server_start
+        # Not at the top: this module is imported with the settings (config/__init__.py), before
+        # Django's app registry is ready, and payments.metrics_views imports models. No cycle.
+        from payments.metrics_views import worker_metrics_server_start
 
         worker_metrics_server_start(
             int(port), addr=os.environ.get("CELERY_METRICS_ADDR", "127.0.0.1")

@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from payments.apis import PaymentDetailApi, PaymentListCreateApi, healthz
 from payments.health import readyz
-from payments.metrics import metrics_view
+from payments.metrics_views import metrics_view
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),

@@ -112,7 +112,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
-# --- Metrics (payments/metrics.py): when set, /metrics requires "Authorization: Bearer <token>".
+# --- Metrics (payments/metrics_views.py): when set, /metrics requires "Authorization: Bearer ...".
 METRICS_BEARER_TOKEN = env("METRICS_BEARER_TOKEN", default="")
 
 # --- Idempotency keys (idempotency/) ---------------------------------------------------------
@@ -120,7 +120,7 @@ IDEMPOTENCY_KEY_RETENTION_SECONDS = env.int("IDEMPOTENCY_KEY_RETENTION_SECONDS",
 IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS = env.int("IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS", default=60)
 IDEMPOTENCY_KEY_PURGE_BATCH_SIZE = env.int("IDEMPOTENCY_KEY_PURGE_BATCH_SIZE", default=1000)
 
-# --- The acquirer (payments/acquirer/client.py builds gateway_client from these) -------------------
+# --- The acquirer (payments/acquirer/client.py builds gateway_client from these) -----------
 ACQUIRER_BASE_URL = env("ACQUIRER_BASE_URL", default="http://127.0.0.1:8090")
 ACQUIRER_API_KEY = env("ACQUIRER_API_KEY", default="sandbox_sk_dev")
 ACQUIRER_CONNECT_TIMEOUT_SECONDS = env.float("ACQUIRER_CONNECT_TIMEOUT_SECONDS", default=1.0)

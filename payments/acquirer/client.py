@@ -24,7 +24,7 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
-from payments.metrics import GatewayMetrics
+from payments.acquirer.metrics import GatewayMetrics
 
 
 def acquirer_config() -> AcquirerConfig:

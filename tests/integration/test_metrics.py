@@ -12,12 +12,13 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 import config.urls
-from payments import health, metrics
+from payments import health, metrics, metrics_views
+from payments.acquirer.metrics import GatewayMetrics
 from tests.factories import PaymentFactory
 
 # This module is the urlconf of its tests: the project's routes plus the two new ones.
 urlpatterns = [
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("metrics", metrics_views.metrics_view, name="metrics"),
     path("readyz", health.readyz, name="readyz"),
     *config.urls.urlpatterns,
 ]
@@ -117,7 +118,7 @@ def test_gateway_attempts_are_counted_by_operation_and_outcome():
     """The gateway client's "attempts" hook feeds payments_acquirer_attempts_total."""
     labels = {"operation": "authorize", "outcome": "ResponseTimeoutError"}
     before = counter("payments_acquirer_attempts_total", **labels)
-    metrics.GatewayMetrics().increment("attempts", **labels)
+    GatewayMetrics().increment("attempts", **labels)
     assert counter("payments_acquirer_attempts_total", **labels) == before + 1
 
 
@@ -125,7 +126,7 @@ def test_unmapped_gateway_counters_are_kept_by_name():
     """A client counter without its own metric lands in payments_gateway_client_events_total."""
     labels = {"name": "deadline_stops", "operation": "lookup"}
     before = counter("payments_gateway_client_events_total", **labels)
-    metrics.GatewayMetrics().increment("deadline_stops", operation="lookup")
+    GatewayMetrics().increment("deadline_stops", operation="lookup")
     assert counter("payments_gateway_client_events_total", **labels) == before + 1
 
 
@@ -159,7 +160,7 @@ def test_a_failing_counter_never_raises_into_payment_code(monkeypatch):
 
     monkeypatch.setattr(metrics.RECONCILIATION_OUTCOMES, "labels", broken)
     metrics.record_reconciliation("resolved")
-    metrics.GatewayMetrics().increment("attempts", unexpected_label="x")
+    GatewayMetrics().increment("attempts", unexpected_label="x")
 
 
 def test_counters_appear_in_the_scrape(client):

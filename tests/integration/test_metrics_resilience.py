@@ -19,8 +19,9 @@ from gateway_client import (
     GatewayError,
     RetryPolicy,
 )
-from payments import metrics
 from payments.acquirer.client import acquirer_client
+from payments.acquirer.collectors import BREAKER_STATES, STATE_STORES, ResilienceCollector
+from payments.acquirer.metrics import GatewayMetrics
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +131,7 @@ def test_breaker_state_is_exported_per_group(client, open_breaker):
     states = {
         (group, state): sample(samples, "payments_acquirer_breaker_state", group=group, state=state)
         for group in GROUPS
-        for state in metrics.BREAKER_STATES
+        for state in BREAKER_STATES
     }
     assert {key for key, value in states.items() if value == 1} == {
         ("authorize", "open"),
@@ -244,7 +245,7 @@ def test_invalid_retry_after_is_counted_with_its_header(client):
         AcquirerConfig(base_url="http://acquirer.test", api_key="k", name="mock"),
         transport=httpx.MockTransport(unavailable),
         policy=RetryPolicy(max_attempts=1),
-        metrics=metrics.GatewayMetrics(),
+        metrics=GatewayMetrics(),
     )
     name = "payments_acquirer_invalid_headers_total"
     before = sample(scrape(client), name, header="retry-after") or 0
@@ -354,7 +355,7 @@ def test_invalid_retry_after_is_counted_with_its_header(client):
 def test_each_client_counter_has_its_metric_and_labels(name, labels, metric, exported):
     """Every resilience counter of the gateway client lands in its own labelled metric."""
     before = counter(metric, **exported)
-    metrics.GatewayMetrics().increment(name, **labels)
+    GatewayMetrics().increment(name, **labels)
     assert counter(metric, **exported) == before + 1
 
 
@@ -364,9 +365,7 @@ def test_each_client_counter_has_its_metric_and_labels(name, labels, metric, exp
 def test_state_store_gauge_says_memory_without_redis(client):
     """No ACQUIRER_STATE_REDIS_URL: payments_acquirer_state_store{store="memory"} is 1."""
     samples = scrape(client)
-    stores = {
-        s: sample(samples, "payments_acquirer_state_store", store=s) for s in metrics.STATE_STORES
-    }
+    stores = {s: sample(samples, "payments_acquirer_state_store", store=s) for s in STATE_STORES}
     assert stores == {"redis": 0, "fallback": 0, "memory": 1}
 
 
@@ -385,7 +384,7 @@ def test_collector_error_exports_up_zero_and_keeps_the_scrape(client, monkeypatc
     def broken():
         raise RuntimeError("state store exploded")
 
-    monkeypatch.setattr(metrics.ResilienceCollector, "_read", staticmethod(broken))
+    monkeypatch.setattr(ResilienceCollector, "_read", staticmethod(broken))
     samples = scrape(client)
     assert sample(samples, "payments_acquirer_resilience_collector_up") == 0
     assert sample(samples, "payments_collector_up") == 1

@@ -1,0 +1,92 @@
+"""``GET /metrics`` (:func:`metrics_view`) and the Celery worker's exposition
+(:func:`worker_metrics_server_start`): the registries that put the project's metrics together.
+
+* In-process counters: :mod:`payments.metrics` (payments) and :mod:`payments.acquirer.metrics`
+  (the gateway client), in the default registry, or every process's files when
+  ``PROMETHEUS_MULTIPROC_DIR`` is set.
+* Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL) and
+  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state),
+  in a registry of their own, served by the web only.
+
+django-prometheus adds the request, response and latency metrics (``django_http_*``).
+
+Processes: counters live in the process that increments them. With several gunicorn workers,
+set ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory per deployment) so that ``/metrics``
+aggregates all workers; the Celery worker, which counts reconciliations, serves its own
+exposition with :func:`worker_metrics_server_start`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
+
+from payments.acquirer.collectors import ResilienceCollector
+from payments.metrics import PaymentsCollector
+
+__all__ = ["metrics_view", "worker_metrics_server_start"]
+
+logger = logging.getLogger(__name__)
+
+_PAYMENTS_COLLECTOR = PaymentsCollector()
+_RESILIENCE_COLLECTOR = ResilienceCollector()
+
+
+def _scrape_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_PAYMENTS_COLLECTOR)
+    registry.register(_RESILIENCE_COLLECTOR)
+    return registry
+
+
+_DATABASE_REGISTRY = _scrape_registry()
+
+
+def _process_registry() -> CollectorRegistry:
+    """The in-process metrics: the default registry, or every process's files (multiprocess)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: Prometheus text format, in-process metrics then the scrape-time gauges
+    (database, acquirer resilience state).
+
+    When ``settings.METRICS_BEARER_TOKEN`` is set, the scrape must send
+    ``Authorization: Bearer <token>`` (401 otherwise). Keep ``/metrics`` off the public
+    network either way: it tells how many payments are stuck.
+    """
+    token = getattr(settings, "METRICS_BEARER_TOKEN", "")
+    if token:
+        sent = request.META.get("HTTP_AUTHORIZATION", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return HttpResponse(status=401, headers={"WWW-Authenticate": "Bearer"})
+    started = time.monotonic()
+    body = generate_latest(_process_registry()) + generate_latest(_DATABASE_REGISTRY)
+    logger.debug("metrics rendered in %.3f s", time.monotonic() - started)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def worker_metrics_server_start(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve this process's counters (the Celery worker's) on ``http://addr:port/metrics``.
+
+    With ``PROMETHEUS_MULTIPROC_DIR`` set, serves every process sharing that directory (the
+    worker's pool children). Without the database gauges: the web's ``/metrics`` has those.
+    """
+    start_http_server(port, addr=addr, registry=_process_registry())
