@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
-from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -39,9 +37,25 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from gateway_client import BreakerSnapshot
 from idempotency.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
-from payments.acquirer.client import acquirer_client
+from payments.acquirer.selectors import (
+    acquirer_client_or_none,
+    breaker_groups,
+    breaker_history,
+    breaker_snapshot,
+    breakers_not_closed,
+    resilience_state,
+)
+from payments.acquirer.services import (
+    BREAKER_ACTION_LABELS,
+    BreakerActionNotAudited,
+    breaker_change_summary,
+    breaker_disable,
+    breaker_force_open,
+    breaker_reset,
+)
 from payments.models import Payment, PaymentEvent, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
@@ -621,26 +635,21 @@ class PaymentAdmin(admin.ModelAdmin):
 BREAKER_PERMISSION = "payments.operate_breaker"
 #: Reading the resilience page: whoever may view payments (``support`` and ``operator``).
 RESILIENCE_VIEW_PERMISSION = "payments.view_payment"
-#: The admin-history rows of breaker actions: this content type (no model; made by migration
-#: 0005, and again here if someone removed it), ``object_id`` = the endpoint group.
-BREAKER_AUDIT_CONTENT_TYPE = ("payments", "circuitbreaker")
-#: Breaker actions listed at the bottom of the page (newest first).
-RESILIENCE_HISTORY_LIMIT = 20
 
 
 @dataclass(frozen=True)
 class BreakerAction:
-    """One operator action on a breaker: the ``BreakerSet`` method, its button and its page."""
+    """One operator action on a breaker: its button, the service that applies it, its page."""
 
     label: str
-    method: str
+    operate: Callable[..., tuple[BreakerSnapshot, BreakerSnapshot]]
     explanation: str
 
 
 BREAKER_ACTIONS: dict[str, BreakerAction] = {
     "force_open": BreakerAction(
-        "Force open",
-        "force_open",
+        BREAKER_ACTION_LABELS["force_open"],
+        breaker_force_open,
         "Refuses every call of this endpoint group at once, without sending anything, until "
         "someone resets it. For authorize: POST /payments answers 503 acquirer_unavailable "
         "(nothing stored, the merchant's key stays free, nothing charged). For lookup: "
@@ -649,16 +658,16 @@ BREAKER_ACTIONS: dict[str, BreakerAction] = {
         "opened by itself, or for an announced maintenance window.",
     ),
     "disable": BreakerAction(
-        "Disable",
-        "disable",
+        BREAKER_ACTION_LABELS["disable"],
+        breaker_disable,
         "Admits every call and records nothing: the breaker never opens until someone resets "
         "it. Retries, the retry budget, the rate gate and the concurrency limit still protect "
         "the acquirer. Use it only when the breaker opens for something that is not an "
         "acquirer outage (a misclassified answer, our own network), while you investigate.",
     ),
     "reset": BreakerAction(
-        "Reset",
-        "reset",
+        BREAKER_ACTION_LABELS["reset"],
+        breaker_reset,
         "Clears any override (forced open, disabled) and closes the breaker with an empty "
         "window and a new generation: calls are admitted at once. Use it to end a forced open "
         "or a disable, or to close an open breaker once the acquirer confirms it has "
@@ -678,94 +687,6 @@ FALLBACK_STORE_WARNING = (
     "fallback, and an action now affects only this process and is lost when Redis answers "
     "again. Other processes each decide alone until then."
 )
-
-
-def _client_or_none():
-    try:
-        return acquirer_client()
-    except Exception:  # settings broken: the page and the list must still render
-        logger.exception("the acquirer client could not be built")
-        return None
-
-
-def breakers_not_closed() -> list[dict[str, Any]]:
-    """Breakers that are not closed (for the payments list's banner); [] when unreadable."""
-    client = _client_or_none()
-    if client is None:
-        return []
-    try:
-        snapshots = client.breakers.snapshot()
-    except Exception:  # a banner is never worth a failed page
-        logger.exception("reading the circuit breakers failed")
-        return []
-    return [
-        {
-            "group": group,
-            "state": snapshot.state,
-            "refusing": snapshot.state in ("open", "forced_open"),
-        }
-        for group, snapshot in snapshots.items()
-        if snapshot.state != "closed"
-    ]
-
-
-def _read(what: str, errors: list[str], read):
-    """One read of the resilience state; a failure becomes a line on the page, not a 500."""
-    try:
-        return read()
-    except Exception as exc:
-        logger.exception("resilience page: reading the %s failed", what)
-        errors.append(f"The {what} could not be read ({type(exc).__name__}).")
-        return None
-
-
-def resilience_state(client) -> dict[str, Any]:
-    """What the page shows, read without side effects: each breaker's snapshot (read-only
-    script), the rate gate (``RateGate.remaining``: a GET), the retry budget
-    (``RetryBudget.state``: a read that only drops expired slots) and the AIMD limit
-    (``AimdLimiter.snapshot``: a read). Nothing is acquired, refused or counted."""
-    errors: list[str] = []
-    snapshots = _read("circuit breakers", errors, client.breakers.snapshot) or {}
-    gate_remaining = _read("rate gate", errors, lambda: client.gate.remaining(client.scope))
-    budget = client.budget
-    budget_state = _read("retry budget", errors, budget.state)
-    limiter = _read("concurrency limit", errors, lambda: client.limiter.snapshot(client.scope))
-    now = timezone.now()
-    stores = {snapshot.store for snapshot in snapshots.values()} or {
-        getattr(client.store, "kind", "custom")
-    }
-    gate = None
-    if gate_remaining is not None:
-        gate = {
-            "scope": client.scope,
-            "remaining": gate_remaining,
-            "closed": gate_remaining > 0,
-            "not_before": now + timedelta(seconds=gate_remaining) if gate_remaining > 0 else None,
-        }
-    return {
-        "breakers": [
-            {"group": group, "snapshot": snapshot, "config": client.breakers[group].config}
-            for group, snapshot in snapshots.items()
-        ],
-        "gate": gate,
-        "budget": None
-        if budget_state is None
-        else {
-            "name": budget.name,
-            "retries_available": budget_state.retries_available,
-            "balance": budget_state.balance,
-            "reserve": budget.min_retries_per_second * budget.ttl,
-            "ttl": budget.ttl,
-            "percent_can_retry": budget.percent_can_retry * 100,
-        },
-        "limiter": limiter,
-        "store_kind": getattr(client.store, "kind", "custom"),
-        "memory_store": "memory" in stores,
-        "fallback_store": "fallback" in stores,
-        "errors": errors,
-        "acquirer": client.config.name,
-        "read_at": now,
-    }
 
 
 class ResilienceAdmin:
@@ -842,7 +763,7 @@ class ResilienceAdmin:
         """The page: breakers, rate gate, retry budget, AIMD limit, recent actions."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        client = _client_or_none()
+        client = acquirer_client_or_none()
         state = resilience_state(client) if client is not None else None
         can_operate = self.has_operate_permission(request)
         if state is not None and can_operate:
@@ -865,7 +786,7 @@ class ResilienceAdmin:
             can_operate=can_operate,
             memory_store_warning=MEMORY_STORE_WARNING,
             fallback_store_warning=FALLBACK_STORE_WARNING,
-            history=_breaker_history(),
+            history=breaker_history(),
         )
         return TemplateResponse(request, self.template, context)
 
@@ -875,31 +796,23 @@ class ResilienceAdmin:
         if not self.has_operate_permission(request):
             raise PermissionDenied
         chosen = BREAKER_ACTIONS.get(action)
-        client = _client_or_none()
-        if chosen is None or client is None or group not in client.breakers:
+        client = acquirer_client_or_none()
+        if chosen is None or client is None or group not in breaker_groups(client):
             raise Http404("No such breaker action.")
         form = NoteForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             note = form.cleaned_data["note"]
-            actor = request.user.get_username()
-            act = getattr(client.breakers, chosen.method)
-            before = client.breakers[group].snapshot()
-            after = act(group, actor=actor, reason=note)
-            summary = (
-                f"{chosen.label} circuit breaker {client.config.name}/{group}: "
-                f"{before.state} -> {after.state} (generation {after.generation}, store "
-                f"{after.store})"
-            )
             try:
-                _audit(request, client, group, f"{summary}. Note: {note}")
-            except DatabaseError:
-                logger.exception("the breaker action could not be written to the admin history")
+                before, after = chosen.operate(group, actor=request.user, note=note, client=client)
+            except BreakerActionNotAudited as exc:
+                summary = breaker_change_summary(action, exc.before, exc.after)
                 messages.error(
                     request,
                     f"{summary}. Applied, but NOT recorded in the admin history (database "
                     "error); the gateway_client.breaker log has your name and note.",
                 )
             else:
+                summary = breaker_change_summary(action, before, after)
                 level = messages.SUCCESS if after.store == "redis" else messages.WARNING
                 scope = (
                     "every process sharing the state store"
@@ -910,7 +823,7 @@ class ResilienceAdmin:
             return HttpResponseRedirect(
                 reverse("admin:payments_resilience", current_app=self.site.name)
             )
-        snapshot = _read("circuit breaker", [], client.breakers[group].snapshot)
+        snapshot = breaker_snapshot(client, group)
         context = self._context(
             request,
             f"{chosen.label} the {group} circuit breaker",
@@ -926,37 +839,6 @@ class ResilienceAdmin:
             else "",
         )
         return TemplateResponse(request, self.action_template, context)
-
-
-def _audit_content_type() -> ContentType:
-    app_label, model = BREAKER_AUDIT_CONTENT_TYPE
-    content_type, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
-    return content_type
-
-
-def _audit(request, client, group: str, message: str) -> LogEntry:
-    """One admin-history row: who (the user), when (now), why (the note, in the message)."""
-    return LogEntry.objects.create(
-        user_id=request.user.pk,
-        content_type=_audit_content_type(),
-        object_id=group,
-        object_repr=f"circuit breaker {client.config.name}/{group}"[:200],
-        action_flag=CHANGE,
-        change_message=message,
-    )
-
-
-def _breaker_history() -> list[LogEntry]:
-    app_label, model = BREAKER_AUDIT_CONTENT_TYPE
-    try:
-        return list(
-            LogEntry.objects.filter(content_type__app_label=app_label, content_type__model=model)
-            .select_related("user")
-            .order_by("-action_time", "-id")[:RESILIENCE_HISTORY_LIMIT]
-        )
-    except DatabaseError:
-        logger.exception("reading the breaker actions' history failed")
-        return []
 
 
 def install_resilience_page(site) -> ResilienceAdmin:
