@@ -1,8 +1,9 @@
 """Read-only admin for idempotency keys: what each key will replay, and until when.
 
-Built for large tables: no full COUNT (:class:`CappedCountPaginator`), no facet counts, exact
-searches only (each one an index look-up), and an ordering that every filter's index serves
-(newest expiry first: the ``expires_at`` index, and ``status, expires_at`` for the status filter).
+Built for large tables: no full COUNT (:class:`console.admin.CappedCountPaginator`), no facet
+counts, exact searches only (each one an index look-up), and an ordering that every filter's
+index serves (newest expiry first: the ``expires_at`` index, and ``status, expires_at`` for the
+status filter).
 """
 
 from __future__ import annotations
@@ -10,38 +11,15 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote
-from django.core.paginator import Paginator
+from django.contrib.admin.utils import flatten_fieldsets, quote
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from console.admin import CappedCountPaginator, ReadOnlyAdminMixin
 from idempotency.models import IdempotencyKey
 
-__all__ = ["CappedCountPaginator", "IdempotencyKeyAdmin"]
-
-
-class CappedCountPaginator(Paginator):
-    """A paginator that counts at most ``cap`` rows (then ``capped`` is true).
-
-    ``SELECT COUNT(*) FROM (SELECT ... LIMIT cap + 1)``: its cost is bounded whatever the size
-    of the table, and pages past ``cap / per_page`` are not offered (no deep ``OFFSET`` either).
-    The pagination template shows "10000+" when capped.
-    """
-
-    cap = 10_000
-    capped = False
-
-    @cached_property
-    def count(self) -> int:
-        object_list = self.object_list
-        if hasattr(object_list, "select_related") and hasattr(object_list, "order_by"):
-            counted = object_list.select_related(None).order_by()[: self.cap + 1].count()
-        else:
-            counted = len(object_list)
-        self.capped = counted > self.cap
-        return min(counted, self.cap)
+__all__ = ["IdempotencyKeyAdmin"]
 
 
 class ExpiredListFilter(admin.SimpleListFilter):
@@ -73,7 +51,7 @@ def _reverse_one_to_one_names() -> tuple[str, ...]:
 
 
 @admin.register(IdempotencyKey)
-class IdempotencyKeyAdmin(admin.ModelAdmin):
+class IdempotencyKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "key",
         "merchant",
@@ -110,23 +88,7 @@ class IdempotencyKeyAdmin(admin.ModelAdmin):
             {"fields": ("created_at", "locked_at", "completed_at", "expires_at")},
         ),
     )
-    readonly_fields = (
-        "merchant",
-        "key",
-        "status",
-        "expired",
-        "resource",
-        "method",
-        "route",
-        "request_fingerprint",
-        "response_status",
-        "stored_headers",
-        "stored_body",
-        "created_at",
-        "locked_at",
-        "completed_at",
-        "expires_at",
-    )
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     def get_queryset(self, request):
         return (
@@ -173,12 +135,3 @@ class IdempotencyKeyAdmin(admin.ModelAdmin):
         except ValueError:
             text = raw.decode("utf-8", errors="replace")
         return format_html("<pre>{}</pre>", text)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -17,13 +17,14 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from console.admin import ReadOnlyAdminMixin
 from merchants.models import ApiKey, Merchant
 from merchants.services import api_key_issue, api_key_revoke
 
 ROTATE_PERMISSION = "merchants.rotate_api_key"
 
 
-class ApiKeyInline(admin.TabularInline):
+class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApiKey
     fields = ("prefix", "created_at", "revoked_at", "revoke_link")
     readonly_fields = fields
@@ -37,12 +38,6 @@ class ApiKeyInline(admin.TabularInline):
             return ""
         url = reverse("admin:merchants_merchant_revoke_key", args=[api_key.merchant_id, api_key.pk])
         return format_html('<a href="{}">Revoke</a>', url)
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Merchant)

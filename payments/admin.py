@@ -10,25 +10,18 @@ and act on them. Nobody edits an amount or a status by hand.
   group may only look; the ``operator`` group has both permissions (data migration 0004).
 * Built for millions of rows: no full COUNT (capped paginator), no facet counts, filters that
   each have an index, exact searches resolved through indexes (never ``UPPER(...) LIKE``).
-* The resilience page (``/admin/payments/resilience/``, :class:`ResilienceAdmin`): the acquirer
-  client's circuit breakers per endpoint group, the rate gate, the retry budget and the AIMD
-  limit, read without side effects; force-open / disable / reset per group with a note
-  (``payments.operate_breaker``, the ``operator`` group, data migration 0005), recorded in the
-  admin history and in the breaker's own log with the operator and the note.
+* The list warns of a circuit breaker that is not closed (``payments.acquirer.selectors``) and
+  links the acquirer resilience page (``/admin/payments/resilience/``,
+  :mod:`payments.resilience_admin`). The action forms are :mod:`payments.forms`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -37,29 +30,13 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from gateway_client import BreakerSnapshot
-from idempotency.admin import CappedCountPaginator
+from console.admin import CappedCountPaginator, ReadOnlyAdminMixin
 from idempotency.models import IdempotencyKey
-from payments.acquirer.selectors import (
-    acquirer_client_or_none,
-    breaker_groups,
-    breaker_history,
-    breaker_snapshot,
-    breakers_not_closed,
-    resilience_state,
-)
-from payments.acquirer.services import (
-    BREAKER_ACTION_LABELS,
-    BreakerActionNotAudited,
-    breaker_change_summary,
-    breaker_disable,
-    breaker_force_open,
-    breaker_reset,
-)
+from payments.acquirer.selectors import breakers_not_closed
+from payments.forms import NoteForm, ResolveForm
 from payments.models import Payment, PaymentEvent, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
-    NOTE_MAX_LENGTH,
     RECONCILABLE_STATUSES,
     RESOLUTIONS,
     OperationRefused,
@@ -94,8 +71,6 @@ RECONCILE_EXPLANATIONS = {
 
 RECONCILE_PERMISSION = "payments.reconcile_payment"
 RESOLVE_PERMISSION = "payments.resolve_payment"
-
-logger = logging.getLogger(__name__)
 
 
 class StatusListFilter(admin.SimpleListFilter):
@@ -140,38 +115,6 @@ class CurrencyListFilter(admin.SimpleListFilter):
         return queryset
 
 
-class NoteForm(forms.Form):
-    """Every action asks why: the note is stored with the operator in the payment's events."""
-
-    note = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
-        max_length=NOTE_MAX_LENGTH,
-        help_text="Required. Why, and what you checked (ticket, acquirer dashboard ...).",
-    )
-
-    def clean_note(self) -> str:
-        note = self.cleaned_data["note"].strip()
-        if not note:
-            raise forms.ValidationError("A note is required.")
-        return note
-
-
-class ResolveForm(NoteForm):
-    """A resolution after a manual check at the acquirer."""
-
-    acquirer_reference = forms.CharField(
-        required=False,
-        max_length=64,
-        help_text="The acquirer's id of the authorization, if the check found one.",
-    )
-    code = forms.CharField(
-        required=False,
-        max_length=64,
-        help_text="Declined: the decline code (required). Failed: the failure code "
-        "(default not_authorized_at_acquirer).",
-    )
-
-
 def _fmt_seconds(value) -> str:
     return (
         f"{value:g} s" if isinstance(value, (int, float)) else ("" if value is None else str(value))
@@ -179,7 +122,7 @@ def _fmt_seconds(value) -> str:
 
 
 @admin.register(Payment)
-class PaymentAdmin(admin.ModelAdmin):
+class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "merchant",
@@ -250,39 +193,9 @@ class PaymentAdmin(admin.ModelAdmin):
         ("Acquirer attempts", {"fields": ("attempts_table",)}),
         ("Event timeline", {"fields": ("timeline_table",)}),
     )
-    readonly_fields = (
-        "id",
-        "merchant",
-        "status",
-        "display_amount",
-        "currency",
-        "payment_method",
-        "reference",
-        "description",
-        "acquirer_reference",
-        "decline_code",
-        "failure_code",
-        "acquirer_idempotency_key",
-        "idempotency_key_link",
-        "next_check_at",
-        "reconciliation_attempts",
-        "reconciliation_lease_until",
-        "created_at",
-        "updated_at",
-        "attempts_table",
-        "timeline_table",
-    )
+    readonly_fields = flatten_fieldsets(fieldsets)
 
-    # --- permissions: read-only everywhere; actions need their own permission --------------
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    # --- permissions: read-only everywhere (the mixin); actions need their own permission ---
 
     def has_reconcile_permission(self, request) -> bool:
         return request.user.has_perm(RECONCILE_PERMISSION)
@@ -627,245 +540,3 @@ class PaymentAdmin(admin.ModelAdmin):
             ),
             extra={"bulk_action": "reconcile_selected"},
         )
-
-
-# --- The resilience page -------------------------------------------------------------------
-
-#: Acting on a circuit breaker (force open, disable, reset): the ``operator`` group (0005).
-BREAKER_PERMISSION = "payments.operate_breaker"
-#: Reading the resilience page: whoever may view payments (``support`` and ``operator``).
-RESILIENCE_VIEW_PERMISSION = "payments.view_payment"
-
-
-@dataclass(frozen=True)
-class BreakerAction:
-    """One operator action on a breaker: its button, the service that applies it, its page."""
-
-    label: str
-    operate: Callable[..., tuple[BreakerSnapshot, BreakerSnapshot]]
-    explanation: str
-
-
-BREAKER_ACTIONS: dict[str, BreakerAction] = {
-    "force_open": BreakerAction(
-        BREAKER_ACTION_LABELS["force_open"],
-        breaker_force_open,
-        "Refuses every call of this endpoint group at once, without sending anything, until "
-        "someone resets it. For authorize: POST /payments answers 503 acquirer_unavailable "
-        "(nothing stored, the merchant's key stays free, nothing charged). For lookup: "
-        "reconciliation postpones its checks; processing payments stay processing. Use it when "
-        "the acquirer is known to be down or asks us to stop sending, and the breaker has not "
-        "opened by itself, or for an announced maintenance window.",
-    ),
-    "disable": BreakerAction(
-        BREAKER_ACTION_LABELS["disable"],
-        breaker_disable,
-        "Admits every call and records nothing: the breaker never opens until someone resets "
-        "it. Retries, the retry budget, the rate gate and the concurrency limit still protect "
-        "the acquirer. Use it only when the breaker opens for something that is not an "
-        "acquirer outage (a misclassified answer, our own network), while you investigate.",
-    ),
-    "reset": BreakerAction(
-        BREAKER_ACTION_LABELS["reset"],
-        breaker_reset,
-        "Clears any override (forced open, disabled) and closes the breaker with an empty "
-        "window and a new generation: calls are admitted at once. Use it to end a forced open "
-        "or a disable, or to close an open breaker once the acquirer confirms it has "
-        "recovered, instead of waiting for the probes. If the acquirer still fails, the "
-        "breaker opens again after the minimum number of failed calls.",
-    ),
-}
-
-MEMORY_STORE_WARNING = (
-    "The acquirer state store is in memory (ACQUIRER_STATE_REDIS_URL is not set): what this "
-    "page shows and every action on it concern only the process that answered this request. "
-    "Other web workers and the Celery worker keep their own breakers. Production must set "
-    "ACQUIRER_STATE_REDIS_URL."
-)
-FALLBACK_STORE_WARNING = (
-    "Redis (ACQUIRER_STATE_REDIS_URL) is unreachable: this page shows this process's local "
-    "fallback, and an action now affects only this process and is lost when Redis answers "
-    "again. Other processes each decide alone until then."
-)
-
-
-class ResilienceAdmin:
-    """The resilience page of an ``AdminSite``: ``/admin/payments/resilience/`` and one action
-    page per endpoint group and action. :func:`install_resilience_page` hooks it into the
-    site's URLs (names ``admin:payments_resilience`` and ``admin:payments_resilience_action``)
-    and lists it under Payments on the admin index and in the navigation sidebar."""
-
-    template = "admin/payments/resilience.html"
-    action_template = "admin/payments/resilience_action.html"
-
-    def __init__(self, site: admin.AdminSite) -> None:
-        self.site = site
-
-    def get_urls(self):
-        wrap = self.site.admin_view
-        return [
-            path("payments/resilience/", wrap(self.page_view), name="payments_resilience"),
-            path(
-                "payments/resilience/<str:group>/<str:action>/",
-                wrap(self.action_view),
-                name="payments_resilience_action",
-            ),
-        ]
-
-    # --- permissions -------------------------------------------------------------------------
-
-    @staticmethod
-    def has_view_permission(request) -> bool:
-        return request.user.has_perm(RESILIENCE_VIEW_PERMISSION)
-
-    @staticmethod
-    def has_operate_permission(request) -> bool:
-        return request.user.has_perm(BREAKER_PERMISSION)
-
-    # --- the admin index and sidebar ----------------------------------------------------------
-
-    def add_to_app_list(self, request, app_list: list[dict]) -> list[dict]:
-        """Add "Acquirer resilience" to the payments app of ``app_list`` (when it is there)."""
-        if not self.has_view_permission(request):
-            return app_list
-        for app in app_list:
-            if app.get("app_label") != "payments":
-                continue
-            if not any(m.get("object_name") == "Resilience" for m in app["models"]):
-                app["models"].append(
-                    {
-                        "model": None,
-                        "name": "Acquirer resilience",
-                        "object_name": "Resilience",
-                        "perms": {"view": True},
-                        "admin_url": reverse(
-                            "admin:payments_resilience", current_app=self.site.name
-                        ),
-                        "add_url": None,
-                        "view_only": True,
-                    }
-                )
-                app["models"].sort(key=lambda m: m["name"])
-        return app_list
-
-    # --- views -------------------------------------------------------------------------------
-
-    def _context(self, request, title: str, **extra) -> dict[str, Any]:
-        return {
-            **self.site.each_context(request),
-            "title": title,
-            "app_label": "payments",
-            "resilience_url": reverse("admin:payments_resilience", current_app=self.site.name),
-            **extra,
-        }
-
-    def page_view(self, request: HttpRequest) -> HttpResponse:
-        """The page: breakers, rate gate, retry budget, AIMD limit, recent actions."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        client = acquirer_client_or_none()
-        state = resilience_state(client) if client is not None else None
-        can_operate = self.has_operate_permission(request)
-        if state is not None and can_operate:
-            for row in state["breakers"]:
-                row["actions"] = [
-                    (
-                        action.label,
-                        reverse(
-                            "admin:payments_resilience_action",
-                            args=[row["group"], name],
-                            current_app=self.site.name,
-                        ),
-                    )
-                    for name, action in BREAKER_ACTIONS.items()
-                ]
-        context = self._context(
-            request,
-            "Acquirer resilience",
-            state=state,
-            can_operate=can_operate,
-            memory_store_warning=MEMORY_STORE_WARNING,
-            fallback_store_warning=FALLBACK_STORE_WARNING,
-            history=breaker_history(),
-        )
-        return TemplateResponse(request, self.template, context)
-
-    def action_view(self, request: HttpRequest, group: str, action: str) -> HttpResponse:
-        """Force open / disable / reset one group: a page with a required note, then the
-        breaker call (with the operator and note) and an admin-history row."""
-        if not self.has_operate_permission(request):
-            raise PermissionDenied
-        chosen = BREAKER_ACTIONS.get(action)
-        client = acquirer_client_or_none()
-        if chosen is None or client is None or group not in breaker_groups(client):
-            raise Http404("No such breaker action.")
-        form = NoteForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            note = form.cleaned_data["note"]
-            try:
-                before, after = chosen.operate(group, actor=request.user, note=note, client=client)
-            except BreakerActionNotAudited as exc:
-                summary = breaker_change_summary(action, exc.before, exc.after)
-                messages.error(
-                    request,
-                    f"{summary}. Applied, but NOT recorded in the admin history (database "
-                    "error); the gateway_client.breaker log has your name and note.",
-                )
-            else:
-                summary = breaker_change_summary(action, before, after)
-                level = messages.SUCCESS if after.store == "redis" else messages.WARNING
-                scope = (
-                    "every process sharing the state store"
-                    if after.store == "redis"
-                    else "THIS PROCESS ONLY (no shared state store)"
-                )
-                messages.add_message(request, level, f"{summary}; applies to {scope}.")
-            return HttpResponseRedirect(
-                reverse("admin:payments_resilience", current_app=self.site.name)
-            )
-        snapshot = breaker_snapshot(client, group)
-        context = self._context(
-            request,
-            f"{chosen.label} the {group} circuit breaker",
-            form=form,
-            group=group,
-            action=chosen,
-            snapshot=snapshot,
-            memory_store_warning=MEMORY_STORE_WARNING
-            if snapshot is not None and snapshot.store == "memory"
-            else "",
-            fallback_store_warning=FALLBACK_STORE_WARNING
-            if snapshot is not None and snapshot.store == "fallback"
-            else "",
-        )
-        return TemplateResponse(request, self.action_template, context)
-
-
-def install_resilience_page(site) -> ResilienceAdmin:
-    """Serve the resilience page from ``site`` and list it under Payments (idempotent).
-
-    An ``AdminSite`` has no registry for views without a model, so this wraps the site's
-    ``get_urls`` (the page's routes first) and ``get_app_list`` (one more entry in the payments
-    app: the index, the app index and the sidebar). A template override of ``admin/index.html``
-    would not work here: ``django.contrib.admin`` precedes ``payments`` in INSTALLED_APPS, so
-    the admin's own template wins.
-    """
-    existing = getattr(site, "_payments_resilience", None)
-    if existing is not None:
-        return existing
-    page = ResilienceAdmin(site)
-    site_get_urls, site_get_app_list = site.get_urls, site.get_app_list
-
-    def get_urls():
-        return [*page.get_urls(), *site_get_urls()]
-
-    def get_app_list(request, app_label=None):
-        return page.add_to_app_list(request, site_get_app_list(request, app_label))
-
-    site.get_urls = get_urls
-    site.get_app_list = get_app_list
-    site._payments_resilience = page
-    return page
-
-
-RESILIENCE_PAGE = install_resilience_page(admin.site)

@@ -20,7 +20,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.apps.PaymentServiceAdminConfig",  # django.contrib.admin with the project's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

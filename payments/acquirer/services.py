@@ -5,7 +5,9 @@ group (``authorize`` or ``lookup``), the operator (a Django user) and a required
 the group's breaker snapshot before and after. The breaker itself logs the action with the
 operator's username and the note (``gateway_client.breaker``, WARNING); the service then writes
 one admin ``LogEntry`` (``CHANGE``, content type ``payments | circuitbreaker``, ``object_id`` =
-the group) whose message is :func:`breaker_change_summary` and the note.
+the group) whose message is :func:`breaker_change_summary` and the note. The breaker call (a
+Redis round trip) comes first and outside any transaction; the history row is written after it,
+in a savepoint.
 
 With a Redis state store the action applies to every process sharing it (``after.store ==
 "redis"``); with the in-memory store or Redis' local fallback, to this process only. The reads
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.contenttypes.models import ContentType
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from gateway_client import AcquirerClient, BreakerSnapshot
 from payments.acquirer.client import acquirer_client
@@ -111,9 +113,10 @@ def _operate(
     before = breakers[group].snapshot()
     after = operations[action](group, actor=actor.get_username(), reason=note)
     try:
-        _audit_record(
-            actor, after, f"{breaker_change_summary(action, before, after)}. Note: {note}"
-        )
+        with transaction.atomic():  # a savepoint: a failed write leaves the caller's work intact
+            _audit_record(
+                actor, after, f"{breaker_change_summary(action, before, after)}. Note: {note}"
+            )
     except DatabaseError as exc:
         logger.exception("the breaker action could not be written to the admin history")
         raise BreakerActionNotAudited(before, after) from exc

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from idempotency.admin import CappedCountPaginator
+from console.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
 from payments.models import Payment, PaymentEvent
 from tests.factories import MerchantFactory, PaymentFactory
