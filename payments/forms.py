@@ -16,7 +16,8 @@ __all__ = ["NoteForm", "ResolveForm"]
 
 
 class NoteForm(forms.Form):
-    """Every action asks why: the note is stored with the operator in the payment's events."""
+    """Every action asks why: a required note (stripped, at most ``NOTE_MAX_LENGTH`` characters),
+    stored with the operator in the payment's events or the breaker's admin history."""
 
     note = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
