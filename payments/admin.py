@@ -42,7 +42,7 @@ from django.utils.html import format_html, format_html_join
 from idempotency.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
-from payments.models import Payment, PaymentEvent, PaymentStatus
+from payments.models import Payment, PaymentEvent, PaymentEventType, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
     NOTE_MAX_LENGTH,
@@ -60,7 +60,7 @@ BULK_RECONCILE_LIMIT = 500
 #: Events shown on a payment's page (the newest ones when there are more).
 TIMELINE_LIMIT = 500
 #: Event types that record one call to the acquirer (rendered in the attempts table).
-ATTEMPT_EVENT_TYPES = ("acquirer_attempt", "reconciliation_attempt")
+ATTEMPT_EVENT_TYPES = (PaymentEventType.ACQUIRER_ATTEMPT, PaymentEventType.RECONCILIATION_ATTEMPT)
 
 #: What "Reconcile now" does, by status (shown on its page).
 RECONCILE_EXPLANATIONS = {
@@ -358,10 +358,7 @@ class PaymentAdmin(admin.ModelAdmin):
                     e.data.get("error", ""),
                     _fmt_seconds(e.data.get("elapsed_seconds")),
                     _fmt_seconds(
-                        e.data.get(
-                            "wait_seconds",
-                            e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds")),
-                        )
+                        e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds"))
                     ),
                     e.data.get("wait_source", ""),
                 )
