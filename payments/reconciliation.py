@@ -189,6 +189,9 @@ def reconciliation_claim_payment(
     return claimed
 
 
+#: The statuses a found authorization may resolve. ``reconciled`` events store how many the
+#: acquirer had as ``authorizations_found`` (events before the rename say ``charges_found``;
+#: both are shown as stored, in the admin's event timeline).
 UNRESOLVED = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
 
 
