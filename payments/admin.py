@@ -34,7 +34,7 @@ from console.admin import CappedCountPaginator, ReadOnlyAdminMixin
 from idempotency.models import IdempotencyKey
 from payments.acquirer.selectors import breakers_not_closed
 from payments.forms import NoteForm, ResolveForm
-from payments.models import Payment, PaymentEvent, PaymentStatus
+from payments.models import Payment, PaymentEvent, PaymentEventType, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
     RECONCILABLE_STATUSES,
@@ -51,7 +51,7 @@ BULK_RECONCILE_LIMIT = 500
 #: Events shown on a payment's page (the newest ones when there are more).
 TIMELINE_LIMIT = 500
 #: Event types that record one call to the acquirer (rendered in the attempts table).
-ATTEMPT_EVENT_TYPES = ("acquirer_attempt", "reconciliation_attempt")
+ATTEMPT_EVENT_TYPES = (PaymentEventType.ACQUIRER_ATTEMPT, PaymentEventType.RECONCILIATION_ATTEMPT)
 
 #: What "Reconcile now" does, by status (shown on its page).
 RECONCILE_EXPLANATIONS = {
@@ -285,10 +285,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     e.data.get("error", ""),
                     _fmt_seconds(e.data.get("elapsed_seconds")),
                     _fmt_seconds(
-                        e.data.get(
-                            "wait_seconds",
-                            e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds")),
-                        )
+                        e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds"))
                     ),
                     e.data.get("wait_source", ""),
                 )

@@ -6,25 +6,18 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.keys import parse_idempotency_key
-from idempotency.responses import replay_response
 from payments.acquirer.client import acquirer_client
-from payments.card_data import card_data_fields, is_card_number
-from payments.metrics import (
-    record_idempotency_key_in_use,
-    record_idempotency_key_reused,
-    record_idempotency_replay,
-)
+from payments.card_data import KEY_REFUSAL, card_data_refusal, is_card_number
+from payments.parsers import request_json
 from payments.problems import Problem
-from payments.responses import json_bytes
+from payments.responses import create_answer, json_bytes
 from payments.selectors import PaymentNotFound, payment_get, payment_list
 from payments.serializers import (
     PaymentCreateInputSerializer,
@@ -33,7 +26,7 @@ from payments.serializers import (
     PaymentSerializer,
     ProblemSerializer,
 )
-from payments.services import Outcome, StoredResponse, payment_create
+from payments.services import payment_create
 
 PROBLEM = "application/problem+json"
 
@@ -44,13 +37,6 @@ def problems(*statuses: int) -> dict:
         (status, PROBLEM): OpenApiResponse(ProblemSerializer, description="RFC 9457 problem")
         for status in statuses
     }
-
-
-def _to_http(stored: StoredResponse) -> HttpResponse:
-    response = HttpResponse(stored.body, status=stored.status_code)
-    for name, value in stored.headers.items():
-        response[name] = value
-    return response
 
 
 class PaymentListCreateApi(APIView):
@@ -78,68 +64,16 @@ class PaymentListCreateApi(APIView):
     def post(self, request: Request) -> HttpResponse:
         key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
         if is_card_number(key):  # it would be stored and shown to operators
-            raise Problem(
-                "Card numbers are not accepted, in the Idempotency-Key header either.",
-                code="card_data_not_accepted",
-                title="Card data is not accepted",
-                errors=[
-                    {
-                        "field": "Idempotency-Key",
-                        "code": "card_data_not_accepted",
-                        "message": "Looks like a card number.",
-                    }
-                ],
-            )
-        if request.content_type.split(";")[0].strip().lower() != "application/json":
-            raise Problem(
-                "Send the body as JSON with 'Content-Type: application/json'.",
-                code="unsupported_media_type",
-                title="The body must be application/json",
-            )
-        data = request.data
-        card_fields = card_data_fields(data)
-        if card_fields:
-            raise Problem(
-                "Card numbers are not accepted. Tokenise the card and send payment_method.",
-                code="card_data_not_accepted",
-                title="Card data is not accepted",
-                errors=[
-                    {
-                        "field": name,
-                        "code": "card_data_not_accepted",
-                        "message": "Looks like a card number.",
-                    }
-                    for name in card_fields
-                ],
-            )
-        serializer = PaymentCreateInputSerializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        try:
-            result = payment_create(
-                merchant=request.user,
-                idempotency_key=key,
-                data=serializer.validated_data,
-                client=acquirer_client(),
-            )
-        except IdempotencyKeyInUse:
-            record_idempotency_key_in_use()
-            raise
-        except IdempotencyKeyReused:
-            record_idempotency_key_reused()
-            raise
-        if result.replay_of is not None:
-            record_idempotency_replay()
-            return replay_response(result.replay_of)
-        if result.outcome in (Outcome.NOT_SENT, Outcome.CIRCUIT_OPEN):
-            raise Problem(
-                "The acquirer could not be reached; the payment was not sent and nothing was "
-                "charged. Retry later, with the same Idempotency-Key if you wish.",
-                code="acquirer_unavailable",
-                title="The acquirer is unavailable",
-                status_code=503,
-                retry_after=result.retry_after or settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS,
-            )
-        return _to_http(result.response)
+            raise card_data_refusal(["Idempotency-Key"], detail=KEY_REFUSAL)
+        body = PaymentCreateInputSerializer(data=request_json(request))
+        body.is_valid(raise_exception=True)
+        result = payment_create(
+            merchant=request.user,
+            idempotency_key=key,
+            client=acquirer_client(),
+            **body.validated_data,
+        )
+        return create_answer(result)
 
     @extend_schema(
         operation_id="payments_list",

@@ -2,18 +2,26 @@
 
 A body in which any value (or key) holds a run of 13 to 19 digits, optionally separated by
 single spaces or dashes, is refused before anything is stored or logged (PCI DSS scope stays
-with the token vault). The refusal names the field but never repeats its value.
+with the token vault). The refusal (:func:`card_data_refusal`, the one builder of it) names the
+field but never repeats its value.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from payments.problems import Problem
 
 #: 13-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
 CARD_NUMBER_PATTERN = re.compile(r"(?<!\d)\d(?:[ -]?\d){12,18}(?!\d)")
 
 REDACTED = "[redacted]"
+
+#: The refusal's detail for a body (PaymentCreateInputSerializer) and for the key header.
+BODY_REFUSAL = "Card numbers are not accepted. Tokenise the card and send payment_method."
+KEY_REFUSAL = "Card numbers are not accepted, in the Idempotency-Key header either."
 
 
 def looks_like_card_number(text: str) -> bool:
@@ -60,3 +68,21 @@ def card_data_fields(data: Any) -> list[str]:
             if looks_like_card_number(str(value)):
                 found.append(path)
     return sorted(set(found))
+
+
+def card_data_refusal(fields: Iterable[str], *, detail: str = BODY_REFUSAL) -> Problem:
+    """The 400 problem ``card_data_not_accepted`` naming each of ``fields`` (dotted paths, or
+    ``Idempotency-Key``), never their values. Raise it before anything is stored or logged."""
+    return Problem(
+        detail,
+        code="card_data_not_accepted",
+        title="Card data is not accepted",
+        errors=[
+            {
+                "field": name,
+                "code": "card_data_not_accepted",
+                "message": "Looks like a card number.",
+            }
+            for name in fields
+        ],
+    )

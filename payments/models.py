@@ -3,7 +3,8 @@
 State machine (see README): a payment is created ``processing`` in the same transaction that
 claims its idempotency key, then moves once to ``succeeded``, ``declined`` or ``failed``, or
 stays ``processing`` until reconciliation resolves it (``needs_review`` when it cannot).
-``payments.services.ALLOWED_TRANSITIONS`` is the only place that changes a status.
+``payments.lifecycle.ALLOWED_TRANSITIONS`` is the only place that changes a status, and
+``payments.lifecycle`` takes the only row locks on payments.
 
 Row locks on payments are always ``FOR NO KEY UPDATE`` (``select_for_update(no_key=True)``):
 it conflicts with other updates but not with the ``KEY SHARE`` lock that inserting a
@@ -32,6 +33,44 @@ class PaymentStatus(models.TextChoices):
     DECLINED = "declined", "Declined"
     FAILED = "failed", "Failed"
     NEEDS_REVIEW = "needs_review", "Needs review"
+
+
+class PaymentEventType(models.TextChoices):
+    """The type of a :class:`PaymentEvent` (Saleor's ``TransactionEventType`` habit): one value
+    per thing that happens to a payment. Stored as the string value; the column has no
+    ``choices`` (the values are the contract, old rows keep theirs)."""
+
+    #: Phase 1 created the payment ``processing`` with its idempotency key.
+    PAYMENT_CREATED = "payment_created", "Payment created"
+    #: The merchant retried a key whose stored answer was a 202: the payment is re-sent.
+    MERCHANT_RETRY = "merchant_retry", "Merchant retried"
+    #: A request took over a key left in progress by a crashed request: the payment is re-sent.
+    KEY_TAKEN_OVER = "key_taken_over", "Key taken over"
+    #: One call to the acquirer's authorize (data: an ``AcquirerAttempt``), whatever it answered.
+    ACQUIRER_ATTEMPT = "acquirer_attempt", "Acquirer attempt"
+    #: processing -> succeeded: the acquirer authorized the payment.
+    AUTHORIZATION_APPROVED = "authorization_approved", "Authorization approved"
+    #: processing -> declined: the acquirer declined it (a result, not an error).
+    AUTHORIZATION_DECLINED = "authorization_declined", "Authorization declined"
+    #: processing -> failed: certainly not applied (unreachable, or the breaker open).
+    AUTHORIZATION_NOT_SENT = "authorization_not_sent", "Authorization not sent"
+    #: processing -> failed: the acquirer refused our request (a permanent error).
+    AUTHORIZATION_REJECTED = "authorization_rejected", "Authorization rejected"
+    #: The acquirer may have applied it: stays processing, reconciliation is scheduled.
+    AUTHORIZATION_OUTCOME_UNKNOWN = "authorization_outcome_unknown", "Authorization outcome unknown"
+    #: processing/needs_review -> final: reconciliation found (or re-sent and got) the outcome.
+    RECONCILED = "reconciled", "Reconciled"
+    #: A reconciliation check that did not resolve the payment (data: result, next check).
+    RECONCILIATION_ATTEMPT = "reconciliation_attempt", "Reconciliation attempt"
+    #: processing -> needs_review: too old or too many attempts, handed to a human.
+    NEEDS_REVIEW = "needs_review", "Needs review"
+    #: An operator asked to reconcile now (data: operator, note).
+    OPERATOR_RECONCILE_REQUESTED = (
+        "operator_reconcile_requested",
+        "Operator requested reconciliation",
+    )
+    #: needs_review -> final after an operator's manual check (data: operator, note, code).
+    RESOLVED_BY_OPERATOR = "resolved_by_operator", "Resolved by operator"
 
 
 class Payment(models.Model):
@@ -124,7 +163,7 @@ class PaymentEvent(models.Model):
     """
 
     payment = models.ForeignKey(Payment, on_delete=models.CASCADE, related_name="events")
-    type = models.CharField(max_length=64)
+    type = models.CharField(max_length=64)  # a PaymentEventType value
     from_status = models.CharField(max_length=16, null=True, blank=True)
     to_status = models.CharField(max_length=16, null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)

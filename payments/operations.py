@@ -4,11 +4,11 @@ Every action names the operator (a username) and carries a required note, and bo
 the payment's append-only event log:
 
 * :func:`payment_reconcile_request` ("Reconcile now"): an ``operator_reconcile_requested``
-  event, and the ``payments.tasks.reconcile_payment`` task enqueued when the transaction
-  commits. A ``processing`` payment is also made due at once, so the beat sweep picks it up if
-  the task message is lost. Nothing here calls the acquirer.
+  event, and the reconciliation task (``payments.tasks.payment_reconcile_task``) enqueued
+  when the transaction commits. A ``processing`` payment is also made due at once, so the beat
+  sweep picks it up if the task message is lost. Nothing here calls the acquirer.
 * :func:`payment_resolve` ("Resolve as succeeded / declined / failed after manual check"): only
-  from ``needs_review``, through the state machine (``payments.services.payment_transition``),
+  from ``needs_review``, through the state machine (``payments.lifecycle.payment_transition``),
   with a ``resolved_by_operator`` event; the answer stored for the merchant's idempotency key is
   refreshed, so a retry of the original request replays the final outcome.
 
@@ -24,9 +24,16 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from payments.models import Payment, PaymentStatus
-from payments.reconciliation import payment_refresh_replay
-from payments.services import payment_event_record, payment_transition
+from payments.lifecycle import (
+    UnexpectedStatus,
+    payment_answer_store,
+    payment_event_record,
+    payment_lock,
+    payment_lock_with_key,
+    payment_transition,
+)
+from payments.models import Payment, PaymentEventType, PaymentStatus
+from payments.tasks import payment_reconcile_task
 
 __all__ = [
     "CODE_PATTERN",
@@ -72,22 +79,21 @@ def payment_reconcile_request(
     note: str,
     clock: Callable[[], datetime] = timezone.now,
 ) -> Payment:
-    """Record the operator's request and enqueue ``reconcile_payment`` when it commits.
+    """Record the operator's request and enqueue ``payment_reconcile_task`` when it commits.
 
     Only for ``processing`` and ``needs_review`` payments; raises :class:`OperationRefused`
     otherwise, or without an operator or a note. The task claims the payment before touching it
     (a payment held by a running reconciliation is left to it), so asking twice is harmless.
     """
-    from payments.tasks import reconcile_payment  # tasks import services; enqueue at call time
-
     note = _clean_note(operator=operator, note=note)
     now = clock()
     with transaction.atomic():
-        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
-        if payment.status not in RECONCILABLE_STATUSES:
+        try:
+            payment = payment_lock(payment_id, expect=RECONCILABLE_STATUSES)
+        except UnexpectedStatus as exc:
             raise OperationRefused(
-                f"A {payment.status} payment is resolved; there is nothing to reconcile."
-            )
+                f"A {exc.status} payment is resolved; there is nothing to reconcile."
+            ) from exc
         if payment.status == PaymentStatus.PROCESSING and (
             payment.next_check_at is None or payment.next_check_at > now
         ):
@@ -95,12 +101,13 @@ def payment_reconcile_request(
             payment.save(update_fields=["next_check_at"])
         payment_event_record(
             payment=payment,
-            event_type="operator_reconcile_requested",
+            event_type=PaymentEventType.OPERATOR_RECONCILE_REQUESTED,
             now=now,
             data={"operator": operator, "note": note},
         )
         transaction.on_commit(
-            lambda: reconcile_payment.delay(payment.id, operator_requested=True), robust=True
+            lambda: payment_reconcile_task.delay(payment.id, operator_requested=True),
+            robust=True,
         )
     return payment
 
@@ -143,11 +150,12 @@ def payment_resolve(
 
     now = clock()
     with transaction.atomic():
-        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
-        if payment.status != PaymentStatus.NEEDS_REVIEW:
+        try:
+            payment, key = payment_lock_with_key(payment_id, expect=[PaymentStatus.NEEDS_REVIEW])
+        except UnexpectedStatus as exc:
             raise OperationRefused(
-                f"Only a payment in needs_review can be resolved; this one is {payment.status}."
-            )
+                f"Only a payment in needs_review can be resolved; this one is {exc.status}."
+            ) from exc
         changes: dict = {
             "next_check_at": None,
             "reconciliation_lease_until": None,
@@ -164,10 +172,10 @@ def payment_resolve(
         payment_transition(
             payment=payment,
             to_status=to_status,
-            event_type="resolved_by_operator",
+            event_type=PaymentEventType.RESOLVED_BY_OPERATOR,
             now=now,
             data=data,
             **changes,
         )
-        payment_refresh_replay(payment, now)
+        payment_answer_store(payment, key=key, now=now)
     return payment

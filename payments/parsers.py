@@ -5,6 +5,9 @@ Rejects, each as a 400 problem with its own ``code``: bodies over the size limit
 object keys (``duplicate_key``: which one would win is parser-dependent, a classic smuggling
 vector) and nesting deeper than :data:`MAX_DEPTH` (``json_too_deep``). Error messages never
 quote the body.
+
+:func:`request_json` reads a view's JSON body, refusing any other ``Content-Type`` with DRF's
+``UnsupportedMediaType`` (answered by ``payments.problems``) for an empty body too.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import json
 from typing import Any
 
 from django.conf import settings
+from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
 
 from payments.problems import Problem
 
@@ -84,3 +89,17 @@ class StrictJSONParser(BaseParser):
                 title="The body is not valid JSON",
             )
         return data
+
+
+def request_json(request: Request) -> Any:
+    """The parsed JSON body of ``request`` (``request.data``, through :class:`StrictJSONParser`).
+
+    Raises ``UnsupportedMediaType`` unless the ``Content-Type`` is ``application/json``: DRF
+    raises it itself for a body no parser accepts, but parses nothing (and raises nothing) when
+    the body is empty, so the check is made here for every body. The problem handler answers
+    it 400 ``unsupported_media_type``.
+    """
+    media_type = request.content_type.split(";")[0].strip().lower()
+    if media_type != StrictJSONParser.media_type:
+        raise UnsupportedMediaType(request.content_type)
+    return request.data

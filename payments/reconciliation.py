@@ -2,7 +2,7 @@
 
 A payment stays ``processing`` when the acquirer may have applied it but we do not know (a read
 timeout, a 5xx, a reset after sending), or when the request died between phase 1 and phase 2.
-Reconciliation resolves each such payment exactly once and never charges twice:
+Reconciliation resolves each such payment exactly once and never authorizes twice:
 
 1. **Claim** (:func:`reconciliation_claim_due`, :func:`reconciliation_claim_payment`): in one
    short transaction, ``SELECT ... FOR UPDATE SKIP LOCKED`` the due payments, record a lease and
@@ -11,7 +11,7 @@ Reconciliation resolves each such payment exactly once and never charges twice:
 2. **Ask the acquirer** outside any transaction: look the payment up by our reference (the
    payment id). Found: record the outcome. Not found after a grace period (the acquirer's
    look-up can lag): re-send ``POST /charges`` with the payment's acquirer idempotency key, which
-   the acquirer answers from its record if it has one, so a re-send never charges twice.
+   the acquirer answers from its record if it has one, so a re-send never authorizes twice.
 3. **Record** in one short transaction: the transition (only from ``processing``), its event,
    and the refreshed answer that a replay of the merchant's idempotency key returns.
 
@@ -48,10 +48,17 @@ from gateway_client import (
     RetryPolicy,
 )
 from idempotency.models import IdempotencyKey
-from idempotency.services import idempotency_key_complete
-from payments.models import Payment, PaymentStatus
-from payments.responses import render_payment_answer
-from payments.services import authorization_request, payment_event_record, payment_transition
+from payments.acquirer.authorize import authorization_request
+from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
+from payments.lifecycle import (
+    UnexpectedStatus,
+    payment_answer_store,
+    payment_event_record,
+    payment_lock,
+    payment_lock_with_key,
+    payment_transition,
+)
+from payments.models import Payment, PaymentEventType, PaymentStatus
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +119,7 @@ def reconciliation_backoff(
     return random() * reconciliation_backoff_bound(attempt, base=base, cap=cap)
 
 
-class Result(enum.Enum):
+class ReconciliationResult(enum.Enum):
     """What one reconciliation of one payment did."""
 
     RESOLVED = "resolved"  #: the outcome is now recorded (succeeded, declined or failed).
@@ -125,11 +132,11 @@ class Result(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Reconciliation:
-    """The result of reconciling one payment, for logs, the command and tests."""
+class ReconciliationReport:
+    """What reconciling one payment did, for logs, metrics, the command and tests."""
 
     payment_id: str
-    result: Result
+    result: ReconciliationResult
     detail: str = ""
     next_check_at: datetime | None = None
 
@@ -182,76 +189,76 @@ def reconciliation_claim_payment(
     return claimed
 
 
-def payment_refresh_replay(payment: Payment, now: datetime) -> None:
-    """Store the payment's current answer for its idempotency key (inside the transaction)."""
-    if payment.idempotency_key_id is None:
-        return
-    record = IdempotencyKey.objects.select_for_update().get(pk=payment.idempotency_key_id)
-    answer = render_payment_answer(payment)
-    idempotency_key_complete(
-        record=record,
-        status_code=answer.status_code,
-        headers=answer.headers,
-        body=answer.body,
-        now=now,
-    )
+#: The statuses a found authorization may resolve. ``reconciled`` events store how many the
+#: acquirer had as ``authorizations_found`` (events before the rename say ``charges_found``;
+#: both are shown as stored, in the admin's event timeline).
+UNRESOLVED = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
 
 
 def _record_authorization(
-    payment_id: str, authorization: Authorization, *, how: str, charges_found: int, now: datetime
-) -> Reconciliation:
-    with transaction.atomic():
-        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
-        if payment.status not in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
-            return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
-        to_status = PaymentStatus.SUCCEEDED if authorization.approved else PaymentStatus.DECLINED
-        changes = {
-            "acquirer_reference": authorization.acquirer_reference,
-            "next_check_at": None,
-            "reconciliation_lease_until": None,
-        }
-        if not authorization.approved:
-            changes["decline_code"] = authorization.decline_code
-        payment_transition(
-            payment=payment,
-            to_status=to_status,
-            event_type="reconciled",
-            now=now,
-            data={
-                "how": how,
-                "charges_found": charges_found,
-                "attempt": payment.reconciliation_attempts,
-            },
-            **changes,
+    payment_id: str,
+    authorization: Authorization,
+    *,
+    how: str,
+    authorizations_found: int,
+    now: datetime,
+) -> ReconciliationReport:
+    to_status = PaymentStatus.SUCCEEDED if authorization.approved else PaymentStatus.DECLINED
+    changes = {
+        "acquirer_reference": authorization.acquirer_reference,
+        "next_check_at": None,
+        "reconciliation_lease_until": None,
+    }
+    if not authorization.approved:
+        changes["decline_code"] = authorization.decline_code
+    try:
+        with transaction.atomic():
+            payment, key = payment_lock_with_key(payment_id, expect=UNRESOLVED)
+            payment_transition(
+                payment=payment,
+                to_status=to_status,
+                event_type=PaymentEventType.RECONCILED,
+                now=now,
+                data={
+                    "how": how,
+                    "authorizations_found": authorizations_found,
+                    "attempt": payment.reconciliation_attempts,
+                },
+                **changes,
+            )
+            payment_answer_store(payment, key=key, now=now)
+    except UnexpectedStatus as exc:
+        return ReconciliationReport(payment_id, ReconciliationResult.ALREADY_RESOLVED, exc.status)
+    if authorizations_found > 1:
+        logger.error(
+            "payment %s has %d authorizations at the acquirer", payment_id, authorizations_found
         )
-        payment_refresh_replay(payment, now)
-    if charges_found > 1:
-        logger.error("payment %s has %d charges at the acquirer", payment_id, charges_found)
     logger.info("payment %s reconciled to %s by %s", payment_id, to_status, how)
-    return Reconciliation(payment_id, Result.RESOLVED, to_status)
+    return ReconciliationReport(payment_id, ReconciliationResult.RESOLVED, to_status)
 
 
-def _record_rejection(payment_id: str, error: GatewayError, now: datetime) -> Reconciliation:
-    with transaction.atomic():
-        payment = Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
-        if payment.status != PaymentStatus.PROCESSING:
-            return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
-        payment_transition(
-            payment=payment,
-            to_status=PaymentStatus.FAILED,
-            event_type="reconciled",
-            now=now,
-            data={
-                "how": "resend_rejected",
-                "error": type(error).__name__,
-                "status_code": error.status_code,
-            },
-            failure_code="acquirer_rejected",
-            next_check_at=None,
-            reconciliation_lease_until=None,
-        )
-        payment_refresh_replay(payment, now)
-    return Reconciliation(payment_id, Result.RESOLVED, PaymentStatus.FAILED)
+def _record_rejection(payment_id: str, error: GatewayError, now: datetime) -> ReconciliationReport:
+    try:
+        with transaction.atomic():
+            payment, key = payment_lock_with_key(payment_id, expect=[PaymentStatus.PROCESSING])
+            payment_transition(
+                payment=payment,
+                to_status=PaymentStatus.FAILED,
+                event_type=PaymentEventType.RECONCILED,
+                now=now,
+                data={
+                    "how": "resend_rejected",
+                    "error": type(error).__name__,
+                    "status_code": error.status_code,
+                },
+                failure_code="acquirer_rejected",
+                next_check_at=None,
+                reconciliation_lease_until=None,
+            )
+            payment_answer_store(payment, key=key, now=now)
+    except UnexpectedStatus as exc:
+        return ReconciliationReport(payment_id, ReconciliationResult.ALREADY_RESOLVED, exc.status)
+    return ReconciliationReport(payment_id, ReconciliationResult.RESOLVED, PaymentStatus.FAILED)
 
 
 def _not_before(error: GatewayError, now: datetime) -> datetime | None:
@@ -271,11 +278,11 @@ def _reschedule(
     now: datetime,
     policy: ReconciliationPolicy,
     random: Callable[[], float],
-    result: Result,
+    result: ReconciliationResult,
     detail: str,
     not_before: datetime | None = None,
     error: GatewayError | None = None,
-) -> Reconciliation:
+) -> ReconciliationReport:
     wait = reconciliation_backoff(
         max(payment.reconciliation_attempts - 1, 0),
         base=policy.backoff_base,
@@ -285,44 +292,49 @@ def _reschedule(
     next_check_at = now + timedelta(seconds=wait)
     if not_before is not None and not_before > next_check_at:
         next_check_at = not_before
-    with transaction.atomic():
-        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
-        if locked.status != PaymentStatus.PROCESSING:
-            return Reconciliation(payment.pk, Result.ALREADY_RESOLVED, locked.status)
-        locked.next_check_at = next_check_at
-        locked.reconciliation_lease_until = None
-        locked.save(update_fields=["next_check_at", "reconciliation_lease_until"])
-        data = {
-            "result": result.value,
-            "detail": detail,
-            "attempt": locked.reconciliation_attempts,
-            "next_check_in_seconds": round((next_check_at - now).total_seconds(), 3),
-        }
-        if error is not None:
-            data |= {"error": type(error).__name__, "status_code": error.status_code}
-        payment_event_record(
-            payment=locked, event_type="reconciliation_attempt", now=now, data=data
-        )
-    return Reconciliation(payment.pk, result, detail, next_check_at)
+    try:
+        with transaction.atomic():
+            locked = payment_lock(payment.pk, expect=[PaymentStatus.PROCESSING])
+            locked.next_check_at = next_check_at
+            locked.reconciliation_lease_until = None
+            locked.save(update_fields=["next_check_at", "reconciliation_lease_until"])
+            data = {
+                "result": result.value,
+                "detail": detail,
+                "attempt": locked.reconciliation_attempts,
+                "next_check_in_seconds": round((next_check_at - now).total_seconds(), 3),
+            }
+            if error is not None:
+                data |= {"error": type(error).__name__, "status_code": error.status_code}
+            payment_event_record(
+                payment=locked,
+                event_type=PaymentEventType.RECONCILIATION_ATTEMPT,
+                now=now,
+                data=data,
+            )
+    except UnexpectedStatus as exc:
+        return ReconciliationReport(payment.pk, ReconciliationResult.ALREADY_RESOLVED, exc.status)
+    return ReconciliationReport(payment.pk, result, detail, next_check_at)
 
 
-def _escalate(payment: Payment, *, now: datetime, reason: str) -> Reconciliation:
-    with transaction.atomic():
-        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
-        if locked.status != PaymentStatus.PROCESSING:
-            return Reconciliation(payment.pk, Result.ALREADY_RESOLVED, locked.status)
-        payment_transition(
-            payment=locked,
-            to_status=PaymentStatus.NEEDS_REVIEW,
-            event_type="needs_review",
-            now=now,
-            data={"reason": reason, "attempts": locked.reconciliation_attempts},
-            next_check_at=None,
-            reconciliation_lease_until=None,
-        )
-        payment_refresh_replay(locked, now)
+def _escalate(payment: Payment, *, now: datetime, reason: str) -> ReconciliationReport:
+    try:
+        with transaction.atomic():
+            locked, key = payment_lock_with_key(payment.pk, expect=[PaymentStatus.PROCESSING])
+            payment_transition(
+                payment=locked,
+                to_status=PaymentStatus.NEEDS_REVIEW,
+                event_type=PaymentEventType.NEEDS_REVIEW,
+                now=now,
+                data={"reason": reason, "attempts": locked.reconciliation_attempts},
+                next_check_at=None,
+                reconciliation_lease_until=None,
+            )
+            payment_answer_store(locked, key=key, now=now)
+    except UnexpectedStatus as exc:
+        return ReconciliationReport(payment.pk, ReconciliationResult.ALREADY_RESOLVED, exc.status)
     logger.warning("payment %s needs review: %s", payment.pk, reason)
-    return Reconciliation(payment.pk, Result.NEEDS_REVIEW, reason)
+    return ReconciliationReport(payment.pk, ReconciliationResult.NEEDS_REVIEW, reason)
 
 
 def payment_reconcile(
@@ -333,12 +345,13 @@ def payment_reconcile(
     acquirer_policy: RetryPolicy | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
-) -> Reconciliation:
+) -> ReconciliationReport:
     """Resolve one claimed payment (the caller holds its lease). Outside any transaction.
 
-    Returns a :class:`Reconciliation`. Never raises for an acquirer failure: those schedule the
-    next check. Re-sends only with the payment's own acquirer idempotency key. Each call to the
-    acquirer runs under ``acquirer_policy`` (the client's retries are the only retries).
+    Returns a :class:`ReconciliationReport`. Never raises for an acquirer failure: those
+    schedule the next check. Re-sends only with the payment's own acquirer idempotency key.
+    Each call to the acquirer runs under ``acquirer_policy`` (the client's retries are the only
+    retries).
     """
     if connection.in_atomic_block:
         raise RuntimeError("Reconciliation calls the acquirer: never inside a transaction.")
@@ -358,13 +371,15 @@ def _reconcile(
     acquirer_policy: RetryPolicy | None,
     clock: Callable[[], datetime],
     random: Callable[[], float],
-) -> Reconciliation:
+) -> ReconciliationReport:
     now = clock()
     payment = Payment.objects.select_related("idempotency_key").get(pk=payment_id)
     if payment.status == PaymentStatus.NEEDS_REVIEW:
         return _look_up_for_review(payment, client=client, acquirer_policy=acquirer_policy, now=now)
     if payment.status != PaymentStatus.PROCESSING:
-        return Reconciliation(payment_id, Result.ALREADY_RESOLVED, payment.status)
+        return ReconciliationReport(
+            payment_id, ReconciliationResult.ALREADY_RESOLVED, payment.status
+        )
 
     key = payment.idempotency_key
     if (
@@ -374,7 +389,7 @@ def _reconcile(
         and key.locked_at > now - timedelta(seconds=policy.lock_timeout)
     ):
         return _reschedule(
-            payment, now=now, policy=policy, random=random, result=Result.IN_FLIGHT,
+            payment, now=now, policy=policy, random=random, result=ReconciliationResult.IN_FLIGHT,
             detail="a request holds the idempotency key",
             not_before=key.locked_at + timedelta(seconds=policy.lock_timeout),
         )  # fmt: skip
@@ -388,23 +403,27 @@ def _reconcile(
         give_up = ""
 
     try:
-        charges = client.lookup(payment.id, policy=acquirer_policy)
+        authorizations = client.lookup(payment.id, policy=acquirer_policy)
     except GatewayError as exc:
         if give_up:
             return _escalate(payment, now=now, reason=f"{give_up}; the last look-up failed")
         return _reschedule(
-            payment, now=now, policy=policy, random=random, result=Result.RETRY_LATER,
+            payment, now=now, policy=policy, random=random, result=ReconciliationResult.RETRY_LATER,
             detail="look-up failed", not_before=_not_before(exc, now), error=exc,
         )  # fmt: skip
-    if charges:
+    if authorizations:
         return _record_authorization(
-            payment.pk, charges[0], how="lookup", charges_found=len(charges), now=clock()
+            payment.pk,
+            authorizations[0],
+            how="lookup",
+            authorizations_found=len(authorizations),
+            now=clock(),
         )
     if give_up:  # never re-send this late: the acquirer may have forgotten the key
         return _escalate(payment, now=now, reason=f"{give_up}; the acquirer has no record of it")
     if age < policy.grace:
         return _reschedule(
-            payment, now=now, policy=policy, random=random, result=Result.WAITING,
+            payment, now=now, policy=policy, random=random, result=ReconciliationResult.WAITING,
             detail="not found yet; within the grace period",
             not_before=payment.created_at + timedelta(seconds=policy.grace),
         )  # fmt: skip
@@ -415,45 +434,84 @@ def _reconcile(
         return _record_rejection(payment.pk, exc, clock())
     except GatewayError as exc:
         return _reschedule(
-            payment, now=now, policy=policy, random=random, result=Result.RETRY_LATER,
+            payment, now=now, policy=policy, random=random, result=ReconciliationResult.RETRY_LATER,
             detail="re-send failed", not_before=_not_before(exc, now), error=exc,
         )  # fmt: skip
     return _record_authorization(
-        payment.pk, authorization, how="resend", charges_found=1, now=clock()
+        payment.pk, authorization, how="resend", authorizations_found=1, now=clock()
     )
 
 
 def _look_up_for_review(
     payment: Payment, *, client: AcquirerClient, acquirer_policy: RetryPolicy | None, now: datetime
-) -> Reconciliation:
+) -> ReconciliationReport:
     """An operator asked to reconcile a ``needs_review`` payment: look it up, never re-send (the
     acquirer may have forgotten the key by now). Found: resolved. Otherwise it stays for review,
     with an event saying what the look-up found."""
     try:
-        charges = client.lookup(payment.id, policy=acquirer_policy)
+        authorizations = client.lookup(payment.id, policy=acquirer_policy)
     except GatewayError as exc:
         detail, error = "look-up failed", exc
     else:
-        if charges:
+        if authorizations:
             return _record_authorization(
                 payment.pk,
-                charges[0],
+                authorizations[0],
                 how="lookup_after_review",
-                charges_found=len(charges),
+                authorizations_found=len(authorizations),
                 now=now,
             )
         detail, error = "the acquirer has no record of it", None
     with transaction.atomic():
-        locked = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
+        locked = payment_lock(payment.pk)
         locked.reconciliation_lease_until = None
         locked.save(update_fields=["reconciliation_lease_until"])
-        data = {"result": Result.NEEDS_REVIEW.value, "detail": detail, "operator_requested": True}
+        data = {
+            "result": ReconciliationResult.NEEDS_REVIEW.value,
+            "detail": detail,
+            "operator_requested": True,
+        }
         if error is not None:
             data |= {"error": type(error).__name__, "status_code": error.status_code}
         payment_event_record(
-            payment=locked, event_type="reconciliation_attempt", now=now, data=data
+            payment=locked, event_type=PaymentEventType.RECONCILIATION_ATTEMPT, now=now, data=data
         )
-    return Reconciliation(payment.pk, Result.NEEDS_REVIEW, detail)
+    return ReconciliationReport(payment.pk, ReconciliationResult.NEEDS_REVIEW, detail)
+
+
+def reconciliation_run(
+    payment_id: str,
+    *,
+    include_review: bool = False,
+    client: AcquirerClient | None = None,
+    policy: ReconciliationPolicy | None = None,
+    acquirer_policy: RetryPolicy | None = None,
+    clock: Callable[[], datetime] = timezone.now,
+    random: Callable[[], float] = random_module.random,
+) -> ReconciliationReport:
+    """Claim one payment whatever its ``next_check_at`` and reconcile it (the task enqueued
+    after a 202 or by an operator, and ``manage.py reconcile_payments --payment``).
+
+    ``include_review`` also takes a ``needs_review`` payment (an operator asked: a look-up
+    only). Returns a report with :attr:`ReconciliationResult.NOT_CLAIMED` when the payment is
+    resolved, unknown or held by another worker, so a duplicate or redelivered message does
+    nothing. ``client``, ``policy`` and ``acquirer_policy`` default to the ones the settings
+    describe (:func:`~payments.acquirer.client.acquirer_client`,
+    :meth:`ReconciliationPolicy.from_settings`, the reconciliation retry policy).
+    """
+    policy = policy or ReconciliationPolicy.from_settings()
+    if not reconciliation_claim_payment(
+        payment_id=payment_id, now=clock(), policy=policy, include_review=include_review
+    ):
+        return ReconciliationReport(payment_id, ReconciliationResult.NOT_CLAIMED)
+    return payment_reconcile(
+        payment_id=payment_id,
+        client=client or acquirer_client(),
+        policy=policy,
+        acquirer_policy=acquirer_policy or reconciliation_retry_policy(),
+        clock=clock,
+        random=random,
+    )
 
 
 def reconciliation_sweep(
@@ -463,7 +521,7 @@ def reconciliation_sweep(
     acquirer_policy: RetryPolicy | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
-) -> list[Reconciliation]:
+) -> list[ReconciliationReport]:
     """Claim one batch of due payments and reconcile each; return what happened to each."""
     ids = reconciliation_claim_due(now=clock(), policy=policy)
     return [

@@ -14,6 +14,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from payments.card_data import card_data_fields, card_data_refusal
 from payments.models import Payment, PaymentStatus
 from payments.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
 
@@ -81,7 +82,12 @@ class StrictStringField(serializers.Field):
 
 
 class PaymentCreateInputSerializer(serializers.Serializer):
-    """Body of ``POST /payments``."""
+    """Body of ``POST /payments``.
+
+    A body holding card data anywhere (a 13-19 digit run in any value or key) is refused first,
+    with the 400 problem ``card_data_not_accepted`` (``payments.card_data``), before any other
+    check can echo a field's name next to its value.
+    """
 
     amount = StrictIntegerField(
         min_value=MIN_AMOUNT,
@@ -114,6 +120,9 @@ class PaymentCreateInputSerializer(serializers.Serializer):
         return value
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
+        card_fields = card_data_fields(data)
+        if card_fields:
+            raise card_data_refusal(card_fields)
         if not isinstance(data, dict) or hasattr(data, "getlist"):
             raise serializers.ValidationError(
                 {"non_field_errors": ["The body must be a JSON object."]}, code="invalid"

@@ -18,9 +18,8 @@ from payments.metrics import record_reconciliation
 from payments.models import PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
-    Result,
-    payment_reconcile,
-    reconciliation_claim_payment,
+    ReconciliationResult,
+    reconciliation_run,
     reconciliation_sweep,
 )
 
@@ -46,26 +45,21 @@ def purge_expired_idempotency_keys() -> int:
 
 
 @shared_task(name="payments.tasks.reconcile_payment", ignore_result=True)
-def reconcile_payment(payment_id: str, operator_requested: bool = False) -> str:
+def payment_reconcile_task(payment_id: str, operator_requested: bool = False) -> str:
     """Reconcile one payment now (enqueued on commit after a 202, or by an operator, who may
-    also ask for a ``needs_review`` payment: a look-up only). Claims it first: a duplicate or
-    redelivered message finds it claimed or resolved and does nothing. Never autoretries."""
-    policy = ReconciliationPolicy.from_settings()
-    claimed = reconciliation_claim_payment(
-        payment_id=payment_id, now=timezone.now(), policy=policy, include_review=operator_requested
-    )
-    if not claimed:
-        record_reconciliation(Result.NOT_CLAIMED.value)
-        return Result.NOT_CLAIMED.value
-    outcome = payment_reconcile(
-        payment_id=payment_id,
-        client=acquirer_client(),
-        policy=policy,
-        acquirer_policy=reconciliation_retry_policy(),
-    )
-    record_reconciliation(outcome.result.value)
-    logger.info("reconcile %s: %s %s", payment_id, outcome.result.value, outcome.detail)
-    return outcome.result.value
+    also ask for a ``needs_review`` payment: a look-up only), through
+    :func:`~payments.reconciliation.reconciliation_run`. A duplicate or redelivered message
+    finds the payment claimed or resolved and does nothing. Never autoretries. Returns the
+    :class:`~payments.reconciliation.ReconciliationResult` value.
+
+    The Celery name stays ``payments.tasks.reconcile_payment`` (the function's name before),
+    so messages already queued still route.
+    """
+    report = reconciliation_run(payment_id, include_review=operator_requested)
+    record_reconciliation(report.result.value)
+    if report.result is not ReconciliationResult.NOT_CLAIMED:
+        logger.info("reconcile %s: %s %s", payment_id, report.result.value, report.detail)
+    return report.result.value
 
 
 @shared_task(name="payments.tasks.reconcile_due_payments", ignore_result=True)
@@ -76,7 +70,7 @@ def reconcile_due_payments() -> int:
         policy=ReconciliationPolicy.from_settings(),
         acquirer_policy=reconciliation_retry_policy(),
     )
-    for outcome in results:
-        record_reconciliation(outcome.result.value)
-        logger.info("reconcile %s: %s %s", outcome.payment_id, outcome.result.value, outcome.detail)
+    for report in results:
+        record_reconciliation(report.result.value)
+        logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
     return len(results)

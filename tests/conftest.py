@@ -95,8 +95,8 @@ def single_attempt(settings) -> None:
 
 @pytest.fixture
 def enqueued(monkeypatch) -> list[str]:
-    """Payment ids an operator's action passed to ``reconcile_payment.delay`` (replaced here, so
-    nothing reaches a broker); each must be marked ``operator_requested``."""
+    """Payment ids an operator's action passed to ``payment_reconcile_task.delay`` (replaced
+    here, so nothing reaches a broker); each must be marked ``operator_requested``."""
     from payments import tasks
 
     sent: list[str] = []
@@ -105,5 +105,5 @@ def enqueued(monkeypatch) -> list[str]:
         assert operator_requested is True
         sent.append(payment_id)
 
-    monkeypatch.setattr(tasks.reconcile_payment, "delay", delay)
+    monkeypatch.setattr(tasks.payment_reconcile_task, "delay", delay)
     return sent

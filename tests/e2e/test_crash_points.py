@@ -15,7 +15,7 @@ from payments.crashpoints import CRASH_POINTS
 from payments.models import Payment
 from payments.reconciliation import (
     ReconciliationPolicy,
-    Result,
+    ReconciliationResult,
     payment_reconcile,
     reconciliation_claim_payment,
 )
@@ -77,7 +77,7 @@ def test_payment_left_by_a_crash_is_resolved_once(crashing_web, merchant_a, sand
     outcome = payment_reconcile(
         payment_id=payment.id, client=acquirer_client(), policy=policy, clock=lambda: later
     )
-    assert outcome.result is Result.RESOLVED
+    assert outcome.result is ReconciliationResult.RESOLVED
     payment.refresh_from_db()
     assert payment.status == "succeeded"
     assert payment.idempotency_key.response_status == 201

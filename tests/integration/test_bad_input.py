@@ -6,9 +6,11 @@ import logging
 
 import pytest
 from django.db import connection
+from rest_framework.exceptions import UnsupportedMediaType
 
 from idempotency.models import IdempotencyKey
 from payments.models import Payment, PaymentEvent
+from payments.problems import problem_exception_handler
 from tests.conftest import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,6 +75,25 @@ def test_malformed_bodies_are_400(merchant_a, sandbox, body, content_type, code)
     assert problem["code"] == code
     assert {"type", "title", "status", "detail", "code"} <= set(problem)
     assert problem["status"] == 400
+    assert_nothing_stored(sandbox)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "text/plain", "", "application/jsonx", "text/json"],
+)
+@pytest.mark.parametrize("body", [b'{"amount": 1999}', b""], ids=["body", "empty-body"])
+def test_a_body_not_sent_as_json_gets_the_handlers_unsupported_media_type_answer(
+    merchant_a, sandbox, body, content_type
+):
+    """Any other Content-Type, the empty body included, is answered byte for byte by the problem
+    handler's UnsupportedMediaType branch (400 unsupported_media_type); nothing stored."""
+    expected = problem_exception_handler(UnsupportedMediaType(content_type), {})
+    response = merchant_a.create_payment(body, content_type=content_type)
+    assert response.status_code == expected.status_code == 400
+    assert response["Content-Type"] == expected["Content-Type"] == "application/problem+json"
+    assert response.content == expected.content
+    assert response.json()["code"] == "unsupported_media_type"
     assert_nothing_stored(sandbox)
 
 

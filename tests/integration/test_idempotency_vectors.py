@@ -11,6 +11,7 @@ from django.utils import timezone
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
 from payments.models import Payment
+from payments.responses import Answered, Replayed
 from payments.services import payment_create
 from tests.conftest import PAYMENT_BODY
 
@@ -131,16 +132,17 @@ def test_replay_until_retention_ends(merchant_a, sandbox, age, replayed):
         return payment_create(
             merchant=merchant_a.merchant,
             idempotency_key="k11",
-            data=PAYMENT_BODY,
             client=acquirer_client(),
+            **PAYMENT_BODY,
             clock=lambda: at,
         )
 
     first = create(start)
     second = create(start + age)
-    assert (second.replay_of is not None) is replayed
+    assert isinstance(first, Answered)
+    assert isinstance(second, Replayed) is replayed
     if replayed:
-        assert bytes(second.replay_of.response_body) == first.response.body
+        assert bytes(second.record.response_body) == first.response.body
         assert sandbox.stats()["charges_total"] == 1
     else:
         assert json.loads(second.response.body)["id"] != json.loads(first.response.body)["id"]

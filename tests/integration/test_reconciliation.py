@@ -15,7 +15,7 @@ from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentEvent
 from payments.reconciliation import (
     ReconciliationPolicy,
-    Result,
+    ReconciliationResult,
     payment_reconcile,
     reconciliation_backoff,
     reconciliation_backoff_bound,
@@ -67,7 +67,7 @@ def test_timeout_after_commit_is_resolved_and_the_key_replays_the_final_answer(
     payment_id = first.json()["id"]
     assert first.status_code == 202
     outcome = reconcile(payment_id, timezone.now() + timedelta(seconds=3))
-    assert outcome.result is Result.RESOLVED
+    assert outcome.result is ReconciliationResult.RESOLVED
     payment = Payment.objects.get(pk=payment_id)
     assert payment.status == "succeeded"
     assert payment.acquirer_reference.startswith("ch_")
@@ -84,7 +84,7 @@ def test_500_after_commit_is_resolved_by_look_up(merchant_a, sandbox, single_att
     payment_id = merchant_a.create_payment(
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
     ).json()["id"]
-    assert reconcile(payment_id, timezone.now()).result is Result.RESOLVED
+    assert reconcile(payment_id, timezone.now()).result is ReconciliationResult.RESOLVED
     assert Payment.objects.get(pk=payment_id).status == "succeeded"
     assert sandbox.stats()["charges_total"] == 1
 
@@ -96,11 +96,11 @@ def test_crashed_request_is_left_alone_within_grace_then_resent_once(merchant_a,
     payment = crashed_payment(merchant_a.merchant, t0)
     IdempotencyKey.objects.update(locked_at=t0 - timedelta(minutes=5))  # the request is dead
     waiting = reconcile(payment.id, t0 + timedelta(seconds=59))
-    assert waiting.result is Result.WAITING
+    assert waiting.result is ReconciliationResult.WAITING
     assert waiting.next_check_at == t0 + timedelta(seconds=59 + 15)  # backoff, after grace
     assert sandbox.stats()["charges_total"] == 0
     resolved = reconcile(payment.id, t0 + timedelta(seconds=74))
-    assert resolved.result is Result.RESOLVED
+    assert resolved.result is ReconciliationResult.RESOLVED
     assert sandbox.charges(payment.id)[0]["status"] == "approved"
     assert sandbox.stats()["charges_total"] == 1
     key = IdempotencyKey.objects.get()
@@ -113,7 +113,7 @@ def test_a_live_request_holding_the_key_is_not_touched(merchant_a, sandbox):
     payment = crashed_payment(merchant_a.merchant, now - timedelta(seconds=5))
     IdempotencyKey.objects.update(locked_at=now - timedelta(seconds=5))
     outcome = reconcile(payment.id, now)
-    assert outcome.result is Result.IN_FLIGHT
+    assert outcome.result is ReconciliationResult.IN_FLIGHT
     assert outcome.next_check_at == now + timedelta(seconds=55)
     assert sandbox.stats()["requests_total"] == 0
 
@@ -126,7 +126,7 @@ def test_acquirer_down_schedules_the_next_check_never_fails_the_payment(merchant
     IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
     outcome = reconcile(payment.id, now, random=lambda: 0.5)
     payment.refresh_from_db()
-    assert outcome.result is Result.RETRY_LATER
+    assert outcome.result is ReconciliationResult.RETRY_LATER
     assert payment.status == "processing"
     assert payment.next_check_at == now + timedelta(seconds=15)  # 0.5 x min(1800, 30 x 2^0)
     assert payment.reconciliation_lease_until is None
@@ -176,7 +176,7 @@ def test_unresolvable_payment_reaches_needs_review_at_max_age(merchant_a, sandbo
     payment = crashed_payment(merchant_a.merchant, t0)
     outcome = reconcile(payment.id, t0 + timedelta(hours=6))
     payment.refresh_from_db()
-    assert outcome.result is Result.NEEDS_REVIEW
+    assert outcome.result is ReconciliationResult.NEEDS_REVIEW
     assert payment.status == "needs_review"
     event = payment.events.get(type="needs_review")
     assert "maximum age" in event.data["reason"]
@@ -189,7 +189,7 @@ def test_too_many_attempts_reach_needs_review(merchant_a, settings):
     now = timezone.now()
     payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=30))
     Payment.objects.filter(pk=payment.pk).update(reconciliation_attempts=POLICY.max_attempts)
-    assert reconcile(payment.id, now).result is Result.NEEDS_REVIEW
+    assert reconcile(payment.id, now).result is ReconciliationResult.NEEDS_REVIEW
     assert (
         "5 reconciliation attempts"
         in Payment.objects.get().events.get(type="needs_review").data["reason"]
@@ -202,7 +202,7 @@ def test_found_at_max_age_is_still_resolved(merchant_a, sandbox, single_attempt)
         {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
     ).json()["id"]
     later = timezone.now() + timedelta(hours=7)
-    assert reconcile(payment_id, later).result is Result.RESOLVED
+    assert reconcile(payment_id, later).result is ReconciliationResult.RESOLVED
 
 
 def test_two_sweeps_in_parallel_transition_each_payment_once(sandbox):
@@ -301,7 +301,7 @@ def test_resend_that_fails_after_commit_is_resolved_with_one_charge(merchant_a, 
     IdempotencyKey.objects.update(locked_at=t0)
     now = timezone.now()
     for _ in range(3):  # at most a few checks; each uses the same acquirer idempotency key
-        if reconcile(payment.id, now).result is Result.RESOLVED:
+        if reconcile(payment.id, now).result is ReconciliationResult.RESOLVED:
             break
         now += timedelta(hours=1)
     assert Payment.objects.get().status == "succeeded"
@@ -316,10 +316,10 @@ def test_lagging_look_up_is_not_resent_before_grace_and_charges_once(merchant_a,
     payment_id = merchant_a.create_payment(body).json()["id"]
     Payment.objects.filter(pk=payment_id).update(status="processing", created_at=t0)  # unknown
     within = reconcile(payment_id, t0 + timedelta(seconds=30))
-    assert within.result is Result.WAITING
+    assert within.result is ReconciliationResult.WAITING
     assert sandbox.stats()["requests_by_status"].get("201", 0) == 1  # only the first request
     after = reconcile(payment_id, t0 + timedelta(seconds=61))
-    assert after.result is Result.RESOLVED
+    assert after.result is ReconciliationResult.RESOLVED
     assert sandbox.stats()["charges_total"] == 1
 
 
@@ -333,7 +333,7 @@ def test_look_up_answered_429_waits_for_retry_after(merchant_a, sandbox):
     payment = crashed_payment(merchant_a.merchant, now - timedelta(minutes=10))
     IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
     outcome = reconcile(payment.id, now, random=lambda: 0.0)
-    assert outcome.result is Result.RETRY_LATER
+    assert outcome.result is ReconciliationResult.RETRY_LATER
     assert outcome.next_check_at >= now + timedelta(seconds=600)
     assert sandbox.stats()["requests_by_endpoint"]["GET /charges"]["429"] == 1
     assert sandbox.stats()["requests_by_endpoint"]["GET /charges"]["total"] == 1
@@ -357,7 +357,7 @@ def test_operator_reconcile_of_needs_review_looks_up_and_resolves(
         payment_id=payment_id, now=now, policy=POLICY, include_review=True
     )
     outcome = payment_reconcile(payment_id=payment_id, client=acquirer_client(), policy=POLICY)
-    assert outcome.result is Result.RESOLVED
+    assert outcome.result is ReconciliationResult.RESOLVED
     assert Payment.objects.get(pk=payment_id).status == "succeeded"
     assert sandbox.stats()["charges_total"] == 1
 
@@ -371,7 +371,7 @@ def test_operator_reconcile_of_needs_review_never_resends(merchant_a, sandbox):
         payment_id=payment.id, now=timezone.now(), policy=POLICY, include_review=True
     )
     outcome = payment_reconcile(payment_id=payment.id, client=acquirer_client(), policy=POLICY)
-    assert outcome.result is Result.NEEDS_REVIEW
+    assert outcome.result is ReconciliationResult.NEEDS_REVIEW
     assert Payment.objects.get().status == "needs_review"
     assert sandbox.stats()["requests_by_endpoint"].get("POST /charges") is None
     assert payment.events.get(type="reconciliation_attempt").data["operator_requested"] is True
@@ -385,7 +385,7 @@ def test_open_breaker_defers_the_check_and_never_fails_the_payment(merchant_a, s
     IdempotencyKey.objects.update(locked_at=now - timedelta(minutes=10))
     outcome = reconcile(payment.id, now, random=lambda: 0.0)
     payment.refresh_from_db()
-    assert outcome.result is Result.RETRY_LATER
+    assert outcome.result is ReconciliationResult.RETRY_LATER
     assert payment.status == "processing"
     assert payment.events.get(type="reconciliation_attempt").data["error"] == "CircuitOpenError"
     assert sandbox.stats()["requests_total"] == 0

@@ -8,8 +8,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from payments.models import Payment
-from payments.services import payment_event_record
+from payments.lifecycle import payment_event_record, payment_lock
+from payments.models import PaymentEventType
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +25,7 @@ def test_appending_an_event_is_not_blocked_by_reconciliation_holding_the_payment
     def reconciliation_holds_the_payment() -> None:
         try:
             with transaction.atomic():
-                Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
+                payment_lock(payment.pk)  # what reconciliation takes (FOR NO KEY UPDATE)
                 locked.set()
                 release.wait(30)
         finally:
@@ -39,7 +39,10 @@ def test_appending_an_event_is_not_blocked_by_reconciliation_holding_the_payment
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '2s'")  # a wait would raise here
             payment_event_record(
-                payment=payment, event_type="merchant_retry", now=timezone.now(), data={}
+                payment=payment,
+                event_type=PaymentEventType.MERCHANT_RETRY,
+                now=timezone.now(),
+                data={},
             )
     finally:
         release.set()

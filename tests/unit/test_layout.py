@@ -80,3 +80,200 @@ def test_import_direction():
             if bad:
                 violations.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
     assert violations == []
+
+
+# --- Modules and their imports, module-level and function-level alike --------------------------
+
+#: Every package of the project (tests excluded): the cycle check covers all of them.
+PROJECT_PACKAGES = (
+    "config", "console", "merchants", "idempotency", "payments", "gateway_client",
+    "sandbox_acquirer", "ledger", "bench", "scripts",
+)  # fmt: skip
+
+
+def project_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of :data:`PROJECT_PACKAGES`
+    (a package is named by its ``__init__.py``)."""
+    modules = {}
+    for package in PROJECT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its file (at module level, inside a
+    function, under ``if``): ``from a import b`` counts as ``a.b`` when that is a module, else
+    as ``a``; ``import a.b.func``-like names fall back to the longest module prefix. The
+    packages a module's import implies (its parents) are not counted."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from a import b`: the module a.b when there is one, else (a name in a) a.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `from a.b import func` -> a.b
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+#: Cycles known today, each to be removed by the step named beside it (not a licence: a new
+#: cycle fails the test, and an entry is deleted when its cycle is gone).
+KNOWN_CYCLES: list[list[str]] = []
+
+
+def test_no_import_cycles():
+    """No circle of imports between the project's modules, counting the imports inside
+    functions (an import moved into a function still makes a circle)."""
+    cycles = [cycle for cycle in import_cycles(import_graph()) if cycle not in KNOWN_CYCLES]
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """The check itself: a two-module and a three-module circle are found, a chain is not."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert import_cycles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+# --- The floor plan of payments/ ----------------------------------------------------------------
+
+#: The layers of ``payments/``, top first: a module imports modules of its own layer or below,
+#: never above. Every module must be listed (a new module fails the test until it is placed).
+#: Names are relative to ``payments``; modules another step creates may be absent.
+PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "interfaces: call services, build nothing",
+        {
+            "apis", "admin", "operations", "tasks", "health", "apps", "forms", "metrics_views",
+            "resilience_admin", "management.commands.demo_setup",
+            "management.commands.reconcile_payments",
+        },
+    ),
+    ("services: the create flow, reconciliation", {"services", "reconciliation"}),
+    (
+        "primitives: the state machine, the acquirer boundary, the answers",
+        {
+            "lifecycle", "responses", "crashpoints", "acquirer", "acquirer.client",
+            "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
+            "acquirer.selectors", "acquirer.services",
+        },
+    ),
+    (
+        "reads and shapes: queries, serializers, counters, input checks",
+        {"selectors", "serializers", "metrics", "card_data", "parsers"},
+    ),
+    ("models and values", {"models", "money", "problems", "checks"}),
+]  # fmt: skip
+
+#: Package markers without code, and Django's generated migrations: not part of the layers.
+PAYMENTS_UNLAYERED = {"", "management", "management.commands", "migrations"}
+
+#: Upward imports allowed, each with its reason.
+PAYMENTS_UPWARD_ALLOWED = {
+    # A Celery task is enqueued by importing its task object (``.apply_async`` after a 202).
+    ("services", "tasks"),
+}
+
+
+def payments_layer(name: str) -> int | None:
+    """The index of ``name``'s layer in :data:`PAYMENTS_LAYERS` (0 = top), or None."""
+    return next((i for i, (_, names) in enumerate(PAYMENTS_LAYERS) if name in names), None)
+
+
+def payments_modules(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The payments modules (relative names) and the payments modules each imports."""
+    relative = {
+        name.removeprefix("payments").removeprefix("."): {
+            target.removeprefix("payments.") for target in targets if target.startswith("payments.")
+        }
+        for name, targets in graph.items()
+        if name == "payments" or name.startswith("payments.")
+    }
+    return {
+        name: targets
+        for name, targets in relative.items()
+        if name not in PAYMENTS_UNLAYERED and not name.startswith("migrations.")
+    }
+
+
+def test_every_payments_module_has_a_layer():
+    """A new module in payments/ is placed in PAYMENTS_LAYERS (or the test fails)."""
+    unlisted = sorted(m for m in payments_modules(import_graph()) if payments_layer(m) is None)
+    assert unlisted == [], f"add to PAYMENTS_LAYERS: {unlisted}"
+
+
+def test_payments_modules_import_only_their_layer_or_below():
+    """Interfaces -> services -> primitives -> reads and shapes -> models: no upward import,
+    at module level or inside a function, except the listed ones."""
+    upward = []
+    for name, targets in payments_modules(import_graph()).items():
+        for target in sorted(targets):
+            layer, target_layer = payments_layer(name), payments_layer(target)
+            if layer is None or target_layer is None:
+                continue  # reported by test_every_payments_module_has_a_layer
+            if target_layer < layer and (name, target) not in PAYMENTS_UPWARD_ALLOWED:
+                upward.append(f"payments.{name} imports payments.{target}")
+    assert upward == []
+
+
+def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
+    """reconciliation and operations use lifecycle and acquirer, never services; tasks use
+    reconciliation, never services."""
+    modules = payments_modules(import_graph())
+    for name in ("reconciliation", "operations", "tasks"):
+        assert "services" not in modules[name], name

@@ -13,8 +13,8 @@ from payments.acquirer.client import acquirer_client, reconciliation_retry_polic
 from payments.models import Payment, PaymentStatus
 from payments.reconciliation import (
     ReconciliationPolicy,
-    payment_reconcile,
-    reconciliation_claim_payment,
+    ReconciliationResult,
+    reconciliation_run,
     reconciliation_sweep,
 )
 
@@ -35,17 +35,14 @@ class Command(BaseCommand):
         if dry_run:
             return self._dry_run(payment, client)
         if payment:
-            if not reconciliation_claim_payment(
-                payment_id=payment, now=timezone.now(), policy=policy
-            ):
+            report = reconciliation_run(
+                payment, client=client, policy=policy, acquirer_policy=retries
+            )
+            if report.result is ReconciliationResult.NOT_CLAIMED:
                 raise CommandError(
                     f"{payment} is not processing, does not exist, or is held by a worker."
                 )
-            results = [
-                payment_reconcile(
-                    payment_id=payment, client=client, policy=policy, acquirer_policy=retries
-                )
-            ]
+            results = [report]
         else:
             results = reconciliation_sweep(client=client, policy=policy, acquirer_policy=retries)
         for result in results:
@@ -71,14 +68,14 @@ class Command(BaseCommand):
         for payment in payments:
             count += 1
             try:
-                charges = client.lookup(payment.id, policy=reconciliation_retry_policy())
+                authorizations = client.lookup(payment.id, policy=reconciliation_retry_policy())
             except GatewayError as exc:
                 found = f"look-up failed ({type(exc).__name__})"
             else:
                 found = (
                     ", ".join(
                         f"{c.acquirer_reference} {'approved' if c.approved else 'declined'}"
-                        for c in charges
+                        for c in authorizations
                     )
                     or "not found"
                 )

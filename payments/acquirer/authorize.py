@@ -1,0 +1,152 @@
+"""One authorization at the acquirer, as the payments app sees it.
+
+:func:`authorization_request` maps a :class:`~payments.models.Payment` to the gateway's
+:class:`~gateway_client.AuthorizationRequest` (always with the payment's own acquirer
+idempotency key); :func:`payment_authorize` makes the call, outside any transaction, and
+classifies what it established (:class:`AuthorizationOutcome`, from the gateway's error tree:
+retryable = not applied, ambiguous = maybe applied, permanent = refused) into a frozen
+:class:`AcquirerAttempt`, the record stored as the ``acquirer_attempt`` event.
+
+Nothing here writes to the database: the create flow records the attempt in its phase 2.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from django.db import connection
+
+from gateway_client import (
+    AcquirerClient,
+    AmbiguousOutcomeError,
+    AuthorizationRequest,
+    CircuitOpenError,
+    GatewayError,
+    PermanentError,
+    RetryableError,
+)
+from payments.models import Payment
+
+__all__ = ["AcquirerAttempt", "AuthorizationOutcome", "authorization_request", "payment_authorize"]
+
+
+class AuthorizationOutcome(enum.Enum):
+    """What one authorization attempt established."""
+
+    APPROVED = "approved"  #: the acquirer authorized it.
+    DECLINED = "declined"  #: the acquirer declined it (a result, not an error).
+    UNKNOWN = "unknown"  #: the acquirer may have applied it: stays processing, reconcile.
+    NOT_SENT = "not_sent"  #: certainly not applied: failed, key released.
+    CIRCUIT_OPEN = "circuit_open"  #: refused by the open breaker, nothing sent: key released.
+    REJECTED = "rejected"  #: the acquirer refused our request (permanent): failed.
+
+    @property
+    def not_applied(self) -> bool:
+        """True when this attempt certainly did not reach the acquirer's books."""
+        return self in (AuthorizationOutcome.NOT_SENT, AuthorizationOutcome.CIRCUIT_OPEN)
+
+
+@dataclass(frozen=True, slots=True)
+class AcquirerAttempt:
+    """One call to the acquirer's authorize, classified. Stored as the ``acquirer_attempt``
+    event's data by :meth:`as_event_data` (classified values only: no headers, no secrets).
+
+    ``status_code``: the acquirer's HTTP status (201 for an answer; None when nothing came
+    back). ``attempts``: requests the client sent (its retries included). ``elapsed_seconds``:
+    wall time of the whole call, rounded to milliseconds. ``error``: the gateway error's class
+    name, when the call raised. ``acquirer_reference``, ``decline_code``, ``replayed``: from the
+    acquirer's answer. ``retry_after_seconds``: the acquirer's (or the rate gate's) full wait,
+    in whole seconds rounded up, with ``wait_source`` saying where it came from
+    (``retry-after``, ``quota-header`` or ``gate``).
+    """
+
+    outcome: AuthorizationOutcome
+    status_code: int | None
+    attempts: int
+    elapsed_seconds: float
+    operation: str = "authorize"
+    error: str | None = None
+    acquirer_reference: str | None = None
+    decline_code: str | None = None
+    replayed: bool | None = None
+    retry_after_seconds: int | None = None
+    wait_source: str | None = None
+
+    def as_event_data(self) -> dict:
+        """The JSON stored in the event: ``asdict()`` with the outcome's value, fields that do
+        not apply (None) left out."""
+        data = asdict(self) | {"outcome": self.outcome.value}
+        return {name: value for name, value in data.items() if value is not None}
+
+
+def authorization_request(payment: Payment) -> AuthorizationRequest:
+    """The request sent to the acquirer for ``payment``: amount in minor units, ISO 4217
+    currency, the token, our payment id as the reference, and always the payment's own
+    acquirer idempotency key (so a re-send is answered from the acquirer's record)."""
+    return AuthorizationRequest(
+        amount=payment.amount,
+        currency=payment.currency,
+        payment_method=payment.payment_method,
+        reference=payment.id,
+        idempotency_key=payment.acquirer_idempotency_key,
+    )
+
+
+def _classify(exc: GatewayError) -> AuthorizationOutcome:
+    if isinstance(exc, CircuitOpenError):
+        return AuthorizationOutcome.CIRCUIT_OPEN
+    if isinstance(exc, RetryableError):
+        return AuthorizationOutcome.NOT_SENT
+    if isinstance(exc, AmbiguousOutcomeError):
+        return AuthorizationOutcome.UNKNOWN
+    if isinstance(exc, PermanentError):
+        return AuthorizationOutcome.REJECTED
+    raise exc  # pragma: no cover - every GatewayError is one of the three branches
+
+
+def payment_authorize(
+    client: AcquirerClient,
+    payment: Payment,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> AcquirerAttempt:
+    """Authorize ``payment`` at the acquirer and return the classified :class:`AcquirerAttempt`.
+
+    Outside any transaction (``RuntimeError`` otherwise): no network call holds a row lock.
+    The client retries within its policy; nothing here retries. Never raises a
+    :class:`~gateway_client.GatewayError`: each becomes an outcome. ``monotonic`` (seconds)
+    times the call.
+    """
+    if connection.in_atomic_block:
+        raise RuntimeError("The acquirer must not be called inside a database transaction.")
+    started = monotonic()
+    try:
+        authorization = client.authorize(authorization_request(payment))
+    except GatewayError as exc:
+        retry_after = getattr(exc, "retry_after", None) if isinstance(exc, RetryableError) else None
+        return AcquirerAttempt(
+            outcome=_classify(exc),
+            status_code=exc.status_code,
+            attempts=exc.attempts,
+            elapsed_seconds=round(monotonic() - started, 3),
+            error=type(exc).__name__,
+            retry_after_seconds=None if retry_after is None else math.ceil(retry_after),
+            wait_source=None if retry_after is None else exc.wait_source,
+        )
+    return AcquirerAttempt(
+        outcome=(
+            AuthorizationOutcome.APPROVED
+            if authorization.approved
+            else AuthorizationOutcome.DECLINED
+        ),
+        status_code=201,
+        attempts=authorization.attempts,
+        elapsed_seconds=round(monotonic() - started, 3),
+        acquirer_reference=authorization.acquirer_reference,
+        decline_code=authorization.decline_code,
+        replayed=authorization.replayed,
+    )
