@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ._validate import positive_int, positive_seconds
 from .metrics import Metrics, NullMetrics
 from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
 
@@ -97,17 +98,13 @@ class AimdConfig:
 
     def __post_init__(self) -> None:
         for name in ("initial_limit", "max_limit", "min_limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1")
+            positive_int(name, getattr(self, name))
         if not self.min_limit <= self.initial_limit <= self.max_limit:
             raise ValueError("min_limit <= initial_limit <= max_limit is required")
         if not (0 < self.backoff_ratio < 1):
             raise ValueError("backoff_ratio must be between 0 and 1 (exclusive)")
-        for name in ("slot_lease", "poll_interval"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number of seconds")
+        positive_seconds("slot_lease", self.slot_lease)
+        positive_seconds("poll_interval", self.poll_interval)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ._validate import positive_int, positive_number, positive_seconds
 from .metrics import Metrics, NullMetrics
 from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
 
@@ -118,22 +119,6 @@ _CALLS, _FAILS, _SLOWS, _REFUSED, _IN_USE = 6, 7, 8, 9, 10
 _TOTAL, _TOTAL_FAILS, _LATE, _SINCE, _UNTIL, _NOW = 11, 12, 13, 14, 15, 16
 
 
-def _positive(name: str, value: object, *, integer: bool = False, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if integer:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1")
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number")
-
-
 @dataclass(frozen=True, slots=True)
 class BreakerConfig:
     """
@@ -166,24 +151,24 @@ class BreakerConfig:
     def __post_init__(self) -> None:
         if self.window_type not in ("count", "time"):
             raise ValueError('window_type must be "count" or "time"')
-        _positive("window_size", self.window_size, integer=True)
+        positive_int("window_size", self.window_size)
         if self.window_type == "count" and self.window_size > 10_000:
             raise ValueError("a count window holds at most 10000 results")
         if self.window_type == "time" and self.window_size > 3600:
             raise ValueError("a time window spans at most 3600 seconds")
-        _positive("minimum_calls", self.minimum_calls, integer=True)
+        positive_int("minimum_calls", self.minimum_calls)
         for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
             value = getattr(self, name)
-            _positive(name, value)
+            positive_number(name, value)
             if value > 100:
                 raise ValueError(f"{name} is a percentage: 0 < value <= 100")
-        _positive("slow_call_duration", self.slow_call_duration, allow_none=True)
-        _positive("open_duration", self.open_duration)
-        _positive("half_open_permits", self.half_open_permits, integer=True)
+        positive_seconds("slow_call_duration", self.slow_call_duration, allow_none=True)
+        positive_seconds("open_duration", self.open_duration)
+        positive_int("half_open_permits", self.half_open_permits)
         if self.half_open_permits > 1000:
             raise ValueError("half_open_permits must be <= 1000")
-        _positive("max_half_open_duration", self.max_half_open_duration, allow_none=True)
-        _positive("permit_lease", self.permit_lease)
+        positive_seconds("max_half_open_duration", self.max_half_open_duration, allow_none=True)
+        positive_seconds("permit_lease", self.permit_lease)
 
     def _args(self) -> list[str | int | float]:
         slow_threshold = 0.0 if self.slow_call_duration is None else self.slow_call_rate_threshold

@@ -8,11 +8,12 @@ integers in ISO 4217 minor units, never floats.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
+
+from ._validate import positive_seconds
 
 __all__ = ["AcquirerConfig", "Authorization", "AuthorizationRequest"]
 
@@ -21,16 +22,6 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _MAX_IDEMPOTENCY_KEY_LENGTH = 255
 _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
-
-
-def _positive_seconds(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds")
 
 
 def _validate_base_url(value: object) -> None:
@@ -83,8 +74,8 @@ class AcquirerConfig:
         # rejects the header and quotes its value in an exception message.
         if not isinstance(self.api_key, str) or not _VISIBLE_ASCII.fullmatch(self.api_key):
             raise ValueError("api_key must be a non-empty string of printable ASCII (no spaces)")
-        _positive_seconds("connect_timeout", self.connect_timeout)
-        _positive_seconds("read_timeout", self.read_timeout)
+        positive_seconds("connect_timeout", self.connect_timeout)
+        positive_seconds("read_timeout", self.read_timeout)
         if not isinstance(self.honours_idempotency_keys, bool):
             raise ValueError("honours_idempotency_keys must be a bool")
         if not isinstance(self.name, str) or not _VISIBLE_ASCII.fullmatch(self.name):
