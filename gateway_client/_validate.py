@@ -15,9 +15,7 @@ __all__ = ["positive_int", "positive_number", "positive_seconds"]
 
 
 def _is_finite_number(value: object) -> TypeGuard[int | float]:
-    return (
-        not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-    )
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def positive_int(name: str, value: object) -> None:

@@ -35,74 +35,14 @@ import math
 import threading
 from dataclasses import dataclass
 
-from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+from . import _twins
+from .store import AtomicScript, StateStore
 
 __all__ = ["BudgetState", "GrpcRetryThrottle", "RetryBudget"]
 
 _SCALE = 1000  # thousandths of a retry
 
-_BUDGET_LUA = (
-    STORE_NOW
-    + """
-local op = ARGV[2]
-local amount = tonumber(ARGV[3])
-local reserve = tonumber(ARGV[4])
-local slot_seconds = tonumber(ARGV[5])
-local slots = tonumber(ARGV[6])
-local slot = math.floor(now / slot_seconds)
-local oldest = slot - slots + 1
-local flat = redis.call('HGETALL', KEYS[1])
-local sum = 0
-for i = 1, #flat, 2 do
-  local s = tonumber(flat[i])
-  if s < oldest then
-    redis.call('HDEL', KEYS[1], flat[i])
-  else
-    sum = sum + tonumber(flat[i + 1])
-  end
-end
-local balance = reserve + sum
-local ok = 1
-if op == 'deposit' then
-  redis.call('HINCRBY', KEYS[1], tostring(slot), amount)
-  balance = balance + amount
-elseif op == 'withdraw' then
-  if balance >= amount then
-    redis.call('HINCRBY', KEYS[1], tostring(slot), -amount)
-    balance = balance - amount
-  else
-    ok = 0
-  end
-end
-redis.call('PEXPIRE', KEYS[1], math.ceil(slot_seconds * slots * 1000) + 1000)
-return {tostring(ok), tostring(balance)}
-"""
-)
-
-
-def _budget_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    op, amount, reserve = args[0], int(args[1]), int(args[2])
-    slot_seconds, slots = float(args[3]), int(args[4])
-    slot = math.floor(now / slot_seconds)
-    oldest = slot - slots + 1
-    window: dict[int, int] = space.get(keys[0]) or {}
-    window = {s: v for s, v in window.items() if s >= oldest}
-    balance = reserve + sum(window.values())
-    ok = 1
-    if op == "deposit":
-        window[slot] = window.get(slot, 0) + amount
-        balance += amount
-    elif op == "withdraw":
-        if balance >= amount:
-            window[slot] = window.get(slot, 0) - amount
-            balance -= amount
-        else:
-            ok = 0
-    space.set(keys[0], window, ttl=slot_seconds * slots + 1.0)
-    return [float(ok), float(balance)]
-
-
-BUDGET_SCRIPT = AtomicScript("retry_budget", _BUDGET_LUA, _budget_py)
+BUDGET_SCRIPT = AtomicScript.packaged("retry_budget", "budget.lua", _twins.budget)
 
 
 @dataclass(frozen=True, slots=True)
