@@ -14,12 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .breaker_types import HALF_OPEN_RETRY_AFTER  # lua/breaker.lua's HALF_OPEN_WAIT
 from .store import MemoryKeyspace
 
 __all__ = ["aimd", "breaker", "budget", "gate_close", "gate_read"]
-
-#: lua/breaker.lua's HALF_OPEN_WAIT (breaker.HALF_OPEN_RETRY_AFTER): seconds.
-HALF_OPEN_RETRY_AFTER = 1.0
 
 
 def _fmt(x: float) -> str:

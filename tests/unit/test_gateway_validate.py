@@ -8,7 +8,7 @@ import pytest
 
 from gateway_client._validate import positive_int, positive_number, positive_seconds
 from gateway_client.aimd import AimdConfig
-from gateway_client.breaker import BreakerConfig
+from gateway_client.breaker_types import BreakerConfig
 from gateway_client.policy import RetryPolicy
 from gateway_client.types import AcquirerConfig
 
