@@ -1099,3 +1099,14 @@ def test_request_rejects_empty_strings(field: str) -> None:
     """payment_method and reference must be non-empty strings."""
     with pytest.raises(ValueError):
         authorization_request(**{field: ""})
+
+
+def test_error_constructors_parse_no_header() -> None:
+    """The client reads Retry-After (_exchange.py); a refusal built by hand keeps the raw header
+    and has only the seconds it was given."""
+    error = RateLimitedError("429", operation="authorize", retry_after_header="7")
+    assert (error.retry_after_header, error.retry_after) == ("7", None)
+    error = AcquirerUnavailableError(
+        "503", operation="authorize", retry_after_header="7", retry_after=7.0
+    )
+    assert (error.retry_after_header, error.retry_after) == ("7", 7.0)
