@@ -142,8 +142,3 @@ class Authorization:
     created_at: datetime
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
-
-    @property
-    def declined(self) -> bool:
-        """True when the acquirer declined the authorisation."""
-        return not self.approved

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import redis
 
-from gateway_client import BreakerSet, CircuitBreaker, RedisStore
-from gateway_client.breaker import FAILURE
+from gateway_client import RedisStore
+from gateway_client.breaker import FAILURE, BreakerSet, CircuitBreaker
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 

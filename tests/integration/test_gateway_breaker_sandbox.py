@@ -22,10 +22,10 @@ from gateway_client import (
     AuthorizationRequest,
     CircuitOpenError,
     ConnectionLostError,
-    CounterMetrics,
     ManualClock,
     RetryPolicy,
 )
+from gateway_client.metrics import CounterMetrics
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 

@@ -21,20 +21,18 @@ from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
     AimdConfig,
-    AimdLimiter,
     AuthorizationRequest,
     CircuitOpenError,
     ConcurrencyLimitedError,
-    CounterMetrics,
     ManualClock,
     MemoryStore,
     RateLimitedError,
     RetryPolicy,
     StateStore,
-    aimd_next_limit,
-    scope_for,
 )
-from gateway_client.aimd import DROP, IGNORE, SUCCESS
+from gateway_client.aimd import DROP, IGNORE, SUCCESS, AimdLimiter, aimd_next_limit
+from gateway_client.gate import scope_for
+from gateway_client.metrics import CounterMetrics
 
 StoreFactory = Callable[[ManualClock], StateStore]
 API_KEY = "sk_aimd_test"

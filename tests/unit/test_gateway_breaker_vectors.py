@@ -29,13 +29,13 @@ from gateway_client import (
     AuthorizationRequest,
     BreakerConfig,
     CircuitOpenError,
-    CounterMetrics,
     ManualClock,
     MemoryStore,
     RetryableError,
     RetryPolicy,
     StateStore,
 )
+from gateway_client.metrics import CounterMetrics
 
 #: REFERENCE.md section 4's config C.
 CONFIG_C = BreakerConfig(
