@@ -9,7 +9,7 @@ optionally a `RetryPolicy` and a shared `StateStore`:
     store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="payments")
     with AcquirerClient(config, policy=RetryPolicy(), store=store) as client:
         authorization = client.authorize(AuthorizationRequest(...))
-        later = client.lookup(reference, policy=RetryPolicy(deadline=30.0))
+        later = client.lookup(payment_reference, policy=RetryPolicy(deadline=30.0))
 
 A decline is a value (`Authorization.approved is False`); infrastructure failures raise a
 `GatewayError` whose branch says whether the request may have been applied (see errors.py and

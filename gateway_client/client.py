@@ -321,36 +321,41 @@ class AcquirerClient:
         def decode(answer: Answer) -> Authorization:
             replayed = answer.headers.get("idempotent-replayed", "").strip().lower() == "true"
             authorization = decode_charge(answer.body or b"", replayed=replayed)
-            for name in ("amount", "currency", "reference"):
+            for name in ("amount", "currency", "payment_reference"):
                 if getattr(authorization, name) != getattr(request, name):
                     raise MalformedBody(f"the charge does not match the request ({name})")
             return authorization
 
-        progress = self._start("authorize", request.reference, request.idempotency_key, policy)
+        progress = self._start(
+            "authorize", request.payment_reference, request.idempotency_key, policy
+        )
         return self._call(progress, build, decode, _authorization_outcome)
 
-    def lookup(self, reference: str, *, policy: RetryPolicy | None = None) -> list[Authorization]:
+    def lookup(
+        self, payment_reference: str, *, policy: RetryPolicy | None = None
+    ) -> list[Authorization]:
         """
-        Return the acquirer's charges for our `reference` (may be empty), retrying under
+        Return the acquirer's charges for our `payment_reference` (may be empty; sent as
+        `GET /charges?reference=`), retrying under
         `policy` (a GET: every failure but a permanent one is safe to repeat).
 
         Raises the same GatewayError subclasses as `authorize`.
         """
-        if not isinstance(reference, str) or not reference:
-            raise ValueError("reference must be a non-empty string")
+        if not isinstance(payment_reference, str) or not payment_reference:
+            raise ValueError("payment_reference must be a non-empty string")
 
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return self._http.build_request(
-                "GET", self._charges_url, params={"reference": reference}, timeout=timeout
+                "GET", self._charges_url, params={"reference": payment_reference}, timeout=timeout
             )
 
         def decode(answer: Answer) -> list[Authorization]:
             authorizations = decode_charge_list(answer.body or b"")
-            if any(item.reference != reference for item in authorizations):
-                raise MalformedBody("a listed charge has another reference")
+            if any(item.payment_reference != payment_reference for item in authorizations):
+                raise MalformedBody("a listed charge has another payment reference")
             return authorizations
 
-        progress = self._start("lookup", reference, None, policy)
+        progress = self._start("lookup", payment_reference, None, policy)
         return self._call(progress, build, decode, lambda _: "ok")
 
     def close(self) -> None:
@@ -371,13 +376,15 @@ class AcquirerClient:
     # -- the retry loop ----------------------------------------------------------------------
 
     def _start(
-        self, operation: str, reference: str, key: str | None, policy: RetryPolicy | None
+        self, operation: str, payment_reference: str, key: str | None, policy: RetryPolicy | None
     ) -> Progress:
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError("policy must be a RetryPolicy")
         chosen = policy or self._policy
         started = self._clock.monotonic()
-        return Progress(operation, reference, key, chosen, started, started + chosen.deadline)
+        return Progress(
+            operation, payment_reference, key, chosen, started, started + chosen.deadline
+        )
 
     def _call(
         self,

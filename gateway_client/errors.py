@@ -247,7 +247,7 @@ class RetryBudgetExhaustedError(RetryableError):
 class AmbiguousOutcomeError(GatewayError):
     """
     The acquirer may have applied the request. Resolve it by reconciliation (a look-up by
-    reference, or a re-send with the SAME idempotency key to an acquirer that honours keys);
+    payment reference, or a re-send with the SAME idempotency key to an acquirer that honours keys);
     never by a blind retry.
     """
 

@@ -95,7 +95,7 @@ WORKER = textwrap.dedent(
     def one():
         reference = "pay_" + uuid.uuid4().hex[:20]
         request = AuthorizationRequest(amount=1000, currency="EUR",
-                                       payment_method=spec["token"], reference=reference,
+                                       payment_method=spec["token"], payment_reference=reference,
                                        idempotency_key="authorize-" + reference)
         try:
             authorization = client.authorize(request)

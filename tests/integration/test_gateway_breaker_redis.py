@@ -249,7 +249,7 @@ def _request(number: int) -> AuthorizationRequest:
         amount=1000,
         currency="EUR",
         payment_method="tok_visa",
-        reference=f"pay_{number}",
+        payment_reference=f"pay_{number}",
         idempotency_key=f"authorize-pay_{number}",
     )
 

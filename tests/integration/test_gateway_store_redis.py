@@ -140,7 +140,7 @@ PROCESS = textwrap.dedent(
         store=RedisStore.from_url(url, namespace=namespace),
     )
     request = AuthorizationRequest(amount=1000, currency="EUR", payment_method="tok_visa",
-                                   reference="pay_1", idempotency_key="authorize-pay_1")
+                                   payment_reference="pay_1", idempotency_key="authorize-pay_1")
     try:
         client.authorize(request)
         result = {"error": None}

@@ -244,7 +244,7 @@ def request(number: int = 1) -> AuthorizationRequest:
         amount=1000,
         currency="EUR",
         payment_method="tok_visa",
-        reference=f"pay_{number}",
+        payment_reference=f"pay_{number}",
         idempotency_key=f"authorize-pay_{number}",
     )
 

@@ -128,7 +128,7 @@ class Harness:
             amount=1000,
             currency="EUR",
             payment_method="tok_visa",
-            reference=reference,
+            payment_reference=reference,
             idempotency_key=f"authorize-{reference}",
         )
         try:

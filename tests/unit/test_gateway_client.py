@@ -74,7 +74,7 @@ def authorization_request(**overrides: Any) -> AuthorizationRequest:
         "amount": 1999,
         "currency": "EUR",
         "payment_method": TOKEN,
-        "reference": REFERENCE,
+        "payment_reference": REFERENCE,
         "idempotency_key": IDEMPOTENCY_KEY,
     }
     fields.update(overrides)
@@ -522,7 +522,7 @@ def test_approved_answer_fields() -> None:
         decline_code=None,
         amount=1999,
         currency="EUR",
-        reference=REFERENCE,
+        payment_reference=REFERENCE,
         created_at=datetime(2026, 11, 29, 17, 0, tzinfo=UTC),
         replayed=False,
     )
@@ -1093,9 +1093,9 @@ def test_request_accepts_255_character_key() -> None:
     assert authorization_request(idempotency_key="a" * 255).idempotency_key == "a" * 255
 
 
-@pytest.mark.parametrize("field", ["payment_method", "reference"])
+@pytest.mark.parametrize("field", ["payment_method", "payment_reference"])
 def test_request_rejects_empty_strings(field: str) -> None:
-    """payment_method and reference must be non-empty strings."""
+    """payment_method and payment_reference must be non-empty strings."""
     with pytest.raises(ValueError):
         authorization_request(**{field: ""})
 

@@ -65,7 +65,7 @@ def request(**overrides: Any) -> AuthorizationRequest:
         "amount": 1999,
         "currency": "EUR",
         "payment_method": TOKEN,
-        "reference": REFERENCE,
+        "payment_reference": REFERENCE,
         "idempotency_key": KEY,
     }
     fields.update(overrides)
