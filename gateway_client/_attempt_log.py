@@ -41,7 +41,7 @@ class AttemptLog:
         """The event of an attempt that was sent: its `outcome` and the loop's `decision`."""
         now = self._clock.monotonic()
         server = attempt.server_wait
-        fields = {
+        fields: dict[str, Any] = {
             "attempt": progress.attempts,
             "status": attempt.status_code,
             "outcome": outcome,
@@ -54,7 +54,7 @@ class AttemptLog:
     def stop(self, progress: Progress, stop: Stop) -> None:
         """The event of a call stopped before sending (breaker, gate, concurrency, deadline)."""
         error = stop.error
-        fields = {
+        fields: dict[str, Any] = {
             "attempt": progress.attempts,
             "status": error.status_code,
             "outcome": type(error).__name__,

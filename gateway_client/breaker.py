@@ -291,6 +291,7 @@ class CircuitBreaker:
     ) -> list[float]:
         args: list[str | int | float] = [op, *self._args, *op_args]
         checked = getattr(self.store, "run_checked", None)
+        values: list[float]
         if checked is not None:
             values, fallback = checked(BREAKER_SCRIPT, [self._key], args)
         else:

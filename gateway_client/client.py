@@ -284,7 +284,10 @@ class AcquirerClient:
         if breakers is not None:
             if not isinstance(breakers, Mapping):
                 raise TypeError("breakers must be a BreakerSet, a mapping or None")
-            configs.update(breakers)
+            for group, config in breakers.items():
+                if config is not None and not isinstance(config, BreakerConfig):
+                    raise TypeError("breakers maps each group to a BreakerConfig or None")
+                configs[group] = config
         chosen = {group: config for group, config in configs.items() if config is not None}
         return BreakerSet(self.store, chosen, name=self._config.name, metrics=self.metrics)
 

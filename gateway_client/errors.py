@@ -41,7 +41,7 @@ response headers, the card token, or a response body.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "AcquirerUnavailableError",
@@ -145,7 +145,15 @@ class ConnectionFailedError(RetryableError):
     """
 
 
-class _RetryAfterHeader:
+# The mixin's base for the type checker only: at run time it is a plain mixin, so the tree's
+# branches stay as drawn above (RetryableError's direct subclasses are the five leaves).
+if TYPE_CHECKING:
+    _RetryableBase = RetryableError
+else:
+    _RetryableBase = object
+
+
+class _RetryAfterHeader(_RetryableBase):
     """Mixin of the refusals the acquirer answers itself (429, 503): it may say how long to wait.
 
     Attributes:

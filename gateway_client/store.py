@@ -288,7 +288,7 @@ class RedisStore:
             self._failed(exc)
             return self.fallback.now()
         self._recovered()
-        return seconds + micros / 1_000_000
+        return float(seconds) + float(micros) / 1_000_000
 
     def run(
         self, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]
