@@ -92,7 +92,7 @@ def request(payment_method: str = "tok_visa") -> AuthorizationRequest:
         amount=1050,
         currency="EUR",
         payment_method=payment_method,
-        reference=reference,
+        payment_reference=reference,
         idempotency_key=f"authorize-{reference}",
     )
 
@@ -120,7 +120,7 @@ def healthy_overhead(sandbox: SandboxProcess, store: StateStore, calls: int) -> 
                 "amount": item.amount,
                 "currency": item.currency,
                 "payment_method": item.payment_method,
-                "reference": item.reference,
+                "reference": item.payment_reference,
             },
             headers={"Idempotency-Key": item.idempotency_key},
         )

@@ -68,7 +68,7 @@ def make_client(name: str, url: str) -> tuple[Callable[[str, str], object], Call
         def authorize(reference: str, key: str) -> object:
             return client.authorize(
                 AuthorizationRequest(amount=1999, currency="EUR", payment_method="tok_visa",
-                                     reference=reference, idempotency_key=key)
+                                     payment_reference=reference, idempotency_key=key)
             )  # fmt: skip
 
         return authorize, client.close

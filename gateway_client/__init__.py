@@ -9,33 +9,28 @@ optionally a `RetryPolicy` and a shared `StateStore`:
     store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="payments")
     with AcquirerClient(config, policy=RetryPolicy(), store=store) as client:
         authorization = client.authorize(AuthorizationRequest(...))
-        later = client.lookup(reference, policy=RetryPolicy(deadline=30.0))
+        later = client.lookup(payment_reference, policy=RetryPolicy(deadline=30.0))
 
 A decline is a value (`Authorization.approved is False`); infrastructure failures raise a
 `GatewayError` whose branch says whether the request may have been applied (see errors.py and
 classify.py). Retries, deadlines, Retry-After, quota headers, the shared rate gate and the
-retry budget are described in client.py, policy.py, quota.py, gate.py and budget.py; the
-retry-storm simulator is `python -m gateway_client.simulate`. Each endpoint group has a
-circuit breaker on the failure rate, shared through the store (breaker.py), and each quota
-scope an adaptive (AIMD) concurrency limit (aimd.py):
+retry budget are described in client.py, policy.py, quota.py, gate.py and budget.py. Each
+endpoint group has a circuit breaker on the failure rate, shared through the store
+(breaker.py), and each quota scope an adaptive (AIMD) concurrency limit (aimd.py):
 
     allowed, retry_after = client.admits("authorize")    # cheap pre-check, takes no permit
     client.breakers.snapshot()                           # per group: state, rate, counts
     client.breakers.force_open("authorize", actor="ops", reason="incident 42")
+
+The names below are the public surface. Everything else (CircuitBreaker, BreakerSet,
+AimdLimiter, RetryBudget, RateGate, AtomicScript, the metrics hooks, the classification) is
+importable from its own module, e.g. `from gateway_client.breaker import BreakerSet`.
 """
 
-from .aimd import AimdConfig, AimdLimiter, LimiterSnapshot, aimd_next_limit
-from .breaker import (
-    Admission,
-    BreakerConfig,
-    BreakerSet,
-    BreakerSnapshot,
-    CircuitBreaker,
-    Recorded,
-)
-from .budget import BudgetState, GrpcRetryThrottle, RetryBudget
+from .aimd import AimdConfig, LimiterSnapshot
+from .breaker_types import BreakerConfig, BreakerSnapshot
 from .client import AcquirerClient
-from .clock import Clock, ManualClock, SystemClock
+from .clock import Clock, ManualClock
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -55,58 +50,42 @@ from .errors import (
     RetryBudgetExhaustedError,
     UpstreamServerError,
 )
-from .gate import RateGate, scope_for
-from .metrics import CounterMetrics, Metrics, NullMetrics
 from .policy import RetryPolicy
-from .store import AtomicScript, MemoryStore, RedisStore, StateStore
+from .store import MemoryStore, RedisStore, StateStore
 from .types import AcquirerConfig, Authorization, AuthorizationRequest
 
 __all__ = [
+    # the client and its values
     "AcquirerClient",
     "AcquirerConfig",
-    "AcquirerUnavailableError",
-    "Admission",
     "AimdConfig",
-    "AimdLimiter",
-    "AmbiguousOutcomeError",
-    "AtomicScript",
-    "AuthenticationError",
     "Authorization",
     "AuthorizationRequest",
     "BreakerConfig",
-    "BreakerSet",
     "BreakerSnapshot",
-    "BudgetState",
-    "CircuitBreaker",
-    "CircuitOpenError",
     "Clock",
-    "ConcurrencyLimitedError",
-    "ConnectionFailedError",
-    "ConnectionLostError",
-    "CounterMetrics",
-    "GatewayError",
-    "GrpcRetryThrottle",
-    "IdempotencyConflictError",
-    "InvalidRequestError",
     "LimiterSnapshot",
-    "MalformedResponseError",
     "ManualClock",
     "MemoryStore",
-    "Metrics",
-    "NullMetrics",
-    "PermanentError",
-    "RateGate",
-    "RateLimitedError",
-    "Recorded",
     "RedisStore",
-    "ResponseTimeoutError",
-    "RetryBudget",
-    "RetryBudgetExhaustedError",
     "RetryPolicy",
-    "RetryableError",
     "StateStore",
-    "SystemClock",
+    # the error tree (errors.py)
+    "GatewayError",
+    "RetryableError",
+    "ConnectionFailedError",
+    "RateLimitedError",
+    "ConcurrencyLimitedError",
+    "AcquirerUnavailableError",
+    "CircuitOpenError",
+    "RetryBudgetExhaustedError",
+    "AmbiguousOutcomeError",
+    "ResponseTimeoutError",
     "UpstreamServerError",
-    "aimd_next_limit",
-    "scope_for",
+    "ConnectionLostError",
+    "MalformedResponseError",
+    "IdempotencyConflictError",
+    "PermanentError",
+    "InvalidRequestError",
+    "AuthenticationError",
 ]

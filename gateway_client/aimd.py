@@ -35,8 +35,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import _twins
+from ._validate import positive_int, positive_seconds
 from .metrics import Metrics, NullMetrics
-from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+from .store import AtomicScript, StateStore
 
 __all__ = [
     "DROP",
@@ -97,17 +99,13 @@ class AimdConfig:
 
     def __post_init__(self) -> None:
         for name in ("initial_limit", "max_limit", "min_limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1")
+            positive_int(name, getattr(self, name))
         if not self.min_limit <= self.initial_limit <= self.max_limit:
             raise ValueError("min_limit <= initial_limit <= max_limit is required")
         if not (0 < self.backoff_ratio < 1):
             raise ValueError("backoff_ratio must be between 0 and 1 (exclusive)")
-        for name in ("slot_lease", "poll_interval"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number of seconds")
+        positive_seconds("slot_lease", self.slot_lease)
+        positive_seconds("poll_interval", self.poll_interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,115 +130,8 @@ class LimiterSnapshot:
     increases: int
 
 
-# ARGV: [1] now, [2] op, [3] initial, [4] max, [5] min, [6] ratio, [7] slot id, [8] lease
-# seconds (acquire) or outcome (release). Hash: lim, ls ("id=expiry=in_flight;..."), dec, inc.
-# Returns {granted or change (-1/0/1), limit, in flight, decreases, increases, in flight at
-# the slot's start}.
-_AIMD_LUA = (
-    STORE_NOW
-    + """
-now = tonumber(string.format('%.6f', now))
-local key = KEYS[1]
-local op = ARGV[2]
-local initial = tonumber(ARGV[3])
-local maxl = tonumber(ARGV[4])
-local minl = tonumber(ARGV[5])
-local ratio = tonumber(ARGV[6])
-local id = ARGV[7] or ''
-local arg = ARGV[8] or ''
-local h = {}
-local flat = redis.call('HGETALL', key)
-for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-local lim = tonumber(h['lim'] or initial)
-if lim > maxl then lim = maxl end
-if lim < minl then lim = minl end
-local kept = {}
-local mine = -1
-for lid, exp, n in string.gmatch(h['ls'] or '', '([^=;]+)=([^=;]+)=([^;]+)') do
-  if tonumber(exp) > now then
-    if lid == id and op == 'release' then
-      mine = tonumber(n)
-    else
-      kept[#kept + 1] = lid .. '=' .. exp .. '=' .. n
-    end
-  end
-end
-local result = 0
-local dec = tonumber(h['dec'] or '0')
-local inc = tonumber(h['inc'] or '0')
-if op == 'acquire' then
-  if #kept < lim then
-    mine = #kept + 1
-    kept[#kept + 1] = id .. '=' .. string.format('%.6f', now + tonumber(arg)) .. '=' .. mine
-    result = 1
-  end
-elseif op == 'release' then
-  if mine < 0 then mine = #kept + 1 end
-  if arg == 'drop' then
-    local new = math.max(minl, math.min(lim - 1, math.floor(lim * ratio)))
-    if new < lim then result = -1; dec = dec + 1 end
-    lim = new
-  elseif arg == 'success' and mine * 2 >= lim then
-    local new = math.min(maxl, lim + 1)
-    if new > lim then result = 1; inc = inc + 1 end
-    lim = new
-  end
-end
-if op ~= 'read' then
-  redis.call('HSET', key, 'lim', string.format('%d', lim), 'ls', table.concat(kept, ';'),
-             'dec', string.format('%d', dec), 'inc', string.format('%d', inc))
-end
-return {string.format('%d', result), string.format('%d', lim), string.format('%d', #kept),
-        string.format('%d', dec), string.format('%d', inc), string.format('%d', mine)}
-"""
-)
-
-
-def _aimd_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    """The Python twin of _AIMD_LUA."""
-    now = float(f"{now:.6f}")
-    key, op = keys[0], args[0]
-    initial, max_limit, min_limit = int(args[1]), int(args[2]), int(args[3])
-    ratio = float(args[4])
-    slot_id = args[5] if len(args) > 5 else ""
-    arg = args[6] if len(args) > 6 else ""
-    h: dict[str, str] = dict(space.get(key) or {})
-    limit = min(max_limit, max(min_limit, int(h.get("lim", initial))))
-    kept: list[str] = []
-    mine = -1
-    for entry in filter(None, h.get("ls", "").split(";")):
-        lease_id, expiry, count = entry.split("=")
-        if float(expiry) > now:
-            if lease_id == slot_id and op == "release":
-                mine = int(count)
-            else:
-                kept.append(entry)
-    result = 0
-    dec, inc = int(h.get("dec", 0)), int(h.get("inc", 0))
-    if op == "acquire":
-        if len(kept) < limit:
-            mine = len(kept) + 1
-            kept.append(f"{slot_id}={now + float(arg):.6f}={mine}")
-            result = 1
-    elif op == "release":
-        if mine < 0:
-            mine = len(kept) + 1
-        if arg == DROP:
-            new = max(min_limit, min(limit - 1, math.floor(limit * ratio)))
-            if new < limit:
-                result, dec = -1, dec + 1
-            limit = new
-        elif arg == SUCCESS and mine * 2 >= limit:
-            new = min(max_limit, limit + 1)
-            if new > limit:
-                result, inc = 1, inc + 1
-            limit = new
-    if op != "read":
-        space.set(key, {"lim": str(limit), "ls": ";".join(kept), "dec": str(dec), "inc": str(inc)})
-    return [float(result), float(limit), float(len(kept)), float(dec), float(inc), float(mine)]
-
-
-AIMD_SCRIPT = AtomicScript("aimd_limiter", _AIMD_LUA, _aimd_py)
+#: The limiter's one atomic script: lua/aimd.lua and its twin (see the file's header).
+AIMD_SCRIPT = AtomicScript.packaged("aimd_limiter", "aimd.lua", _twins.aimd)
 
 
 class AimdLimiter:

@@ -10,7 +10,7 @@ The bound is computed without overflow for any n (`backoff_bound(1100, 0.5, 30)`
 no OverflowError), and the random number is drawn inside the bound: drawing first and capping
 after would make almost every wait equal the cap.
 
-The other strategies exist for the retry-storm simulator (`gateway_client.simulate`), which
+The other strategies exist for the retry-storm simulator (`bench/simulate.py`), which
 compares them using this same code:
 
 | strategy             | sleep before retry n                                        |

@@ -24,85 +24,22 @@ ambiguous error when an earlier attempt may have been applied).
 
 Amounts are kept in integer thousandths of a retry, so the arithmetic is exact in Lua too.
 
-`GrpcRetryThrottle` models gRPC's client retry throttling (gRFC A6) for comparison: tokens start
-at `max_tokens`, each failure takes 1, each success gives `token_ratio`, and retries are
-allowed only while tokens > max_tokens / 2. It is per process and not used by the client.
+gRPC's client retry throttling (gRFC A6), modelled for comparison, is bench/grpc_throttle.py.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
-from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+from . import _twins
+from .store import AtomicScript, StateStore
 
-__all__ = ["BudgetState", "GrpcRetryThrottle", "RetryBudget"]
+__all__ = ["BudgetState", "RetryBudget"]
 
 _SCALE = 1000  # thousandths of a retry
 
-_BUDGET_LUA = (
-    STORE_NOW
-    + """
-local op = ARGV[2]
-local amount = tonumber(ARGV[3])
-local reserve = tonumber(ARGV[4])
-local slot_seconds = tonumber(ARGV[5])
-local slots = tonumber(ARGV[6])
-local slot = math.floor(now / slot_seconds)
-local oldest = slot - slots + 1
-local flat = redis.call('HGETALL', KEYS[1])
-local sum = 0
-for i = 1, #flat, 2 do
-  local s = tonumber(flat[i])
-  if s < oldest then
-    redis.call('HDEL', KEYS[1], flat[i])
-  else
-    sum = sum + tonumber(flat[i + 1])
-  end
-end
-local balance = reserve + sum
-local ok = 1
-if op == 'deposit' then
-  redis.call('HINCRBY', KEYS[1], tostring(slot), amount)
-  balance = balance + amount
-elseif op == 'withdraw' then
-  if balance >= amount then
-    redis.call('HINCRBY', KEYS[1], tostring(slot), -amount)
-    balance = balance - amount
-  else
-    ok = 0
-  end
-end
-redis.call('PEXPIRE', KEYS[1], math.ceil(slot_seconds * slots * 1000) + 1000)
-return {tostring(ok), tostring(balance)}
-"""
-)
-
-
-def _budget_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    op, amount, reserve = args[0], int(args[1]), int(args[2])
-    slot_seconds, slots = float(args[3]), int(args[4])
-    slot = math.floor(now / slot_seconds)
-    oldest = slot - slots + 1
-    window: dict[int, int] = space.get(keys[0]) or {}
-    window = {s: v for s, v in window.items() if s >= oldest}
-    balance = reserve + sum(window.values())
-    ok = 1
-    if op == "deposit":
-        window[slot] = window.get(slot, 0) + amount
-        balance += amount
-    elif op == "withdraw":
-        if balance >= amount:
-            window[slot] = window.get(slot, 0) - amount
-            balance -= amount
-        else:
-            ok = 0
-    space.set(keys[0], window, ttl=slot_seconds * slots + 1.0)
-    return [float(ok), float(balance)]
-
-
-BUDGET_SCRIPT = AtomicScript("retry_budget", _BUDGET_LUA, _budget_py)
+BUDGET_SCRIPT = AtomicScript.packaged("retry_budget", "budget.lua", _twins.budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,42 +113,3 @@ class RetryBudget:
             f"min_retries_per_second={self.min_retries_per_second}, "
             f"percent_can_retry={self.percent_can_retry})"
         )
-
-
-class GrpcRetryThrottle:
-    """
-    gRPC client retry throttling (gRFC A6), one process.
-
-    Tokens start at `max_tokens`; `record_failure()` subtracts 1 (not below 0),
-    `record_success()` adds `token_ratio` (not above max_tokens); `retry_allowed()` is True
-    while tokens > max_tokens / 2. Kept in thousandths, as gRPC does, so 5 + 0.1 is exact.
-    """
-
-    def __init__(self, max_tokens: int = 10, token_ratio: float = 0.1) -> None:
-        if max_tokens <= 0 or token_ratio <= 0:
-            raise ValueError("max_tokens and token_ratio must be positive")
-        self._max = max_tokens * _SCALE
-        self._ratio = round(token_ratio * _SCALE)
-        self._tokens = self._max
-        self._lock = threading.Lock()
-
-    @property
-    def tokens(self) -> float:
-        """The current token count."""
-        with self._lock:
-            return self._tokens / _SCALE
-
-    def record_failure(self) -> None:
-        """A failed attempt (a retryable status): one token less."""
-        with self._lock:
-            self._tokens = max(0, self._tokens - _SCALE)
-
-    def record_success(self) -> None:
-        """A successful attempt: token_ratio more."""
-        with self._lock:
-            self._tokens = min(self._max, self._tokens + self._ratio)
-
-    def retry_allowed(self) -> bool:
-        """True while tokens > max_tokens / 2."""
-        with self._lock:
-            return self._tokens * 2 > self._max

@@ -62,8 +62,10 @@ from collections.abc import Mapping
 
 import httpx
 
+from . import aimd, breaker_types
 from .errors import (
     AcquirerUnavailableError,
+    AmbiguousOutcomeError,
     AuthenticationError,
     ConnectionFailedError,
     ConnectionLostError,
@@ -71,12 +73,19 @@ from .errors import (
     IdempotencyConflictError,
     InvalidRequestError,
     MalformedResponseError,
+    PermanentError,
     RateLimitedError,
     ResponseTimeoutError,
     UpstreamServerError,
 )
 
-__all__ = ["classify_exception", "classify_status", "error_code"]
+__all__ = [
+    "breaker_outcome",
+    "classify_exception",
+    "classify_status",
+    "error_code",
+    "limiter_outcome",
+]
 
 _CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _RATE_LIMIT_CODE = re.compile(r"rate[_.\-]?limit|too[_.\-]?many[_.\-]?requests", re.IGNORECASE)
@@ -171,3 +180,25 @@ def _confirms_rate_limit(headers: Mapping[str, str], code: str | None) -> bool:
     if _RATELIMIT_REMAINING_ZERO.search(lowered.get("ratelimit", "")):
         return True
     return code is not None and _RATE_LIMIT_CODE.search(code) is not None
+
+
+def breaker_outcome(error: GatewayError | None) -> str:
+    """What one attempt means to the circuit breaker: SUCCESS, FAILURE or IGNORED (breaker.py)."""
+    if error is None:
+        return breaker_types.SUCCESS  # 2xx, approved or declined
+    if isinstance(error, RateLimitedError | IdempotencyConflictError | PermanentError):
+        return breaker_types.IGNORED  # the rate gate's, our duplicate in flight, our own 4xx
+    if isinstance(error, ConnectionFailedError) and isinstance(error.__cause__, httpx.PoolTimeout):
+        return breaker_types.IGNORED  # our own connection pool is exhausted, not the acquirer
+    if isinstance(error, ConnectionFailedError | AcquirerUnavailableError | AmbiguousOutcomeError):
+        return breaker_types.FAILURE  # refused/DNS/connect timeout, 503, 5xx, timeouts, resets
+    return breaker_types.IGNORED
+
+
+def limiter_outcome(error: GatewayError | None) -> str:
+    """What one attempt means to the AIMD limiter: a rate limit drops, a result succeeds."""
+    if error is None:
+        return aimd.SUCCESS
+    if isinstance(error, RateLimitedError):
+        return aimd.DROP
+    return aimd.IGNORE

@@ -41,9 +41,7 @@ response headers, the card token, or a response body.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-
-from .retry_after import parse_delay_seconds
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "AcquirerUnavailableError",
@@ -147,25 +145,27 @@ class ConnectionFailedError(RetryableError):
     """
 
 
-class _RetryAfterHeader:
+# The mixin's base for the type checker only: at run time it is a plain mixin, so the tree's
+# branches stay as drawn above (RetryableError's direct subclasses are the five leaves).
+if TYPE_CHECKING:
+    _RetryableBase = RetryableError
+else:
+    _RetryableBase = object
+
+
+class _RetryAfterHeader(_RetryableBase):
     """Mixin of the refusals the acquirer answers itself (429, 503): it may say how long to wait.
 
     Attributes:
-        retry_after_header: the raw `Retry-After` header, or None. Without a `retry_after`
-            from the client, the header read as delay-seconds gives it.
+        retry_after_header: the raw `Retry-After` header, or None, kept for the record. The
+            client reads it (_exchange.py) and passes the seconds as `retry_after`: no header
+            is parsed here.
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        retry_after_header: str | None = None,
-        retry_after: float | None = None,
-        **kwargs: Any,
+        self, message: str, *, retry_after_header: str | None = None, **kwargs: Any
     ) -> None:
-        if retry_after is None:
-            retry_after = parse_delay_seconds(retry_after_header)
-        super().__init__(message, retry_after=retry_after, **kwargs)
+        super().__init__(message, **kwargs)
         self.retry_after_header = retry_after_header
 
 
@@ -178,7 +178,7 @@ class RateLimitedError(_RetryAfterHeader, RetryableError):
     Attributes:
         retry_after_header: the raw `Retry-After` header, or None.
         retry_after: the full wait in seconds (Retry-After, quota headers or the gate), or
-            None. Without a value from the client, the header read as delay-seconds.
+            None.
         not_before: `now + retry_after` as an aware UTC datetime, or None.
     """
 
@@ -255,7 +255,7 @@ class RetryBudgetExhaustedError(RetryableError):
 class AmbiguousOutcomeError(GatewayError):
     """
     The acquirer may have applied the request. Resolve it by reconciliation (a look-up by
-    reference, or a re-send with the SAME idempotency key to an acquirer that honours keys);
+    payment reference, or a re-send with the SAME idempotency key to an acquirer that honours keys);
     never by a blind retry.
     """
 

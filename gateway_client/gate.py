@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import math
 
-from .store import STORE_NOW, AtomicScript, MemoryKeyspace, StateStore
+from . import _twins
+from .store import AtomicScript, StateStore
 
 __all__ = ["RateGate", "scope_for"]
 
@@ -34,50 +35,8 @@ def scope_for(name: str, api_key: str, override: str | None = None) -> str:
     return f"{name}:{fingerprint}"
 
 
-_READ_LUA = (
-    STORE_NOW
-    + """
-local not_before = tonumber(redis.call('GET', KEYS[1]) or '0')
-local remaining = not_before - now
-if remaining < 0 then remaining = 0 end
-return {string.format('%.6f', remaining)}
-"""
-)
-
-_CLOSE_LUA = (
-    STORE_NOW
-    + """
-local wait = tonumber(ARGV[2])
-local not_before = tonumber(redis.call('GET', KEYS[1]) or '0')
-local wanted = now + wait
-if wanted > not_before then
-  not_before = wanted
-  redis.call('SET', KEYS[1], string.format('%.6f', not_before), 'PX', math.ceil(wait * 1000) + 1000)
-end
-local remaining = not_before - now
-if remaining < 0 then remaining = 0 end
-return {string.format('%.6f', remaining)}
-"""
-)
-
-
-def _read_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    not_before = float(space.get(keys[0], 0.0))
-    return [max(0.0, not_before - now)]
-
-
-def _close_py(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    wait = float(args[0])
-    not_before = float(space.get(keys[0], 0.0))
-    wanted = now + wait
-    if wanted > not_before:
-        not_before = wanted
-        space.set(keys[0], not_before, ttl=math.ceil(wait * 1000) / 1000 + 1.0)
-    return [max(0.0, not_before - now)]
-
-
-GATE_READ = AtomicScript("gate_read", _READ_LUA, _read_py)
-GATE_CLOSE = AtomicScript("gate_close", _CLOSE_LUA, _close_py)
+GATE_READ = AtomicScript.packaged("gate_read", "gate_read.lua", _twins.gate_read)
+GATE_CLOSE = AtomicScript.packaged("gate_close", "gate_close.lua", _twins.gate_close)
 
 
 class RateGate:

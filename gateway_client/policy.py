@@ -40,18 +40,12 @@ reconciliation must not wrap it in retries of their own (3 attempts inside 3 tas
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from ._validate import positive_int, positive_seconds
+
 __all__ = ["RetryPolicy"]
-
-
-def _seconds(name: str, value: object, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +76,15 @@ class RetryPolicy:
     concurrency_wait: float = 0.1
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
-            raise ValueError("max_attempts must be an integer >= 1")
-        _seconds("backoff_base", self.backoff_base, allow_zero=True)
-        _seconds("backoff_cap", self.backoff_cap, allow_zero=True)
-        _seconds("connect_timeout", self.connect_timeout)
-        _seconds("read_timeout", self.read_timeout)
-        _seconds("deadline", self.deadline)
-        _seconds("max_server_wait", self.max_server_wait, allow_zero=True)
-        _seconds("min_attempt_time", self.min_attempt_time, allow_zero=True)
-        _seconds("concurrency_wait", self.concurrency_wait, allow_zero=True)
+        positive_int("max_attempts", self.max_attempts)
+        positive_seconds("backoff_base", self.backoff_base, allow_zero=True)
+        positive_seconds("backoff_cap", self.backoff_cap, allow_zero=True)
+        positive_seconds("connect_timeout", self.connect_timeout)
+        positive_seconds("read_timeout", self.read_timeout)
+        positive_seconds("deadline", self.deadline)
+        positive_seconds("max_server_wait", self.max_server_wait, allow_zero=True)
+        positive_seconds("min_attempt_time", self.min_attempt_time, allow_zero=True)
+        positive_seconds("concurrency_wait", self.concurrency_wait, allow_zero=True)
         if not isinstance(self.retry_ambiguous, bool):
             raise ValueError("retry_ambiguous must be a bool")
 

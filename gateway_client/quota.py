@@ -226,7 +226,7 @@ def _ietf_wait(lowered: Mapping[str, str], invalid: list[str]) -> float | None:
 
 def _ietf_exhausted(lowered: Mapping[str, str]) -> bool:
     items = _ietf_items(lowered, [])
-    return bool(items) and any(
+    return items is not None and any(
         type(item.params.get("r")) is int and item.params["r"] == 0 for item in items
     )
 

@@ -5,15 +5,17 @@ A `StateStore` runs `AtomicScript`s. An AtomicScript is one operation written tw
 same meaning: in Lua for Redis (run with EVALSHA, atomic on the server) and in Python for the
 in-memory store (run under a lock). Every script receives the store's clock reading, so all
 processes sharing a Redis agree on time (Redis `TIME`) whatever their own clocks say. The rate
-gate (`gate.py`) and the retry budget (`budget.py`) are built this way, and so can the circuit
-breaker be (compare-and-set on a state + generation, half-open permits with leases):
+gate (`gate.py`), the retry budget (`budget.py`), the AIMD limiter (`aimd.py`) and the circuit
+breaker (`breaker.py`) are built this way: their Lua programs are package files
+(`gateway_client/lua/*.lua`, loaded with `AtomicScript.packaged`), their Python twins are in
+`_twins.py`. A script of your own:
 
     INCREMENT = AtomicScript(
         name="increment",
-        lua="local now = ...; return {tostring(redis.call('INCRBY', KEYS[1], ARGV[2]))}",
+        lua=STORE_NOW + "return {tostring(redis.call('INCRBY', KEYS[1], ARGV[2]))}",
         python=lambda space, keys, args, now: [space.incr(keys[0], int(args[0]))],
     )
-    store.run(INCREMENT, ["breaker:authorize"], [1])   # -> [1.0]
+    store.run(INCREMENT, ["counter:authorize"], [1])   # -> [1.0]
 
 Conventions for scripts:
 - `KEYS` are the caller's keys with the store's namespace prepended (`"<namespace>:" + key`),
@@ -44,12 +46,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Protocol
 
 from .metrics import Metrics, NullMetrics
 
 __all__ = [
     "STORE_NOW",
+    "lua_source",
     "AtomicScript",
     "MemoryKeyspace",
     "MemoryStore",
@@ -59,16 +63,15 @@ __all__ = [
 
 logger = logging.getLogger("gateway_client.store")
 
-#: Lua prelude: `now` is ARGV[1] if given, else the Redis server's clock (seconds, float).
-STORE_NOW = """
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-"""
+
+def lua_source(filename: str) -> str:
+    """The text of the package file `lua/<filename>` (a script or the prelude)."""
+    return (resources.files(__package__) / "lua" / filename).read_text(encoding="utf-8")
+
+
+#: Lua prelude (lua/prelude.lua): `now` is ARGV[1] if given, else the Redis server's clock
+#: (seconds, float). Every packaged script runs after it; start your own scripts with it.
+STORE_NOW = lua_source("prelude.lua")
 
 PythonScript = Callable[["MemoryKeyspace", list[str], list[str], float], list[float]]
 
@@ -80,11 +83,19 @@ class AtomicScript:
 
     `lua` starts with `STORE_NOW` (or reads ARGV[1] itself) and returns a list of numbers as
     strings; `python(space, keys, args, now)` returns the same numbers as a list of floats.
+    The package's own scripts are files (`AtomicScript.packaged`, `source` = the file name in
+    gateway_client/lua/), their twins in _twins.py.
     """
 
     name: str
     lua: str
     python: PythonScript
+    source: str | None = None
+
+    @classmethod
+    def packaged(cls, name: str, filename: str, python: PythonScript) -> AtomicScript:
+        """The script whose Lua is the package file `lua/<filename>`, after the prelude."""
+        return cls(name, STORE_NOW + lua_source(filename), python, source=filename)
 
 
 class StateStore(Protocol):
@@ -277,7 +288,7 @@ class RedisStore:
             self._failed(exc)
             return self.fallback.now()
         self._recovered()
-        return seconds + micros / 1_000_000
+        return float(seconds) + float(micros) / 1_000_000
 
     def run(
         self, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]

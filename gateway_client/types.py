@@ -8,11 +8,12 @@ integers in ISO 4217 minor units, never floats.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
+
+from ._validate import positive_seconds
 
 __all__ = ["AcquirerConfig", "Authorization", "AuthorizationRequest"]
 
@@ -21,16 +22,6 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _MAX_IDEMPOTENCY_KEY_LENGTH = 255
 _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
-
-
-def _positive_seconds(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds")
 
 
 def _validate_base_url(value: object) -> None:
@@ -83,8 +74,8 @@ class AcquirerConfig:
         # rejects the header and quotes its value in an exception message.
         if not isinstance(self.api_key, str) or not _VISIBLE_ASCII.fullmatch(self.api_key):
             raise ValueError("api_key must be a non-empty string of printable ASCII (no spaces)")
-        _positive_seconds("connect_timeout", self.connect_timeout)
-        _positive_seconds("read_timeout", self.read_timeout)
+        positive_seconds("connect_timeout", self.connect_timeout)
+        positive_seconds("read_timeout", self.read_timeout)
         if not isinstance(self.honours_idempotency_keys, bool):
             raise ValueError("honours_idempotency_keys must be a bool")
         if not isinstance(self.name, str) or not _VISIBLE_ASCII.fullmatch(self.name):
@@ -102,14 +93,17 @@ class AuthorizationRequest:
     """
     One authorisation to ask the acquirer for.
 
-    `idempotency_key` is generated once per payment by the caller and sent unchanged on every
-    attempt and every later re-send. `payment_method` (a card token) is kept out of repr().
+    `payment_reference` is our payment's id, unique across merchants (not the merchant's own
+    order reference); the acquirer files the charge under it and `lookup` finds it by it (the
+    wire calls it "reference"). `idempotency_key` is generated once per payment by the caller
+    and sent unchanged on every attempt and every later re-send. `payment_method` (a card
+    token) is kept out of repr().
     """
 
     amount: int
     currency: str
     payment_method: str = field(repr=False)
-    reference: str
+    payment_reference: str
     idempotency_key: str
 
     def __post_init__(self) -> None:
@@ -119,8 +113,8 @@ class AuthorizationRequest:
             raise ValueError("currency must be an ISO 4217 alpha-3 code in upper case")
         if not isinstance(self.payment_method, str) or not self.payment_method:
             raise ValueError("payment_method must be a non-empty string")
-        if not isinstance(self.reference, str) or not self.reference:
-            raise ValueError("reference must be a non-empty string")
+        if not isinstance(self.payment_reference, str) or not self.payment_reference:
+            raise ValueError("payment_reference must be a non-empty string")
         if (
             not isinstance(self.idempotency_key, str)
             or len(self.idempotency_key) > _MAX_IDEMPOTENCY_KEY_LENGTH
@@ -139,7 +133,8 @@ class Authorization:
     A decline is a value (`approved=False`, usually with a `decline_code`), not an exception.
     `replayed` is True when the acquirer answered from its idempotency store. `attempts` is
     how many requests the call sent to get this answer (1 without retries); it is not part of
-    equality.
+    equality. `payment_reference` is the one the request carried, as the acquirer echoes it;
+    `acquirer_reference` is the acquirer's own id of the charge.
     """
 
     acquirer_reference: str
@@ -147,12 +142,7 @@ class Authorization:
     decline_code: str | None
     amount: int
     currency: str
-    reference: str
+    payment_reference: str
     created_at: datetime
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
-
-    @property
-    def declined(self) -> bool:
-        """True when the acquirer declined the authorisation."""
-        return not self.approved

@@ -32,7 +32,7 @@ def encode_authorization(request: AuthorizationRequest) -> bytes:
             "amount": request.amount,
             "currency": request.currency,
             "payment_method": request.payment_method,
-            "reference": request.reference,
+            "reference": request.payment_reference,  # the wire keeps its name
         },
         separators=(",", ":"),
         ensure_ascii=True,
@@ -99,7 +99,7 @@ def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
     currency = field("currency", str)
     if not _CURRENCY.fullmatch(currency):
         raise MalformedBody(f"{where}: field 'currency' is not an ISO 4217 alpha-3 code")
-    reference = field("reference", str)
+    payment_reference = field("reference", str)
     created_at = _timestamp(field("created_at", str), where=where)
     return Authorization(
         acquirer_reference=acquirer_reference,
@@ -107,7 +107,7 @@ def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
         decline_code=decline_code,
         amount=amount,
         currency=currency,
-        reference=reference,
+        payment_reference=payment_reference,
         created_at=created_at,
         replayed=replayed,
     )

@@ -91,7 +91,7 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
         amount=payment.amount,
         currency=payment.currency,
         payment_method=payment.payment_method,
-        reference=payment.id,
+        payment_reference=payment.id,
         idempotency_key=payment.acquirer_idempotency_key,
     )
 

@@ -20,10 +20,10 @@ from gateway_client import (
     BreakerConfig,
     MemoryStore,
     RedisStore,
-    RetryBudget,
     RetryPolicy,
     StateStore,
 )
+from gateway_client.budget import RetryBudget
 from payments.acquirer.metrics import GatewayMetrics
 
 

@@ -13,7 +13,8 @@ from django.apps import apps
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, User
 
-from gateway_client import BreakerSet, RedisStore
+from gateway_client import RedisStore
+from gateway_client.breaker import BreakerSet
 from payments.acquirer.client import acquirer_client
 
 pytestmark = pytest.mark.django_db

@@ -48,7 +48,7 @@ def authorization(token: str = "tok_visa") -> AuthorizationRequest:
         amount=1050,
         currency="EUR",
         payment_method=token,
-        reference=reference,
+        payment_reference=reference,
         idempotency_key=f"authorize-{reference}",
     )
 

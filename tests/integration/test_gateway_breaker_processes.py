@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import redis
 
-from gateway_client import BreakerSet, CircuitBreaker, RedisStore
-from gateway_client.breaker import FAILURE
+from gateway_client import RedisStore
+from gateway_client.breaker import FAILURE, BreakerSet, CircuitBreaker
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
@@ -95,7 +95,7 @@ WORKER = textwrap.dedent(
     def one():
         reference = "pay_" + uuid.uuid4().hex[:20]
         request = AuthorizationRequest(amount=1000, currency="EUR",
-                                       payment_method=spec["token"], reference=reference,
+                                       payment_method=spec["token"], payment_reference=reference,
                                        idempotency_key="authorize-" + reference)
         try:
             authorization = client.authorize(request)

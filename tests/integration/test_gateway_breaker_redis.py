@@ -30,21 +30,19 @@ from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
     AimdConfig,
-    AimdLimiter,
     AuthorizationRequest,
     BreakerConfig,
-    CircuitBreaker,
     CircuitOpenError,
-    CounterMetrics,
     ManualClock,
     MemoryStore,
     RedisStore,
     RetryPolicy,
     StateStore,
 )
-from gateway_client.aimd import DROP, IGNORE
+from gateway_client.aimd import DROP, IGNORE, AimdLimiter
 from gateway_client.aimd import SUCCESS as SLOT_SUCCESS
-from gateway_client.breaker import FAILURE, IGNORED, SUCCESS
+from gateway_client.breaker import FAILURE, IGNORED, SUCCESS, CircuitBreaker
+from gateway_client.metrics import CounterMetrics
 from tests.unit.test_gateway_aimd import (  # noqa: F401 - collected here, on Redis
     test_aimd_slot_of_a_killed_caller_expires_with_its_lease,
     test_aimd_vector_decrease_1_stays_1,
@@ -251,7 +249,7 @@ def _request(number: int) -> AuthorizationRequest:
         amount=1000,
         currency="EUR",
         payment_method="tok_visa",
-        reference=f"pay_{number}",
+        payment_reference=f"pay_{number}",
         idempotency_key=f"authorize-pay_{number}",
     )
 

@@ -22,10 +22,10 @@ from gateway_client import (
     AuthorizationRequest,
     CircuitOpenError,
     ConnectionLostError,
-    CounterMetrics,
     ManualClock,
     RetryPolicy,
 )
+from gateway_client.metrics import CounterMetrics
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
@@ -63,7 +63,7 @@ def authorization(token: str = "tok_visa") -> AuthorizationRequest:
         amount=1050,
         currency="EUR",
         payment_method=token,
-        reference=reference,
+        payment_reference=reference,
         idempotency_key=f"authorize-{reference}",
     )
 

@@ -156,7 +156,7 @@ def authorization_request(
         amount=amount,
         currency="EUR",
         payment_method=payment_method,
-        reference=f"pay_{uuid.uuid4().hex[:12]}",
+        payment_reference=f"pay_{uuid.uuid4().hex[:12]}",
         idempotency_key=key or f"acq_{uuid.uuid4()}",
     )
 
@@ -260,7 +260,7 @@ def test_429_retry_after_over_http(fault_server) -> None:
 def test_headers_on_the_wire(fault_server) -> None:
     """The request on the wire carries the Bearer key, the idempotency key and JSON."""
     request = authorization_request(key="acq_wire_key_1")
-    body = CHARGE_JSON % request.reference.encode()
+    body = CHARGE_JSON % request.payment_reference.encode()
     server = fault_server(
         reply(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     )
@@ -282,7 +282,7 @@ def test_proxy_environment_is_ignored(fault_server, monkeypatch) -> None:
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
         request = authorization_request()
-        body = CHARGE_JSON % request.reference.encode()
+        body = CHARGE_JSON % request.payment_reference.encode()
         server = fault_server(
             reply(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         )
@@ -338,7 +338,7 @@ def test_sandbox_approves(acquirer: AcquirerClient, sandbox: SandboxProcess) -> 
     assert authorization.decline_code is None
     assert authorization.acquirer_reference.startswith("ch_")
     assert (authorization.amount, authorization.currency) == (1050, "EUR")
-    assert authorization.reference == request.reference
+    assert authorization.payment_reference == request.payment_reference
     assert authorization.created_at.tzinfo is UTC
     assert authorization.replayed is False
     assert sandbox.stats()["charges_total"] == 1
@@ -370,7 +370,7 @@ def test_sandbox_key_reused_with_other_amount_is_invalid(acquirer: AcquirerClien
         amount=2000,
         currency="EUR",
         payment_method="tok_visa",
-        reference=first.reference,
+        payment_reference=first.payment_reference,
         idempotency_key=key,
     )
     with pytest.raises(InvalidRequestError) as info:
@@ -398,7 +398,7 @@ def test_sandbox_500_after_commit_is_ambiguous_and_reconcilable(
     with pytest.raises(UpstreamServerError) as info:
         acquirer.authorize(request)
     assert info.value.status_code == 500
-    (found,) = acquirer.lookup(request.reference)
+    (found,) = acquirer.lookup(request.payment_reference)
     assert found.approved is True
     resent = acquirer.authorize(request)
     assert resent.replayed is True
@@ -413,7 +413,7 @@ def test_sandbox_timeout_after_commit_is_response_timeout(sandbox: SandboxProces
     with AcquirerClient(config, policy=policy) as client:
         with pytest.raises(ResponseTimeoutError):
             client.authorize(request)
-        assert len(client.lookup(request.reference)) == 1
+        assert len(client.lookup(request.payment_reference)) == 1
         assert client.authorize(request).replayed is True
 
 

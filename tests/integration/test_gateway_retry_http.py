@@ -128,7 +128,7 @@ def authorization_request(reference: str | None = None) -> AuthorizationRequest:
         amount=1050,
         currency="EUR",
         payment_method=TOKEN,
-        reference=reference,
+        payment_reference=reference,
         idempotency_key=f"authorize-{reference}",
     )
 
@@ -211,7 +211,7 @@ def test_keep_alive_still_works_under_the_deadline_wrapper(server) -> None:
     request = authorization_request("pay_keepalive1")
 
     def ok(conn: socket.socket, n: int) -> None:
-        body = charge_body(request.reference)
+        body = charge_body(request.payment_reference)
         conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     acquirer = server(ok)
@@ -240,7 +240,7 @@ def test_hang_up_after_the_request_is_resent_with_the_same_key(server) -> None:
         if n <= 2:
             conn.shutdown(socket.SHUT_RDWR)
             raise OSError("closed")
-        body = charge_body(request.reference)
+        body = charge_body(request.payment_reference)
         conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     acquirer = server(hang_up_twice)
@@ -274,7 +274,7 @@ def test_503_retry_after_is_honoured_in_real_time(server) -> None:
             conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
                          b"Content-Length: 0\r\n\r\n")  # fmt: skip
             return
-        body = charge_body(request.reference)
+        body = charge_body(request.payment_reference)
         conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     acquirer = server(unavailable_once)
@@ -295,7 +295,7 @@ def test_no_secret_in_any_log_record_at_debug_over_real_http(server, caplog) -> 
             conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(echo), echo))  # fmt: skip
             return
-        body = charge_body(request.reference)
+        body = charge_body(request.payment_reference)
         conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     acquirer = server(fail_then_ok)

@@ -58,7 +58,7 @@ def authorization_request(token: str) -> AuthorizationRequest:
         amount=1050,
         currency="EUR",
         payment_method=token,
-        reference=reference,
+        payment_reference=reference,
         idempotency_key=f"authorize-{reference}",
     )
 

@@ -17,13 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway_client import (
-    CounterMetrics,
-    ManualClock,
-    RateGate,
-    RedisStore,
-    RetryBudget,
-)
+from gateway_client import ManualClock, RedisStore
+from gateway_client.budget import RetryBudget
+from gateway_client.gate import RateGate
+from gateway_client.metrics import CounterMetrics
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +140,7 @@ PROCESS = textwrap.dedent(
         store=RedisStore.from_url(url, namespace=namespace),
     )
     request = AuthorizationRequest(amount=1000, currency="EUR", payment_method="tok_visa",
-                                   reference="pay_1", idempotency_key="authorize-pay_1")
+                                   payment_reference="pay_1", idempotency_key="authorize-pay_1")
     try:
         client.authorize(request)
         result = {"error": None}

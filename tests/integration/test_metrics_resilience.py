@@ -55,7 +55,7 @@ def authorize(token: str = "tok_visa") -> GatewayError | None:
         amount=1999,
         currency="EUR",
         payment_method=token,
-        reference=payment_id,
+        payment_reference=payment_id,
         idempotency_key=f"authorize-{payment_id}",
     )
     try:

@@ -21,20 +21,18 @@ from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
     AimdConfig,
-    AimdLimiter,
     AuthorizationRequest,
     CircuitOpenError,
     ConcurrencyLimitedError,
-    CounterMetrics,
     ManualClock,
     MemoryStore,
     RateLimitedError,
     RetryPolicy,
     StateStore,
-    aimd_next_limit,
-    scope_for,
 )
-from gateway_client.aimd import DROP, IGNORE, SUCCESS
+from gateway_client.aimd import DROP, IGNORE, SUCCESS, AimdLimiter, aimd_next_limit
+from gateway_client.gate import scope_for
+from gateway_client.metrics import CounterMetrics
 
 StoreFactory = Callable[[ManualClock], StateStore]
 API_KEY = "sk_aimd_test"
@@ -246,7 +244,7 @@ def request(number: int = 1) -> AuthorizationRequest:
         amount=1000,
         currency="EUR",
         payment_method="tok_visa",
-        reference=f"pay_{number}",
+        payment_reference=f"pay_{number}",
         idempotency_key=f"authorize-pay_{number}",
     )
 

@@ -23,20 +23,17 @@ from gateway_client import (
     AcquirerUnavailableError,
     AuthorizationRequest,
     BreakerConfig,
-    BreakerSet,
-    CircuitBreaker,
     CircuitOpenError,
-    CounterMetrics,
     GatewayError,
     ManualClock,
     MemoryStore,
-    RateGate,
     RateLimitedError,
     RetryPolicy,
     UpstreamServerError,
-    scope_for,
 )
-from gateway_client.breaker import FAILURE, IGNORED, SUCCESS
+from gateway_client.breaker import FAILURE, IGNORED, SUCCESS, BreakerSet, CircuitBreaker
+from gateway_client.gate import RateGate, scope_for
+from gateway_client.metrics import CounterMetrics
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 Answer = Callable[[httpx.Request], httpx.Response]
@@ -134,7 +131,7 @@ class Rig:
             amount=1000,
             currency="EUR",
             payment_method="tok_visa",
-            reference=reference,
+            payment_reference=reference,
             idempotency_key=f"authorize-{reference}",
         )
         try:

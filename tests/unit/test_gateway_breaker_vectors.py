@@ -29,13 +29,13 @@ from gateway_client import (
     AuthorizationRequest,
     BreakerConfig,
     CircuitOpenError,
-    CounterMetrics,
     ManualClock,
     MemoryStore,
     RetryableError,
     RetryPolicy,
     StateStore,
 )
+from gateway_client.metrics import CounterMetrics
 
 #: REFERENCE.md section 4's config C.
 CONFIG_C = BreakerConfig(
@@ -128,7 +128,7 @@ class Harness:
             amount=1000,
             currency="EUR",
             payment_method="tok_visa",
-            reference=reference,
+            payment_reference=reference,
             idempotency_key=f"authorize-{reference}",
         )
         try:

@@ -74,7 +74,7 @@ def authorization_request(**overrides: Any) -> AuthorizationRequest:
         "amount": 1999,
         "currency": "EUR",
         "payment_method": TOKEN,
-        "reference": REFERENCE,
+        "payment_reference": REFERENCE,
         "idempotency_key": IDEMPOTENCY_KEY,
     }
     fields.update(overrides)
@@ -249,7 +249,6 @@ def test_row_2xx_declined_is_a_result_not_an_error() -> None:
     )
     authorization = client.authorize(authorization_request())
     assert authorization.approved is False
-    assert authorization.declined is True
     assert authorization.decline_code == "insufficient_funds"
 
 
@@ -523,7 +522,7 @@ def test_approved_answer_fields() -> None:
         decline_code=None,
         amount=1999,
         currency="EUR",
-        reference=REFERENCE,
+        payment_reference=REFERENCE,
         created_at=datetime(2026, 11, 29, 17, 0, tzinfo=UTC),
         replayed=False,
     )
@@ -1094,8 +1093,19 @@ def test_request_accepts_255_character_key() -> None:
     assert authorization_request(idempotency_key="a" * 255).idempotency_key == "a" * 255
 
 
-@pytest.mark.parametrize("field", ["payment_method", "reference"])
+@pytest.mark.parametrize("field", ["payment_method", "payment_reference"])
 def test_request_rejects_empty_strings(field: str) -> None:
-    """payment_method and reference must be non-empty strings."""
+    """payment_method and payment_reference must be non-empty strings."""
     with pytest.raises(ValueError):
         authorization_request(**{field: ""})
+
+
+def test_error_constructors_parse_no_header() -> None:
+    """The client reads Retry-After (_exchange.py); a refusal built by hand keeps the raw header
+    and has only the seconds it was given."""
+    error = RateLimitedError("429", operation="authorize", retry_after_header="7")
+    assert (error.retry_after_header, error.retry_after) == ("7", None)
+    error = AcquirerUnavailableError(
+        "503", operation="authorize", retry_after_header="7", retry_after=7.0
+    )
+    assert (error.retry_after_header, error.retry_after) == ("7", 7.0)

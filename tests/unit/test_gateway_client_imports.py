@@ -76,3 +76,30 @@ def test_import_loads_no_forbidden_module() -> None:
     loaded = json.loads(result.stdout)
     assert "gateway_client.client" in loaded
     assert sorted(name for name in loaded if name.split(".")[0] in FORBIDDEN) == []
+
+
+PUBLIC = {
+    "AcquirerClient", "AcquirerConfig", "AimdConfig", "Authorization", "AuthorizationRequest",
+    "BreakerConfig", "BreakerSnapshot", "Clock", "LimiterSnapshot", "ManualClock", "MemoryStore",
+    "RedisStore", "RetryPolicy", "StateStore",
+}  # fmt: skip
+
+
+def test_the_public_surface_is_the_client_its_values_and_the_error_tree() -> None:
+    """`__all__` lists the client's names and every GatewayError class, nothing internal."""
+    from gateway_client import errors
+
+    assert set(gateway_client.__all__) == PUBLIC | set(errors.__all__)
+    assert all(hasattr(gateway_client, name) for name in gateway_client.__all__)
+    assert not hasattr(gateway_client, "CircuitBreaker")  # internals: from their modules
+
+
+def test_the_library_needs_neither_matplotlib_nor_bench() -> None:
+    """The simulator and the gRPC throttle live in bench/: the package imports neither."""
+    offenders = [
+        f"{path.name}:{line}: {module}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for line, module in imported_modules(path)
+        if module.split(".")[0] in {"matplotlib", "bench"}
+    ]
+    assert offenders == []

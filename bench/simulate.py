@@ -1,7 +1,7 @@
 """
 Retry-storm simulator: the project's own backoff and budget code in simulated time, no sockets.
 
-    python -m gateway_client.simulate [--seed 1] [--runs 100] [--clients 10:190:10]
+    python -m bench.simulate [--seed 1] [--runs 100] [--clients 10:190:10]
                                       [--plots DIR] [--only aws|storm]
 
 Two experiments, deterministic for a given seed:
@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backoff import (
+from gateway_client.backoff import (
     Backoff,
     DecorrelatedJitter,
     EqualJitter,
@@ -55,10 +55,10 @@ from .backoff import (
     FullJitter,
     NoBackoff,
 )
-from .budget import RetryBudget
-from .clock import ManualClock
-from .policy import RetryPolicy
-from .store import MemoryStore
+from gateway_client.budget import RetryBudget
+from gateway_client.clock import ManualClock
+from gateway_client.policy import RetryPolicy
+from gateway_client.store import MemoryStore
 
 __all__ = [
     "AWS_STRATEGIES",
@@ -401,7 +401,7 @@ def _client_range(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m gateway_client.simulate", description=__doc__.split("\n\n")[0]
+        prog="python -m bench.simulate", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=100, help="runs per client count (100)")

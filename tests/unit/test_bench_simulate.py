@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_client.simulate import (
+from bench.simulate import (
     main,
     run_aws,
     run_aws_once,

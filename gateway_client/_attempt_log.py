@@ -1,0 +1,116 @@
+"""
+The one log event per attempt, on the `gateway_client` logger.
+
+INFO for a result, WARNING for an error, with `extra` fields named `gateway_*`: operation,
+acquirer, scope, reference (our payment reference), attempt, status, outcome, elapsed (this
+attempt) and call_elapsed, decision (return, retry, raise) and stop_reason, the chosen wait
+and its source (retry-after, quota-header, gate, backoff), the server's wait and the rate
+headers seen, the gate's waits, the retry budget and the breaker's state. Never the API key,
+the Authorization header, the card token or a body.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ._call import Attempt, Progress, Stop
+from .clock import Clock
+
+__all__ = ["AttemptLog"]
+
+logger = logging.getLogger("gateway_client")
+
+
+class AttemptLog:
+    """Writes the attempt events of the acquirer `name`'s calls in quota `scope`."""
+
+    def __init__(self, name: str, scope: str, clock: Clock) -> None:
+        self._name = name
+        self._scope = scope
+        self._clock = clock
+
+    def attempt(
+        self,
+        progress: Progress,
+        attempt: Attempt,
+        outcome: str,
+        decision: str,
+        reason: str | None = None,
+    ) -> None:
+        """The event of an attempt that was sent: its `outcome` and the loop's `decision`."""
+        now = self._clock.monotonic()
+        server = attempt.server_wait
+        fields: dict[str, Any] = {
+            "attempt": progress.attempts,
+            "status": attempt.status_code,
+            "outcome": outcome,
+            "elapsed": now - attempt.started,
+            "server_wait": server.seconds if server is not None else None,
+            "rate_headers": dict(server.seen) if server is not None else {},
+        }
+        self._emit(progress, fields, decision, reason)
+
+    def stop(self, progress: Progress, stop: Stop) -> None:
+        """The event of a call stopped before sending (breaker, gate, concurrency, deadline)."""
+        error = stop.error
+        fields: dict[str, Any] = {
+            "attempt": progress.attempts,
+            "status": error.status_code,
+            "outcome": type(error).__name__,
+            "elapsed": None,
+            "server_wait": getattr(error, "retry_after", None),
+            "rate_headers": {},
+        }
+        self._emit(progress, fields, "raise", stop.reason)
+
+    def _emit(
+        self, progress: Progress, fields: dict[str, Any], decision: str, reason: str | None
+    ) -> None:
+        call_elapsed = self._clock.monotonic() - progress.started
+        wait = progress.log.get("wait")
+        budget = progress.budget.retries_available if progress.budget is not None else None
+        gate = progress.log.get("gate")
+        status = fields["status"]
+        elapsed = fields["elapsed"]
+        level = logging.INFO if decision == "return" else logging.WARNING
+        logger.log(
+            level,
+            "acquirer attempt operation=%s acquirer=%s reference=%s attempt=%d status=%s "
+            "outcome=%s elapsed=%s decision=%s%s wait=%s source=%s budget=%s gate=%s",
+            progress.operation,
+            self._name,
+            progress.payment_reference,
+            fields["attempt"],
+            status if status is not None else "-",
+            fields["outcome"],
+            f"{elapsed:.3f}s" if elapsed is not None else "-",
+            decision,
+            f" reason={reason}" if reason else "",
+            f"{wait:.3f}s" if wait is not None else "-",
+            progress.log.get("wait_source") or "-",
+            budget if budget is not None else "-",
+            f"{gate:.3f}s" if gate is not None else "-",
+            extra={
+                "gateway_operation": progress.operation,
+                "gateway_acquirer": self._name,
+                "gateway_scope": self._scope,
+                "gateway_reference": progress.payment_reference,
+                "gateway_attempt": fields["attempt"],
+                "gateway_status": status,
+                "gateway_outcome": fields["outcome"],
+                "gateway_elapsed": elapsed,
+                "gateway_call_elapsed": call_elapsed,
+                "gateway_decision": decision,
+                "gateway_stop_reason": reason,
+                "gateway_wait": wait,
+                "gateway_wait_source": progress.log.get("wait_source"),
+                "gateway_server_wait": fields["server_wait"],
+                "gateway_rate_headers": fields["rate_headers"],
+                "gateway_gate_waited": progress.gate_waited,
+                "gateway_gate_remaining": gate,
+                "gateway_budget_retries": budget,
+                "gateway_max_attempts": progress.policy.max_attempts,
+                "gateway_breaker_state": progress.log.get("breaker"),
+            },
+        )
