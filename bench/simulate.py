@@ -7,7 +7,7 @@ Retry-storm simulator: the project's own backoff and budget code in simulated ti
 Two experiments, deterministic for a given seed:
 
 1. The AWS backoff simulation (aws-samples/aws-arch-backoff-simulator, "Exponential Backoff
-   And Jitter", REFERENCE.md section 3), ported event for event: N clients each update one
+   And Jitter", docs/reference/backoff-study.md), ported event by event: N clients each update one
    row once with optimistic concurrency (read the version, write conditionally, back off and
    start over on a conflict); every message takes abs(normal(10 ms, sd 2 ms)); base 5 ms, cap
    2000 ms; 100 runs per N. "calls" counts writes attempted, "time" is when the last client

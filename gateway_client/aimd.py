@@ -3,7 +3,7 @@ Adaptive concurrency per quota scope: additive increase, multiplicative decrease
 
 A rate-limit answer (429, or a 403 confirmed as a secondary rate limit) says the fleet sends
 too much at once for this quota scope; lowering the concurrency, then raising it gradually,
-finds the rate the acquirer accepts (REFERENCE.md section 2, Netflix concurrency-limits'
+finds the rate the acquirer accepts (docs/reference/retries.md, Netflix concurrency-limits'
 AIMDLimit):
 
 - on a drop (a rate-limit answer): new = max(min_limit, min(limit - 1, int(limit * 0.9)));
@@ -23,7 +23,7 @@ longer wait in their own policy.
 
 Defaults (`AimdConfig()`): `initial_limit` = `max_limit` = 100 concurrent calls per scope,
 above the fleet's expected peak, so the limiter changes nothing until the acquirer answers
-with a rate limit; `min_limit` 1 (REFERENCE's formula); `backoff_ratio` 0.9 (Netflix).
+with a rate limit; `min_limit` 1 (docs/reference/retries.md); `backoff_ratio` 0.9 (Netflix).
 """
 
 from __future__ import annotations

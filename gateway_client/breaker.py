@@ -4,7 +4,7 @@ A circuit breaker on the failure RATE, per acquirer endpoint group, shared by ev
 Why our own: the common Python breakers (pybreaker, circuitbreaker, purgatory, aiobreaker) count
 consecutive failures and reset on any success, so a repeating F,F,F,F,S pattern (80 %
 failures) never opens them, and pybreaker's Redis storage is not atomic. This one follows
-resilience4j's rules (REFERENCE.md section 4) and keeps its state in a `StateStore`
+resilience4j's rules (docs/reference/circuit-breaker.md) and keeps its state in a `StateStore`
 (store.py): one atomic script, lua/breaker.lua for Redis and its twin in _twins.py for memory,
 with the same semantics. The values it takes and answers (BreakerConfig, Admission, Recorded,
 BreakerSnapshot, the outcomes) are in breaker_types.py; this module has the two classes,

@@ -1,7 +1,7 @@
 """
 Classifying one attempt: was the request applied, and may it be sent again?
 
-The rule (REFERENCE.md section 2), for one attempt of a POST to the acquirer:
+The rule (docs/reference/retries.md), for one attempt of a POST to the acquirer:
 
 | outcome                                 | was the request applied? | retry?                     |
 | --------------------------------------- | ------------------------ | -------------------------- |

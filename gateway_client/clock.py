@@ -54,7 +54,7 @@ class ManualClock:
     A clock that moves only by `advance(seconds)` or `sleep(seconds)`; thread-safe.
 
     `monotonic` starts at `start` (default 0.0), `time()` at `wall` (default
-    2019-06-03T11:00:00Z, the instant of REFERENCE.md's Retry-After vectors). `sleeps` lists
+    2019-06-03T11:00:00Z, the instant of docs/reference/retries.md's vectors). `sleeps` lists
     every duration passed to `sleep`, in order. Negative durations raise ValueError.
     """
 

@@ -6,7 +6,7 @@ nothing remaining), the client closes the gate of its quota scope until T. Every
 process sharing the store then checks the gate before sending: it waits if T falls within its
 deadline (and the configured maximum wait), and otherwise fails at once with
 `RateLimitedError(retry_after, not_before)`, without sending. Without a shared gate, each worker
-would wait alone while together they keep exceeding the limit (REFERENCE.md section 2).
+would wait alone while together they keep exceeding the limit (docs/reference/retries.md).
 
 A scope names the quota: the acquirer's name plus a fingerprint of the API key (the first 12
 hex digits of its SHA-256), or the configured `AcquirerConfig.rate_scope`; never the raw key.

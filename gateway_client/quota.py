@@ -11,7 +11,7 @@ four profiles chosen by `AcquirerConfig.quota_profile` (the acquirer's own heade
 | "github"        | Retry-After; x-ratelimit-reset - now where x-ratelimit-remaining is 0; on a  |
 |                 | rate-limit answer with neither, GitHub's "wait at least 60 s"               |
 | "auto"          | Retry-After; RateLimit t where r=0; x-ratelimit-reset - now where remaining |
-|                 | is 0 (REFERENCE.md's precedence); then the caller's backoff                 |
+|                 | is 0 (docs/reference/retries.md); then the caller's backoff                 |
 
 Rules:
 - `Retry-After` (RFC 9110 section 10.2.3) always wins when it is valid; an invalid one is

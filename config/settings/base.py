@@ -1,6 +1,6 @@
 """Settings shared by every environment, read from the environment with django-environ.
 
-Every value that an operator may change is an environment variable; README.md lists them.
+Every value an operator may change is an environment variable; docs/configuration.md lists them.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ ACQUIRER_NAME = env("ACQUIRER_NAME", default="sandbox")
 # Which rate headers the acquirer sends: auto, ietf (RateLimit draft), github, retry-after.
 ACQUIRER_QUOTA_PROFILE = env("ACQUIRER_QUOTA_PROFILE", default="auto")
 ACQUIRER_RATE_SCOPE = env("ACQUIRER_RATE_SCOPE", default=None)
-# Retries of the synchronous API path (gateway_client.RetryPolicy; README "Retries").
+# Retries of the synchronous API path (gateway_client.RetryPolicy; gateway_client/README.md).
 ACQUIRER_RETRY_MAX_ATTEMPTS = env.int("ACQUIRER_RETRY_MAX_ATTEMPTS", default=3)
 ACQUIRER_RETRY_BACKOFF_BASE_SECONDS = env.float("ACQUIRER_RETRY_BACKOFF_BASE_SECONDS", default=0.2)
 ACQUIRER_RETRY_BACKOFF_CAP_SECONDS = env.float("ACQUIRER_RETRY_BACKOFF_CAP_SECONDS", default=2.0)
@@ -231,7 +231,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
-# Why each of these: README "Celery settings". Tasks are idempotent (leases, status checks under
+# Why each of these: docs/configuration.md. Tasks are idempotent (leases, status checks under
 # row locks, the acquirer idempotency key), so a redelivered task is harmless.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def small_breaker(settings):
-    """Config C of REFERENCE.md section 4, with a short open duration."""
+    """Config C of docs/reference/circuit-breaker.md, with a short open duration."""
     settings.ACQUIRER_BREAKER_WINDOW_SIZE = 10
     settings.ACQUIRER_BREAKER_MINIMUM_CALLS = 5
     settings.ACQUIRER_BREAKER_FAILURE_RATE_THRESHOLD = 50.0

@@ -1,6 +1,6 @@
 """Concurrent duplicates over real HTTP (pytest-django's live server, real PostgreSQL).
 
-Vectors 7 and 8 of REFERENCE.md section 1: the unique constraint decides every race.
+Vectors 7 and 8 of docs/reference/idempotency.md: the unique constraint decides every race.
 """
 
 from __future__ import annotations

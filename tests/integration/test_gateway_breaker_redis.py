@@ -1,7 +1,7 @@
 """
 The circuit breaker and the AIMD limiter on a real Redis (127.0.0.1:6379).
 
-- REFERENCE.md section 4's vectors, the very tests of tests/unit/test_gateway_breaker_vectors.py
+- docs/reference/circuit-breaker.md vectors: the tests of tests/unit/test_gateway_breaker_vectors.py
   with the `make_store` fixture overridden to a RedisStore (injected ManualClock), and the AIMD
   vectors of tests/unit/test_gateway_aimd.py the same way;
 - the Lua scripts mean what their Python twins mean: the same random operation sequences give

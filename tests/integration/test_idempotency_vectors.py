@@ -1,4 +1,4 @@
-"""The Idempotency-Key vectors of REFERENCE.md section 1, on real PostgreSQL and the sandbox."""
+"""The Idempotency-Key vectors (docs/reference/idempotency.md), on PostgreSQL and the sandbox."""
 
 from __future__ import annotations
 

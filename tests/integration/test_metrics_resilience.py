@@ -78,7 +78,7 @@ def single_attempt(settings) -> None:
 
 @pytest.fixture
 def small_breaker(settings, single_attempt) -> None:
-    """REFERENCE's config C (window 10, minimum 5, 50 %), open long enough to stay open."""
+    """Config C (docs/reference/circuit-breaker.md: window 10, minimum 5, 50 %), kept open."""
     settings.ACQUIRER_BREAKER_WINDOW_SIZE = 10
     settings.ACQUIRER_BREAKER_MINIMUM_CALLS = 5
     settings.ACQUIRER_BREAKER_FAILURE_RATE_THRESHOLD = 50.0

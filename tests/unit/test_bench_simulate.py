@@ -1,4 +1,4 @@
-"""The retry-storm simulator: REFERENCE.md section 3's shape checks at small sizes, the storm."""
+"""The retry-storm simulator: docs/reference/backoff-study.md's shape checks, small, the storm."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """
-Adaptive (AIMD) concurrency per quota scope: REFERENCE.md section 2's vectors, slots as
+Adaptive (AIMD) concurrency per quota scope: docs/reference/retries.md's vectors, slots as
 leases, the short wait, and the client's use of it (a rate limit drops the limit, a success at
 high concurrency raises it, no free slot refuses without sending).
 
@@ -54,7 +54,7 @@ def limiter_on(make_store: StoreFactory, limit: int, max_limit: int = 10) -> Aim
     return limiter
 
 
-# -- the rule (REFERENCE.md section 2) ---------------------------------------------------------
+# -- the rule (docs/reference/retries.md) ------------------------------------------------------
 
 
 @pytest.mark.parametrize(

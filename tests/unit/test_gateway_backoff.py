@@ -1,4 +1,4 @@
-"""Backoff bounds and strategies: REFERENCE.md section 2's full-jitter vectors, and the others."""
+"""Backoff bounds and strategies: docs/reference/retries.md's full-jitter vectors, and others."""
 
 from __future__ import annotations
 

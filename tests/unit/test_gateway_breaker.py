@@ -1,5 +1,5 @@
 """
-The circuit breaker beyond REFERENCE.md's vectors: what counts as a failure, permits given
+The circuit breaker beyond docs/reference/circuit-breaker.md: what counts as failure, permits given
 back, the retry loop stopping when the breaker opens, generations and late results, leases,
 the time window, slow calls, the operator's overrides, transitions logged once, the snapshot
 and the client's options. In-memory store, ManualClock, httpx.MockTransport: no sockets, no

@@ -1,5 +1,5 @@
 """
-REFERENCE.md section 4's breaker vectors, through AcquirerClient, config C (count window 10,
+The vectors of docs/reference/circuit-breaker.md, through AcquirerClient, config C (window 10,
 minimum 5 calls, threshold 50 %, open 30 s, 3 half-open permits).
 
 Here on the in-memory store; tests/integration/test_gateway_breaker_redis.py imports the same
@@ -37,7 +37,7 @@ from gateway_client import (
 )
 from gateway_client.metrics import CounterMetrics
 
-#: REFERENCE.md section 4's config C.
+#: Config C of docs/reference/circuit-breaker.md.
 CONFIG_C = BreakerConfig(
     window_size=10,
     minimum_calls=5,
@@ -192,8 +192,8 @@ def test_vector_3_forty_percent_stays_closed_fifty_percent_opens(harness: Harnes
 
 def test_vector_4_as_written_opens_at_the_fifth_call_under_config_c(harness: Harness) -> None:
     """Config C: F,F,F,F,S is 4/5 = 80 % at the minimum of 5 calls, so it opens at call 5."""
-    # REFERENCE.md's vector 4 says F,F,F,F,S,S,S,S,S,S stays closed; under config C (minimum 5,
-    # the rule vectors 2 and 3 need) it cannot. The next test pins the sliding it describes.
+    # Vector 4 (docs/reference/circuit-breaker.md): F,F,F,F,S,S,S,S,S,S cannot stay closed (min 5,
+    # the rule vectors 2 and 3 need) under config C. The next test pins the sliding it describes.
     harness.calls_of("FFFF")
     harness.call("S")
     assert harness.state() == "open"

@@ -151,7 +151,7 @@ class BrokenStream(httpx.SyncByteStream):
         raise self.exc
 
 
-# -- the REFERENCE.md section 2 table, row by row --------------------------------------------------
+# -- the docs/reference/retries.md table, row by row -----------------------------------------------
 
 
 @pytest.mark.parametrize(

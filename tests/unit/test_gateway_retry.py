@@ -1,5 +1,5 @@
 """
-The retry loop of AcquirerClient (REFERENCE.md section 2): classification, full jitter, the
+The retry loop of AcquirerClient (docs/reference/retries.md): classification, full jitter, the
 deadline, Retry-After and quota headers, the rate gate, the retry budget and the attempt log.
 
 No sockets and no real time: httpx.MockTransport answers, a ManualClock is the clock and its

@@ -1,4 +1,4 @@
-"""The strict Retry-After / HTTP-date reader: every vector of REFERENCE.md section 2, and more."""
+"""The strict Retry-After / HTTP-date reader: the vectors of docs/reference/retries.md, and more."""
 
 from __future__ import annotations
 

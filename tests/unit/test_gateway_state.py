@@ -19,7 +19,7 @@ def store_on(clock: ManualClock) -> MemoryStore:
     return MemoryStore(clock.monotonic)
 
 
-# -- budget vectors (REFERENCE.md section 2) --------------------------------------------------
+# -- budget vectors (docs/reference/retries.md) -----------------------------------------------
 
 
 def test_finagle_defaults_with_no_traffic_give_100_retries() -> None:

@@ -46,8 +46,8 @@ def test_ci_runs_the_readme_test_command():
     assert (ROOT / ".ci/run").read_text().rstrip().endswith("make test")
 
 
-# Import direction (STYLE.md): payments -> idempotency -> merchants; gateway_client and the
-# sandbox import no project app; nothing imports payments except config.
+# Import direction (README, "Architecture"): payments -> idempotency -> merchants;
+# gateway_client and the sandbox import no project app; nothing imports payments except config.
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
@@ -72,7 +72,7 @@ def imported_top_levels(path: Path) -> set[str]:
 
 
 def test_import_direction():
-    """No package imports what STYLE.md's arrows forbid."""
+    """No package imports what the import direction forbids."""
     violations = []
     for package, forbidden in FORBIDDEN_IMPORTS.items():
         for path in (ROOT / package).rglob("*.py"):

@@ -14,7 +14,7 @@ from payments.money import CURRENCY_EXPONENTS, format_minor_units
      (99_999_999_999, "USD", "999999999.99"), (5, "SEK", "0.05")],
 )  # fmt: skip
 def test_format_minor_units(amount, currency, text):
-    """REFERENCE section 6: the exponent decides the decimals; never through a float."""
+    """docs/reference/money.md: the exponent decides the decimals; never through a float."""
     assert format_minor_units(amount, currency) == text
 
 
