@@ -29,8 +29,10 @@ run: install
 test: install
 	$(BIN)/python -m pytest
 
+## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,
+## detect-private-key, mypy --strict on gateway_client); CI runs it before make test.
 lint: install
-	$(BIN)/ruff check .
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 
 ## Stop the embedded PostgreSQL started when DATABASE_URL is unset.
 db-stop: install

@@ -1,0 +1,71 @@
+"""The tooling people use to help themselves, kept true: lint in CI, hooks, the image."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pre_commit_hooks() -> dict[str, dict]:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    return {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+
+
+def dev_requirement(name: str) -> str:
+    for requirement in pyproject()["project"]["optional-dependencies"]["dev"]:
+        if re.match(rf"{re.escape(name)}\b", requirement):
+            return requirement
+    raise AssertionError(f"{name} is not in the dev extra")
+
+
+def test_pre_commit_runs_the_agreed_hooks():
+    """ruff (check and format), django-upgrade, detect-private-key and mypy on gateway_client."""
+    hooks = pre_commit_hooks()
+    assert {"ruff-check", "ruff-format", "django-upgrade", "detect-private-key", "mypy"} <= set(
+        hooks
+    )
+    assert "--target-version 5.2" in hooks["django-upgrade"]["entry"]
+    assert hooks["mypy"]["args"] == ["gateway_client"]
+
+
+def test_hooks_call_the_pinned_tools_of_the_dev_extra():
+    """Each hook's program is pinned in the dev extra, so hooks, make lint and CI agree."""
+    for hook in pre_commit_hooks().values():
+        assert hook["language"] == "system", hook["id"]
+    for tool in ("ruff", "pre-commit-hooks", "django-upgrade"):
+        assert "==" in dev_requirement(tool), tool
+    dev_requirement("mypy")
+    dev_requirement("pre-commit")
+
+
+def test_ci_runs_lint_before_the_tests():
+    """.ci/run runs `make lint`, then `make test` last."""
+    lines = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
+    assert lines.index("make lint") < lines.index("make test") == len(lines) - 1
+    assert "pre-commit run --all-files" in (ROOT / "Makefile").read_text()
+
+
+def test_mypy_is_strict_on_gateway_client():
+    """gateway_client ships py.typed, so it is type-checked strictly."""
+    mypy = pyproject()["tool"]["mypy"]
+    assert (ROOT / "gateway_client/py.typed").exists()
+    assert mypy.get("strict") is True or any(
+        override.get("strict") is True for override in mypy.get("overrides", [])
+    )
+
+
+def test_docker_image_copies_every_installed_package():
+    """The Dockerfile COPYs each package that pyproject.toml installs (a new app is not lost)."""
+    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in include}
+    copied = set(re.findall(r"^COPY (\S+) \1$", (ROOT / "Dockerfile").read_text(), re.M))
+    assert packages <= copied, sorted(packages - copied)
