@@ -22,7 +22,8 @@ answer; ``SO_LINGER`` 0), ``close`` with a FIN (no answer). A response with
 ``trickle_seconds_per_byte`` is sent headers first, then its body one byte at a time.
 
 The server also feeds the store's live gauges (open connections) and the arrival counters
-(per 100 ms bucket, per Idempotency-Key) of requests to the acquirer API.
+(per 100 ms bucket, per Idempotency-Key of every acquirer POST: charges, captures, voids,
+refunds) of requests to the acquirer API.
 
 Each answered request is logged as one line to the ``sandbox_acquirer`` logger: method,
 path (without query string), status and elapsed milliseconds. Headers are never logged, so
@@ -229,7 +230,7 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         app = self.server.app
         if app.counts_towards_stats(target.path):
             key = None
-            if self.command == "POST" and target.path == "/charges":
+            if self.command == "POST" and app.endpoint_label("POST", target.path) != "other":
                 key = valid_idempotency_key(self.headers.get("Idempotency-Key"))
             app.store.count_arrival(
                 generation=self._generation if self._generation is not None else -1,

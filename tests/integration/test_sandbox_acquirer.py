@@ -301,7 +301,7 @@ def test_body_of_exactly_64_kib_is_accepted(client: httpx.Client) -> None:
 
 def test_unknown_path_is_404(client: httpx.Client) -> None:
     """A path the sandbox does not serve answers 404 JSON."""
-    assert_problem(client.get("/refunds"), 404, "not_found")
+    assert_problem(client.get("/payouts"), 404, "not_found")
 
 
 def test_wrong_method_is_405_with_allow(client: httpx.Client) -> None:
@@ -471,7 +471,8 @@ def test_500_after_commit_then_retry_replays_the_same_charge(
 def test_lookup_by_reference_lists_charges_oldest_first(
     client: httpx.Client, sandbox: SandboxProcess
 ) -> None:
-    """GET /charges?reference=R lists that reference's charges in creation order."""
+    """GET /charges?reference=R lists that reference's charges in creation order: the 201
+    body's fields, plus the capture state (an approval without ``capture`` is captured)."""
     first = post_charge(client, "lookup-1", charge_body(reference="order-lookup"))
     second = post_charge(
         client, "lookup-2", charge_body(reference="order-lookup", payment_method="tok_decline")
@@ -481,7 +482,15 @@ def test_lookup_by_reference_lists_charges_oldest_first(
     response = client.get("/charges", params={"reference": "order-lookup"})
 
     assert response.status_code == 200
-    assert response.json() == {"data": [first.json(), second.json()]}
+    data = response.json()["data"]
+    assert [{name: row[name] for name in first.json()} for row in data] == [
+        first.json(),
+        second.json(),
+    ]
+    assert [(row["captured"], row["amount_captured"], row["voided"]) for row in data] == [
+        (True, first.json()["amount"], False),
+        (False, 0, False),
+    ]
 
 
 def test_lookup_only_shows_the_callers_charges(
