@@ -460,33 +460,38 @@ class SandboxApp:
         )
 
     def _capture(self, request: Request, account: str) -> Response:
-        prepared = _prepare(request, parse_capture_request, allow_empty=True)
-        if isinstance(prepared, Response):
-            return prepared
-        key, capture = prepared
-        return self._operate(
+        return self._charge_operation(
+            request,
             account,
-            key,
-            request.path,
-            capture.as_dict(),
-            _charge_id(request.path),
             "capture",
-            lambda charge, now: (charge.captured_by(capture.amount, now), None),
+            parse_capture_request,
+            lambda body: lambda charge, now: (charge.captured_by(body.amount, now), None),
         )
 
     def _void(self, request: Request, account: str) -> Response:
-        prepared = _prepare(request, parse_void_request, allow_empty=True)
+        return self._charge_operation(
+            request,
+            account,
+            "void",
+            parse_void_request,
+            lambda body: lambda charge, now: (charge.voided_at_time(now), None),
+        )
+
+    def _charge_operation(
+        self,
+        request: Request,
+        account: str,
+        kind: Operation,
+        parse: Callable[[Any], Any],
+        rule: Callable[[Any], Callable[[Charge, datetime], tuple[Charge, None]]],
+    ) -> Response:
+        """``POST /charges/{id}/capture`` or ``/void``: ``rule(body)`` is the change."""
+        prepared = _prepare(request, parse, allow_empty=True)
         if isinstance(prepared, Response):
             return prepared
-        key, void = prepared
+        key, body = prepared
         return self._operate(
-            account,
-            key,
-            request.path,
-            void.as_dict(),
-            _charge_id(request.path),
-            "void",
-            lambda charge, now: (charge.voided_at_time(now), None),
+            account, key, request.path, body.as_dict(), _charge_id(request.path), kind, rule(body)
         )
 
     def _create_refund(self, request: Request, account: str) -> Response:

@@ -180,35 +180,68 @@ class _BoundedCounter:
         return len(self._counts)
 
 
+class _ReferenceIndex:
+    """Items per ``(account, reference)``, oldest first, each with the time it becomes
+    visible; at most ``limit`` items in all, the oldest dropped first (``evicted``)."""
+
+    __slots__ = ("_entries", "_limit", "_order", "evicted")
+
+    def __init__(self, limit: int) -> None:
+        self._entries: dict[tuple[str, str], deque[tuple[Any, datetime]]] = {}
+        self._order: deque[tuple[str, str]] = deque()
+        self._limit = limit
+        self.evicted = 0
+
+    def add(self, scope: tuple[str, str], item: Any, visible_at: datetime) -> None:
+        self._entries.setdefault(scope, deque()).append((item, visible_at))
+        self._order.append(scope)
+        while len(self._order) > self._limit:
+            oldest = self._order.popleft()
+            entries = self._entries[oldest]
+            entries.popleft()
+            if not entries:
+                del self._entries[oldest]
+            self.evicted += 1
+
+    def visible(self, scope: tuple[str, str], now: datetime) -> list[Any]:
+        return [item for item, visible_at in self._entries.get(scope, ()) if visible_at <= now]
+
+
+class _BoundedLog:
+    """``(account, idempotency key, item)`` rows in commit order; at most ``limit``, the
+    oldest dropped first (``evicted``)."""
+
+    __slots__ = ("_limit", "evicted", "rows")
+
+    def __init__(self, limit: int) -> None:
+        self.rows: deque[tuple[str, str, Any]] = deque()
+        self._limit = limit
+        self.evicted = 0
+
+    def append(self, account: str, key: str, item: Any) -> None:
+        self.rows.append((account, key, item))
+        while len(self.rows) > self._limit:
+            self.rows.popleft()
+            self.evicted += 1
+
+
 @dataclass(slots=True)
 class _State:
     limit: int
     bucket_limit: int
     records: OrderedDict[tuple[str, str], _Record] = field(default_factory=OrderedDict)
     records_evicted: int = 0
-    # The ledger for GET /charges: (charge, visible_at) per (account, reference), plus the
-    # global insertion order, so the oldest entry can be dropped beyond the bound.
-    lookup: dict[tuple[str, str], deque[tuple[_ChargeEntry, datetime]]] = field(
-        default_factory=dict
-    )
-    lookup_order: deque[tuple[str, str]] = field(default_factory=deque)
-    lookup_evicted: int = 0
-    # Every recorded charge in commit order, (account, idempotency key, entry): the
-    # settlement-style listing of GET /_sandbox/charges (no lookup lag), bounded like the rest.
-    ledger: deque[tuple[str, str, _ChargeEntry]] = field(default_factory=deque)
-    ledger_evicted: int = 0
+    # GET /charges: the _ChargeEntry objects per (account, reference), with lookup lag.
+    lookup: _ReferenceIndex = field(init=False)
+    # Every recorded charge in commit order (_ChargeEntry items): the settlement-style
+    # listing of GET /_sandbox/charges (no lookup lag), bounded like the rest.
+    ledger: _BoundedLog = field(init=False)
     # Charges by (account, id), oldest first: what captures, voids and refunds find.
     charges: OrderedDict[tuple[str, str], _ChargeEntry] = field(default_factory=OrderedDict)
     charges_evicted: int = 0
-    # Refunds for GET /refunds?reference= (with their visibility time) and in commit order
-    # for GET /_sandbox/refunds, as for charges.
-    refund_lookup: dict[tuple[str, str], deque[tuple[Refund, datetime]]] = field(
-        default_factory=dict
-    )
-    refund_lookup_order: deque[tuple[str, str]] = field(default_factory=deque)
-    refund_lookup_evicted: int = 0
-    refund_ledger: deque[tuple[str, str, Refund]] = field(default_factory=deque)
-    refund_ledger_evicted: int = 0
+    # Refunds, the same two ways: GET /refunds?reference= and GET /_sandbox/refunds.
+    refund_lookup: _ReferenceIndex = field(init=False)
+    refund_ledger: _BoundedLog = field(init=False)
     operations_total: Counter[str] = field(default_factory=Counter)
     operations_by_reference: dict[str, _BoundedCounter] = field(init=False)
     operations_by_key: dict[str, _BoundedCounter] = field(init=False)
@@ -224,6 +257,10 @@ class _State:
     faults: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
+        self.lookup = _ReferenceIndex(self.limit)
+        self.refund_lookup = _ReferenceIndex(self.limit)
+        self.ledger = _BoundedLog(self.limit)
+        self.refund_ledger = _BoundedLog(self.limit)
         self.charges_by_reference = _BoundedCounter(self.limit)
         self.charges_by_key = _BoundedCounter(self.limit)
         self.requests_by_key = _BoundedCounter(self.limit)
@@ -347,16 +384,10 @@ class SandboxStore:
             record.response = response
             state = self._state
             entry = _ChargeEntry(account=claim.account, charge=charge, plan=plan)
-            state.lookup_evicted += self._append_bounded(
-                state.lookup,
-                state.lookup_order,
-                (claim.account, charge.reference),
-                (entry, self._clock() + visible_after),
+            state.lookup.add(
+                (claim.account, charge.reference), entry, self._clock() + visible_after
             )
-            state.ledger.append((claim.account, claim.key, entry))
-            while len(state.ledger) > self._limit:
-                state.ledger.popleft()
-                state.ledger_evicted += 1
+            state.ledger.append(claim.account, claim.key, entry)
             state.charges[(claim.account, charge.id)] = entry
             while len(state.charges) > self._limit:
                 state.charges.popitem(last=False)
@@ -406,16 +437,10 @@ class SandboxStore:
             record.response = render(charge, refund)
             entry.charge = charge
             if refund is not None:
-                state.refund_lookup_evicted += self._append_bounded(
-                    state.refund_lookup,
-                    state.refund_lookup_order,
-                    (claim.account, refund.reference),
-                    (refund, now + visible_after),
+                state.refund_lookup.add(
+                    (claim.account, refund.reference), refund, now + visible_after
                 )
-                state.refund_ledger.append((claim.account, claim.key, refund))
-                while len(state.refund_ledger) > self._limit:
-                    state.refund_ledger.popleft()
-                    state.refund_ledger_evicted += 1
+                state.refund_ledger.append(claim.account, claim.key, refund)
             state.operations_total[kind] += 1
             state.operations_by_reference[kind].add(charge.reference)
             state.operations_by_key[kind].add(claim.key)
@@ -452,17 +477,14 @@ class SandboxStore:
         A charge recorded with a lookup lag is left out until its lag has passed.
         """
         with self._lock:
-            now = self._clock()
-            entries = self._state.lookup.get((account, reference), ())
-            return [entry.charge for entry, visible_at in entries if visible_at <= now]
+            entries = self._state.lookup.visible((account, reference), self._clock())
+            return [entry.charge for entry in entries]
 
     def refunds_for(self, account: str, reference: str) -> list[Refund]:
         """``account``'s visible refunds with the caller's refund ``reference``, oldest
         first (a refund recorded with a lookup lag is left out until it has passed)."""
         with self._lock:
-            now = self._clock()
-            entries = self._state.refund_lookup.get((account, reference), ())
-            return [refund for refund, visible_at in entries if visible_at <= now]
+            return self._state.refund_lookup.visible((account, reference), self._clock())
 
     def ledger(
         self,
@@ -479,7 +501,9 @@ class SandboxStore:
         settlement report, not the look-up API. ``starting_after`` unknown: ``KeyError``.
         """
         with self._lock:
-            rows = ((account_, key, entry.charge) for account_, key, entry in self._state.ledger)
+            rows = (
+                (account_, key, entry.charge) for account_, key, entry in self._state.ledger.rows
+            )
             return _page(rows, account, since, starting_after, limit)
 
     def refund_ledger(
@@ -494,7 +518,7 @@ class SandboxStore:
         recorded, as ``(idempotency key, refund)``; paged and filtered like ``ledger``
         (``starting_after`` a refund id; unknown: ``KeyError``)."""
         with self._lock:
-            return _page(iter(self._state.refund_ledger), account, since, starting_after, limit)
+            return _page(self._state.refund_ledger.rows, account, since, starting_after, limit)
 
     def count_arrival(self, *, generation: int, idempotency_key: str | None = None) -> None:
         """Count one request arriving now (100 ms buckets), and per ``idempotency_key``.
@@ -596,11 +620,11 @@ class SandboxStore:
                 },
                 "evicted": {
                     "idempotency_keys": state.records_evicted,
-                    "charges_for_lookup": state.lookup_evicted,
-                    "charges_listed": state.ledger_evicted,
+                    "charges_for_lookup": state.lookup.evicted,
+                    "charges_listed": state.ledger.evicted,
                     "charges_for_operations": state.charges_evicted,
-                    "refunds_for_lookup": state.refund_lookup_evicted,
-                    "refunds_listed": state.refund_ledger_evicted,
+                    "refunds_for_lookup": state.refund_lookup.evicted,
+                    "refunds_listed": state.refund_ledger.evicted,
                     "charges_by_reference": state.charges_by_reference.evicted,
                     "charges_by_idempotency_key": state.charges_by_key.evicted,
                     "requests_by_idempotency_key": state.requests_by_key.evicted,
@@ -650,27 +674,6 @@ class SandboxStore:
                 "charge_not_found", f"No charge {charge_id[:64]!r} for this API key.", status=404
             )
         return entry
-
-    def _append_bounded(
-        self,
-        lookup: dict[tuple[str, str], deque[Any]],
-        order: deque[tuple[str, str]],
-        scope: tuple[str, str],
-        value: Any,
-    ) -> int:
-        """Append ``value`` to ``lookup[scope]``; drop the oldest entries beyond the bound.
-        Returns how many were dropped."""
-        lookup.setdefault(scope, deque()).append(value)
-        order.append(scope)
-        evicted = 0
-        while len(order) > self._limit:
-            oldest = order.popleft()
-            entries = lookup[oldest]
-            entries.popleft()
-            if not entries:
-                del lookup[oldest]
-            evicted += 1
-        return evicted
 
     def _owned_record(self, claim: Claim) -> _Record | None:
         if claim.generation != self._generation:

@@ -1084,56 +1084,59 @@ def test_trickled_refund_and_outage_refusing_voids_over_http(
     assert operate(client, "capture", other["id"], "c").status_code == 200
 
 
-def test_concurrent_refunds_over_http_stay_within_the_captured_amount(
-    client: httpx.Client, sandbox: SandboxProcess
-) -> None:
-    charge = manual_charge(client, capture=True)
+def in_parallel(sandbox: SandboxProcess, call: Any, arguments: list[Any]) -> list[int]:
+    """``call(client, argument)`` for every argument at once, each on its own connection;
+    the statuses, sorted."""
 
-    def one(index: int) -> int:
+    def one(argument: Any) -> int:
         with httpx.Client(
             base_url=sandbox.url, headers=sandbox.auth_headers(), timeout=10.0, trust_env=False
         ) as http:
-            return http.post(
-                "/refunds",
-                json={"charge": charge["id"], "amount": 2000, "reference": f"re_{index}"},
-                headers={"Idempotency-Key": f"refund-{index}"},
-            ).status_code
+            return call(http, argument).status_code
 
-    with ThreadPoolExecutor(max_workers=10) as pool:
-        statuses = sorted(pool.map(one, range(10)))
-    assert statuses == [201] * 5 + [422] * 5
+    with ThreadPoolExecutor(max_workers=len(arguments)) as pool:
+        return sorted(pool.map(one, arguments))
+
+
+def test_concurrent_refunds_over_http_stay_within_the_captured_amount(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """Ten concurrent refunds of 2000 on a captured 10000: five 201, five 422."""
+    charge = manual_charge(client, capture=True)
+
+    def one(http: httpx.Client, index: int) -> httpx.Response:
+        return http.post(
+            "/refunds",
+            json={"charge": charge["id"], "amount": 2000, "reference": f"re_{index}"},
+            headers={"Idempotency-Key": f"refund-{index}"},
+        )
+
+    assert in_parallel(sandbox, one, list(range(10))) == [201] * 5 + [422] * 5
     assert sandbox.stats()["refunds_by_charge_reference"] == {"pay-life": 5}
     assert sandbox.charges("pay-life")[0]["amount_refunded"] == 10_000
+    assert len(sandbox.refund_listing()) == 5
 
 
 def test_two_concurrent_captures_with_different_keys_capture_once(
     client: httpx.Client, sandbox: SandboxProcess
 ) -> None:
     charge = manual_charge(client)
-
-    def one(key: str) -> int:
-        with httpx.Client(
-            base_url=sandbox.url, headers=sandbox.auth_headers(), timeout=10.0, trust_env=False
-        ) as http:
-            return operate(http, "capture", charge["id"], key).status_code
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        statuses = sorted(pool.map(one, ["capture-a", "capture-b"]))
+    statuses = in_parallel(
+        sandbox,
+        lambda http, key: operate(http, "capture", charge["id"], key),
+        ["capture-a", "capture-b"],
+    )
     assert statuses == [200, 422]
     assert sandbox.stats()["captures_by_charge_reference"] == {"pay-life": 1}
 
 
 def test_capture_racing_void_one_wins(client: httpx.Client, sandbox: SandboxProcess) -> None:
     charge = manual_charge(client)
-
-    def one(operation: str) -> int:
-        with httpx.Client(
-            base_url=sandbox.url, headers=sandbox.auth_headers(), timeout=10.0, trust_env=False
-        ) as http:
-            return operate(http, operation, charge["id"], operation).status_code
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        statuses = sorted(pool.map(one, ["capture", "void"]))
+    statuses = in_parallel(
+        sandbox,
+        lambda http, operation: operate(http, operation, charge["id"], operation),
+        ["capture", "void"],
+    )
     assert statuses == [200, 422]
     stats = sandbox.stats()
     assert stats["captures_total"] + stats["voids_total"] == 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from sandbox_acquirer.app import Request, Response, SandboxApp
 from sandbox_acquirer.models import Charge, ChargeRequest, InvalidRequest, OperationRefused
 from sandbox_acquirer.scenarios import ScenarioSettings, resolve_scenario, resolve_token
 from sandbox_acquirer.store import SandboxStore
+from tests.support.fake_time import FakeClock, FakeWait
 
 START = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 API_KEY = "sk_unit"
@@ -23,33 +24,9 @@ OTHER_API_KEY = "sk_unit_other"
 SETTINGS = ScenarioSettings(hang_seconds=2.0, trickle_seconds_per_byte=1.0)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-class FakeWait:
-    """Records every pause and moves the clock instead of sleeping."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> bool:
-        self.calls.append(seconds)
-        self.clock.advance(seconds)
-        return False
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture
@@ -498,24 +475,31 @@ def test_refund_lookup_lag(app: SandboxApp, clock: FakeClock) -> None:
     assert len(body_of(get(app, "/refunds", "reference=re_lag"))["data"]) == 1
 
 
-def test_concurrent_refunds_never_exceed_the_captured_amount(clock: FakeClock) -> None:
-    """Ten threads refund 2000 of a captured 10000 at once: exactly five succeed."""
-    app = make_app(clock, lambda seconds: False)
-    charge = authorize(app, capture=None)
-    barrier = threading.Barrier(10)
+def concurrently(call: Any, arguments: list[Any]) -> list[Response]:
+    """``call(argument)`` for every argument, each in its own thread, released together."""
+    barrier = threading.Barrier(len(arguments))
     answers: list[Response] = []
 
-    def one(index: int) -> None:
+    def one(argument: Any) -> None:
         barrier.wait()
-        answers.append(
-            refund(app, charge["id"], key=f"re-{index}", reference=f"re_{index}", amount=2000)
-        )
+        answers.append(call(argument))
 
-    threads = [threading.Thread(target=one, args=(index,)) for index in range(10)]
+    threads = [threading.Thread(target=one, args=(argument,)) for argument in arguments]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return answers
+
+
+def test_concurrent_refunds_never_exceed_the_captured_amount(clock: FakeClock) -> None:
+    """Ten threads refund 2000 of a captured 10000 at once: exactly five succeed."""
+    app = make_app(clock, lambda seconds: False)
+    charge = authorize(app, capture=None)
+    answers = concurrently(
+        lambda n: refund(app, charge["id"], key=f"re-{n}", reference=f"re_{n}", amount=2000),
+        list(range(10)),
+    )
     assert sorted(answer.status for answer in answers) == [201] * 5 + [422] * 5
     assert {body_of(a)["code"] for a in answers if a.status == 422} == {"amount_exceeds_refundable"}
     assert charge_state(app)["amount_refunded"] == 10_000
@@ -525,20 +509,21 @@ def test_concurrent_refunds_never_exceed_the_captured_amount(clock: FakeClock) -
 def test_concurrent_captures_with_two_keys_capture_once(clock: FakeClock) -> None:
     app = make_app(clock, lambda seconds: False)
     charge = authorize(app)
-    barrier = threading.Barrier(2)
-    answers: list[Response] = []
-
-    def one(key: str) -> None:
-        barrier.wait()
-        answers.append(capture(app, charge["id"], key=key))
-
-    threads = [threading.Thread(target=one, args=(key,)) for key in ("a", "b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = concurrently(lambda key: capture(app, charge["id"], key=key), ["a", "b"])
     assert sorted(answer.status for answer in answers) == [200, 422]
     assert stats(app)["captures_by_charge_reference"] == {"pay_1": 1}
+
+
+def test_capture_racing_void_has_one_winner(clock: FakeClock) -> None:
+    app = make_app(clock, lambda seconds: False)
+    charge = authorize(app)
+    answers = concurrently(
+        lambda name: capture(app, charge["id"]) if name == "capture" else void(app, charge["id"]),
+        ["capture", "void"],
+    )
+    assert sorted(answer.status for answer in answers) == [200, 422]
+    counters = stats(app)
+    assert counters["captures_total"] + counters["voids_total"] == 1
 
 
 # -- faults on each operation --------------------------------------------------------------
