@@ -242,6 +242,8 @@ def valid_idempotency_key(raw: str | None) -> str | None:
 
 Handler = Callable[["SandboxApp", Request], Response]
 _Body = TypeVar("_Body")
+#: A capture's, void's or refund's change: ``(charge, now, scenario) -> (charge, refund)``.
+_Rule = Callable[[Charge, datetime, Scenario], tuple[Charge, Refund | None]]
 AcquirerHandler = Callable[["SandboxApp", Request, str], Response]
 
 
@@ -465,7 +467,7 @@ class SandboxApp:
             account,
             "capture",
             parse_capture_request,
-            lambda body: lambda charge, now: (charge.captured_by(body.amount, now), None),
+            lambda body: lambda charge, now, _: (charge.captured_by(body.amount, now), None),
         )
 
     def _void(self, request: Request, account: str) -> Response:
@@ -474,7 +476,7 @@ class SandboxApp:
             account,
             "void",
             parse_void_request,
-            lambda body: lambda charge, now: (charge.voided_at_time(now), None),
+            lambda body: lambda charge, now, _: (charge.voided_at_time(now), None),
         )
 
     def _charge_operation(
@@ -483,7 +485,7 @@ class SandboxApp:
         account: str,
         kind: Operation,
         parse: Callable[[Any], Any],
-        rule: Callable[[Any], Callable[[Charge, datetime], tuple[Charge, None]]],
+        rule: Callable[[Any], _Rule],
     ) -> Response:
         """``POST /charges/{id}/capture`` or ``/void``: ``rule(body)`` is the change."""
         prepared = _prepare(request, parse, allow_empty=True)
@@ -533,20 +535,21 @@ class SandboxApp:
         body: dict[str, Any],
         charge_id: str,
         kind: Operation,
-        apply: Callable[..., tuple[Charge, Refund | None]],
+        apply: _Rule,
     ) -> Response:
         """A capture, void or refund of ``charge_id``: its scenario comes from the
-        charge's token (``plan.operation(kind)``); ``apply(charge, now[, scenario])``
-        enforces the rules and returns the new charge (and the refund)."""
+        charge's token (``plan.operation(kind)``); ``apply(charge, now, scenario)``
+        enforces the rules (raising ``OperationRefused``) and returns the new charge (and
+        the refund)."""
         try:
             snapshot, plan = self.store.charge_plan(account, charge_id)
         except OperationRefused as exc:
             return _refused(exc)
         scenario = (plan if isinstance(plan, TokenPlan) else TokenPlan()).operation(kind)
-        if kind == "refund":
-            rule = lambda charge, now: apply(charge, now, scenario)  # noqa: E731
-        else:
-            rule = apply
+
+        def rule(charge: Charge, now: datetime) -> tuple[Charge, Refund | None]:
+            return apply(charge, now, scenario)
+
         status = 201 if kind == "refund" else 200
 
         def render(charge: Charge, refund: Refund | None) -> Response:

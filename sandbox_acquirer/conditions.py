@@ -541,7 +541,7 @@ def parse_cli_value(text: str) -> dict[str, Any]:
 
     In the second form each value is read as JSON when it parses (``5``, ``true``,
     ``"x"``) and as a plain string otherwise (``failure=reset``); ``endpoints`` takes
-    ``POST /charges`` or ``GET /charges`` (one endpoint). Raises ``ConditionError``.
+    one endpoint label (``POST /charges``, ``POST /refunds``, ...). Raises ``ConditionError``.
     """
     text = text.strip()
     if text.startswith("{"):

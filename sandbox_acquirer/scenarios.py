@@ -40,6 +40,8 @@ Tokens (details and examples in docs/sandbox.md):
 ``tok_trickle_<ms>``               the same at one byte per ``<ms>`` ms (0..10000)
 ``tok_lookup_lag_<s>``             approved and recorded, but ``GET /charges?reference=`` lists it
                                    only ``<s>`` seconds later (0..86400)
+``tok_<operation>_<fault>``        authorization approved; ``<fault>`` (any token above without
+                                   ``tok_``) in each capture, void or refund (see below)
 =================================  ===========================================================
 
 A malformed parameterised token (``tok_slow_soon``, ``tok_fail_418_1``) is a 400, so a typo
