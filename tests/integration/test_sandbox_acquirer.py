@@ -1140,3 +1140,26 @@ def test_capture_racing_void_one_wins(client: httpx.Client, sandbox: SandboxProc
     assert statuses == [200, 422]
     stats = sandbox.stats()
     assert stats["captures_total"] + stats["voids_total"] == 1
+
+
+def test_new_tables_are_bounded_by_max_tracked_keys() -> None:
+    """With --max-tracked-keys 2 the oldest charge can no longer be refunded (404) and the
+    refund tables keep two entries, each drop counted."""
+    with SandboxProcess.start(api_key=API_KEY, extra_args=("--max-tracked-keys", "2")) as small:
+        with httpx.Client(
+            base_url=small.url, headers=small.auth_headers(), timeout=10.0, trust_env=False
+        ) as http:
+            charges = [manual_charge(http, reference=f"pay-{n}", capture=True) for n in range(3)]
+            oldest = operate(http, "refund", charges[0]["id"], "r-0")
+            assert_problem(oldest, 404, "charge_not_found")
+            for n in (1, 2):
+                for attempt in range(2):
+                    response = operate(http, "refund", charges[n]["id"], f"r-{n}-{attempt}")
+                    assert response.status_code == 201
+        assert len(small.refund_listing()) == 2
+        stats = small.stats()
+        assert stats["refunds_total"] == 4
+        assert len(stats["refunds_by_idempotency_key"]) == 2
+        assert stats["evicted"]["charges_for_operations"] == 1
+        assert stats["evicted"]["refunds_listed"] == 2
+        assert stats["evicted"]["refunds_by_idempotency_key"] == 2

@@ -824,3 +824,32 @@ def test_new_tables_are_bounded(clock: FakeClock) -> None:
 def test_operation_refused_carries_its_status() -> None:
     refused = OperationRefused("charge_not_found", "x", status=404)
     assert (refused.code, refused.status) == ("charge_not_found", 404)
+
+
+def test_capacity_latency_and_flapping_reach_the_operations(
+    app: SandboxApp, wait: FakeWait, clock: FakeClock
+) -> None:
+    charge = authorize(app)
+    post(app, "/_sandbox/conditions/latency", {"distribution": "fixed", "ms": 250}, key=None)
+    assert capture(app, charge["id"], amount=5000).status == 200
+    assert wait.calls == [0.25]
+    post(app, "/_sandbox/conditions/latency", {"distribution": "fixed", "ms": 0}, key=None)
+    post(app, "/_sandbox/conditions/capacity", {"max_per_second": 1, "retry_after": 2}, key=None)
+    clock.advance(1)
+    assert refund(app, charge["id"], key="r1", amount=1).status == 201
+    refused = refund(app, charge["id"], key="r2", amount=1)
+    assert_problem(refused, 503, "service_unavailable")
+    assert header(refused, "Retry-After") == "2"
+    app.handle(Request(method="DELETE", path="/_sandbox/conditions/capacity"))
+    flapping = {
+        "healthy_seconds": 10,
+        "failing_seconds": 5,
+        "start": "failing",
+        "failure": 502,
+        "endpoints": ["POST /refunds"],
+    }
+    post(app, "/_sandbox/conditions/flapping", flapping, key=None)
+    assert_problem(refund(app, charge["id"], key="r3", amount=1), 502, "bad_gateway")
+    clock.advance(5)
+    assert refund(app, charge["id"], key="r3", amount=1).status == 201
+    assert charge_state(app)["amount_refunded"] == 2
