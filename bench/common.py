@@ -512,9 +512,7 @@ def parse_pgbench_output(stdout: str) -> PgbenchResult:
             failed = int(line.split(":")[1].split()[0])
         elif line.startswith("latency average"):
             latency = float(line.split("=")[1].split()[0])
-        elif line.startswith("tps =") and "without initial connection" in line:
-            tps = float(line.split("=")[1].split()[0])
-        elif line.startswith("tps =") and math.isnan(tps):
+        elif line.startswith("tps =") and ("without initial connection" in line or math.isnan(tps)):
             tps = float(line.split("=")[1].split()[0])
     return PgbenchResult(transactions, tps, latency, failed)
 
