@@ -286,7 +286,7 @@ def test_csv_has_a_header_and_one_row_per_discrepancy(sandbox, merchant_a, tmp_p
     """The CSV columns, and the row of a double record."""
     payment = paid(merchant_a)
     acquirer_record(sandbox, payment.pk)
-    report, run = audit_acquirer_run(
+    _report, run = audit_acquirer_run(
         since=since_a_minute_ago(), triggered_by="test", csv_path=tmp_path / "a.csv"
     )
     with (tmp_path / "a.csv").open(newline="") as handle:

@@ -220,7 +220,7 @@ def test_endpoint_rotation():
     names = list(endpoint_compare.ENDPOINTS)
     assert endpoint_compare.rotation(names, 0) == names
     assert endpoint_compare.rotation(names, 1) == names[1:] + names[:1]
-    assert {tuple(endpoint_compare.rotation(names, i))[0] for i in range(3)} == set(names)
+    assert {endpoint_compare.rotation(names, i)[0] for i in range(3)} == set(names)
 
 
 def test_endpoint_cpu_per_payment():
