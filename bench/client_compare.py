@@ -40,9 +40,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     SANDBOX_API_KEY,
     machine_context,
     median,
@@ -53,7 +53,7 @@ from bench.common import (  # noqa: E402
     timestamp,
     write_results,
 )
-from gateway_client import AcquirerClient, AcquirerConfig, AuthorizationRequest  # noqa: E402
+from gateway_client import AcquirerClient, AcquirerConfig, AuthorizationRequest
 
 CLIENTS = ("gateway_client", "tenacity+pybreaker", "tenacity")
 

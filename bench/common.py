@@ -306,10 +306,11 @@ class Gunicorn:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gunicorn exited; see {self.log_path}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    # Both workers must be up: poll until /healthz answered a few times.
-                    if len(self.worker_pids()) >= int(self.env.get("WEB_CONCURRENCY", "2")):
-                        return self
+                answer = httpx.get(f"{self.url}/healthz", timeout=1.0)
+                # Both workers must be up: poll until /healthz answered a few times.
+                workers = int(self.env.get("WEB_CONCURRENCY", "2"))
+                if answer.status_code == 200 and len(self.worker_pids()) >= workers:
+                    return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
@@ -512,9 +513,7 @@ def parse_pgbench_output(stdout: str) -> PgbenchResult:
             failed = int(line.split(":")[1].split()[0])
         elif line.startswith("latency average"):
             latency = float(line.split("=")[1].split()[0])
-        elif line.startswith("tps =") and "without initial connection" in line:
-            tps = float(line.split("=")[1].split()[0])
-        elif line.startswith("tps =") and math.isnan(tps):
+        elif line.startswith("tps =") and ("without initial connection" in line or math.isnan(tps)):
             tps = float(line.split("=")[1].split()[0])
     return PgbenchResult(transactions, tps, latency, failed)
 

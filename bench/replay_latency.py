@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     database_from_env,
     issue_api_key,
     machine_context,

@@ -44,9 +44,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     IMG,
     SANDBOX_API_KEY,
     machine_context,
@@ -57,9 +57,9 @@ from bench.common import (  # noqa: E402
     timestamp,
     write_results,
 )
-from gateway_client.backoff import ExponentialBackoff, FixedInterval, full_jitter  # noqa: E402
-from gateway_client.budget import RetryBudget  # noqa: E402
-from gateway_client.store import MemoryStore  # noqa: E402
+from gateway_client.backoff import ExponentialBackoff, FixedInterval, full_jitter
+from gateway_client.budget import RetryBudget
+from gateway_client.store import MemoryStore
 
 STRATEGIES = ("fixed", "no-jitter", "full-jitter", "full-jitter+budget")
 
@@ -94,7 +94,7 @@ def run_strategy(
     barrier = threading.Barrier(args.clients + 1)
 
     def one(index: int) -> None:
-        rng = random.Random(f"{stamp}-{strategy}-{index}")  # noqa: S311 - jitter, not secrets
+        rng = random.Random(f"{stamp}-{strategy}-{index}")
         delay = delay_function(strategy, args, rng)
         key = f"storm-{stamp}-{max_concurrent}-{strategy}-{index}"
         body = json.dumps({"amount": 1999, "currency": "EUR", "payment_method": "tok_visa",

@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     Database,
     database_from_env,
     issue_api_key,

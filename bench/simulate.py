@@ -150,7 +150,7 @@ def run_aws(
     results: list[AwsResult] = []
     for strategy in strategies or AWS_STRATEGIES:
         for count in clients:
-            rnd = random.Random(f"{seed}:{strategy}:{count}")  # noqa: S311 (a simulation)
+            rnd = random.Random(f"{seed}:{strategy}:{count}")
             total_calls, total_time = 0, 0.0
             for _ in range(runs):
                 calls, finished = run_aws_once(strategy, count, rnd)
@@ -220,7 +220,7 @@ def run_storm(
     horizon: float = 600.0,
 ) -> StormResult:
     """Simulate one storm (module docstring); deterministic for a given seed."""
-    rnd = random.Random(f"{seed}:{strategy.name}")  # noqa: S311 (a simulation)
+    rnd = random.Random(f"{seed}:{strategy.name}")
     clock = ManualClock(start=0.0)
     budget = RetryBudget(MemoryStore(clock.monotonic), "storm") if strategy.budget else None
     backoffs = [strategy.backoff(rnd.random) for _ in range(clients)]

@@ -45,8 +45,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import profile_stacks  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench import profile_stacks
+from bench.common import (
     PAYMENT_BODY,
     RESULTS,
     SANDBOX_API_KEY,

@@ -20,6 +20,8 @@ def child_exit(server, worker):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+
+
 # Card numbers or API keys that a client puts in a URL never reach the access or error log.
 logconfig_dict = {
     "version": 1,

@@ -36,7 +36,7 @@ class RedactSecrets(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # a malformed record: leave it to the handler's own error path
+        except Exception:  # noqa: BLE001 - a malformed record: the handler's own error path reports it
             return True
         redacted = redact(message)
         if redacted != message or record.args:

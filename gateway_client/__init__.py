@@ -54,7 +54,7 @@ from .policy import RetryPolicy
 from .store import MemoryStore, RedisStore, StateStore
 from .types import AcquirerConfig, Authorization, AuthorizationRequest
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierarchy order
     # the client and its values
     "AcquirerClient",
     "AcquirerConfig",

@@ -92,7 +92,7 @@ class Progress:
     log: dict[str, Any] = field(default_factory=dict)
 
 
-class Stop(Exception):  # noqa: N818 - a control-flow signal inside the client, never raised out
+class Stop(Exception):  # a control-flow signal inside the client, never raised out
     """End the call by raising `error`; `reason` and `attempt` go to the log."""
 
     def __init__(self, error: GatewayError, reason: str, attempt: Attempt | None = None) -> None:

@@ -54,11 +54,11 @@ _DESCRIPTIONS: dict[str, str] = {
 }
 
 
-class _BodyTooLarge(Exception):  # noqa: N818 - internal signal
+class _BodyTooLarge(Exception):  # internal signal
     pass
 
 
-class _DeadlineReached(Exception):  # noqa: N818 - internal signal
+class _DeadlineReached(Exception):  # internal signal
     pass
 
 

@@ -412,19 +412,19 @@ class AcquirerClient:
                     progress.ambiguous = error
                 reason = self._stop_reason(progress, error)
                 if reason is not None:
-                    raise Stop(final_error(progress, error), reason, attempt)
+                    raise Stop(final_error(progress, error), reason, attempt)  # noqa: TRY301 - Stop: the loop's exit, handled below
                 if attempt.breaker is not None and attempt.breaker.refusing:
                     # The breaker opened (here or elsewhere): no sleep, no retry.
                     refused = self._circuit_error(
                         progress, attempt.breaker.state, attempt.breaker.retry_after, error
                     )
-                    raise Stop(final_error(progress, refused), "circuit_open", attempt)
+                    raise Stop(final_error(progress, refused), "circuit_open", attempt)  # noqa: TRY301
                 wait, source = self._next_wait(progress, attempt)
                 progress.log.update(wait=wait, wait_source=source)
                 allowed, progress.budget = self.budget.try_withdraw()
                 if not allowed:
                     self.metrics.increment("budget_exhausted", operation=progress.operation)
-                    raise Stop(budget_error(progress, error, self._config.name), "budget", attempt)
+                    raise Stop(budget_error(progress, error, self._config.name), "budget", attempt)  # noqa: TRY301
                 self.metrics.increment(
                     "retries", operation=progress.operation, reason=type(error).__name__
                 )

@@ -53,12 +53,12 @@ from .metrics import Metrics, NullMetrics
 
 __all__ = [
     "STORE_NOW",
-    "lua_source",
     "AtomicScript",
     "MemoryKeyspace",
     "MemoryStore",
     "RedisStore",
     "StateStore",
+    "lua_source",
 ]
 
 logger = logging.getLogger("gateway_client.store")

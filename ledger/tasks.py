@@ -23,7 +23,7 @@ def audit_acquirer_daily() -> int:
     admin shows it) and log an error when there are discrepancies. Returns their number.
     Never retries: the next day's run covers the same ground again."""
     hours = getattr(settings, "LEDGER_AUDIT_WINDOW_HOURS", None) or DEFAULT_WINDOW_HOURS
-    report, run = audit_acquirer_run(
+    report, _run = audit_acquirer_run(
         since=timezone.now() - timedelta(hours=hours), triggered_by="task"
     )
     return len(report.discrepancies)

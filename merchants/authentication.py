@@ -20,7 +20,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request) -> tuple[Merchant, ApiKey] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
+        header = request.headers.get("authorization", "")
         if not header:
             return None  # DRF answers NotAuthenticated (401) through the permission check.
         scheme, _, token = header.partition(" ")

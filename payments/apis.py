@@ -62,7 +62,7 @@ class PaymentListCreateApi(APIView):
         },
     )
     def post(self, request: Request) -> HttpResponse:
-        key = parse_idempotency_key(request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        key = parse_idempotency_key(request.headers.get("idempotency-key"))
         if is_card_number(key):  # it would be stored and shown to operators
             raise card_data_refusal(["Idempotency-Key"], detail=KEY_REFUSAL)
         body = PaymentCreateInputSerializer(data=request_json(request))

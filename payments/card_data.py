@@ -64,9 +64,12 @@ def card_data_fields(data: Any) -> list[str]:
                 stack.append((f"{path}.{name}" if path else name, item))
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
-        elif isinstance(value, (str, int)) and not isinstance(value, bool):
-            if looks_like_card_number(str(value)):
-                found.append(path)
+        elif (
+            isinstance(value, (str, int))
+            and not isinstance(value, bool)
+            and looks_like_card_number(str(value))
+        ):
+            found.append(path)
     return sorted(set(found))
 
 

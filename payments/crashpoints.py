@@ -27,5 +27,5 @@ def crash_point(name: str) -> None:
     """SIGKILL this process if ``settings.PAYMENTS_CRASH_POINT == name``; otherwise nothing."""
     if name not in CRASH_POINTS:
         raise ValueError(f"unknown crash point {name!r}")
-    if settings.PAYMENTS_CRASH_POINT == name:
+    if name == settings.PAYMENTS_CRASH_POINT:
         os.kill(os.getpid(), signal.SIGKILL)

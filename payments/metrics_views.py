@@ -74,7 +74,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """
     token = getattr(settings, "METRICS_BEARER_TOKEN", "")
     if token:
-        sent = request.META.get("HTTP_AUTHORIZATION", "")
+        sent = request.headers.get("authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
             return HttpResponse(status=401, headers={"WWW-Authenticate": "Bearer"})
     started = time.monotonic()

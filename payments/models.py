@@ -94,7 +94,7 @@ class Payment(models.Model):
     reference = models.CharField(max_length=128, null=True, blank=True)
     description = models.CharField(max_length=255, null=True, blank=True)
     status = models.CharField(
-        max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.PROCESSING
+        max_length=16, choices=PaymentStatus, default=PaymentStatus.PROCESSING
     )
     decline_code = models.CharField(max_length=64, null=True, blank=True)
     failure_code = models.CharField(max_length=64, null=True, blank=True)

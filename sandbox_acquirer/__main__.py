@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server = build_server(config)
     except OSError as exc:
-        logger.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
+        logger.error("cannot listen on %s:%s: %s", config.host, config.port, exc)  # noqa: TRY400 - one line for the operator, no traceback
         return 1
 
     stop = threading.Event()

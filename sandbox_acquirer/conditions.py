@@ -52,8 +52,8 @@ __all__ = [
     "Latency",
     "RateLimit",
     "RateLimitVerdict",
-    "parse_condition",
     "parse_cli_value",
+    "parse_condition",
 ]
 
 #: The acquirer API endpoints conditions apply to, as labels (``{id}`` stands for any charge

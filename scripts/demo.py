@@ -145,7 +145,7 @@ def expected_for(token: str, attempts: int, read_timeout: float) -> tuple[tuple[
     outcomes = [
         outcome_category(*attempt_outcome(token, n, read_timeout)) for n in range(1, attempts + 1)
     ]
-    category, label = outcomes[-1]
+    category, _label = outcomes[-1]
     if category not in ("approved", "declined") and any(c == "ambiguous" for c, _ in outcomes):
         category = "ambiguous"
     why = ", ".join(f"#{n} {text}" for n, (_, text) in enumerate(outcomes, 1))

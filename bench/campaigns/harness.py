@@ -13,6 +13,7 @@ Nothing here imports Django: the campaigns are black-box clients of the service.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -236,13 +237,11 @@ class Process:
             proc = psutil.Process(self.pid)
             found = {self.name: proc.memory_info().rss}
             for child in proc.children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.Error):
                     found[f"{self.name}:child {child.pid}"] = child.memory_info().rss
-                except psutil.Error:
-                    pass
-            return found
         except psutil.Error:
             return {}
+        return found
 
 
 def _spawn(name: str, command: Sequence[str], env: dict[str, str], log_path: Path) -> Process:
@@ -532,19 +531,15 @@ class Stack:
             if process.alive():
                 process.popen.send_signal(signal.SIGTERM)
         for process in reversed(self.processes):
-            try:
+            with contextlib.suppress(Exception):  # a harness: stop everything we can
                 process.stop()
-            except Exception:  # noqa: BLE001, S110 - stop everything we can
-                pass
         if self._db is not None:
             self._db.close()
             self._db = None
         self._cleanup_redis()
         if self.options.drop_database_at_exit:
-            try:
+            with contextlib.suppress(Exception):  # a harness: clean up what we can
                 drop_database(self.options.database_url)
-            except Exception:  # noqa: BLE001, S110
-                pass
 
     def log(self, name: str) -> Path:
         return self.out_dir / "logs" / f"{name}.log"

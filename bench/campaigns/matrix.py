@@ -241,7 +241,7 @@ def run(
     pace: float | None = None,
 ) -> CampaignResult:
     result = CampaignResult("matrix")
-    rng = random.Random(seed)  # noqa: S311
+    rng = random.Random(seed)
     since = datetime.now(UTC)
     merchant_id, api_key = stack.create_merchant("matrix")
     assert stack.sandbox is not None

@@ -32,7 +32,7 @@ async def _load(
 ) -> tuple[list, dict[str, int], dict[str, int], dict[str, int], float]:
     assert stack.web is not None
     api = ApiClient(stack.web.url, api_key, max_connections=128, timeout=30)
-    rng = random.Random(5)  # noqa: S311
+    rng = random.Random(5)
     done: list[tuple[str, str, dict, Answer]] = []  # (kind, key, body, answer)
     completed: list[tuple[str, dict, bytes]] = []
     tasks: set[asyncio.Task] = set()

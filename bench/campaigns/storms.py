@@ -51,7 +51,7 @@ async def _client(api: ApiClient, key: str, body: dict[str, Any]) -> list[Answer
         if answer.status != 409:
             break
         wait = float(answer.headers.get("retry-after", "1"))
-        await asyncio.sleep(wait + random.uniform(0, 0.25))  # noqa: S311
+        await asyncio.sleep(wait + random.uniform(0, 0.25))
     return answers
 
 
@@ -99,9 +99,12 @@ def run(stack: Stack, *, keys: int = 50, per_key: int = 20) -> CampaignResult:
     for key, clients in outcomes.items():
         finals = [tries[-1] for tries in clients]
         ids = {a.payment_id for a in finals}
-        if len(ids) != 1 or None in ids or any(a.status not in (201, 202) for a in finals):
-            disagreeing.append(key)
-        elif len({a.body for a in finals if a.status == 201}) > 1:
+        if (
+            len(ids) != 1
+            or None in ids
+            or any(a.status not in (201, 202) for a in finals)
+            or len({a.body for a in finals if a.status == 201}) > 1
+        ):
             disagreeing.append(key)
 
     stack.wait_resolved(since, timeout=60)

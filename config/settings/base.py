@@ -209,9 +209,7 @@ ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(
 # --- Ledger audit (ledger/): our payments against the acquirer's records -------------------
 LEDGER_AUDIT_CSV_DIR = env("LEDGER_AUDIT_CSV_DIR", default=str(BASE_DIR / "audits"))
 LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
-LEDGER_ACQUIRER_RECORDS = env(
-    "LEDGER_ACQUIRER_RECORDS", default=""
-)
+LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 
 # --- Celery ---------------------------------------------------------------------------------
 # Without CELERY_BROKER_URL, kombu's filesystem transport: no server needed (make run).

@@ -44,7 +44,7 @@ def test_each_action_writes_one_history_row_with_the_note(alice):
 @pytest.mark.parametrize("note", ["", "  "])
 def test_a_blank_note_is_refused_before_anything_changes(alice, note):
     """ValueError; the breaker and the history unchanged."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^a breaker action needs a note$"):
         breaker_force_open("authorize", actor=alice, note=note)
     assert acquirer_client().breaker_state("authorize").state == "closed"
     assert not LogEntry.objects.exists()

@@ -64,7 +64,7 @@ def assert_nothing_stored(sandbox) -> None:
         "text-plain",
         "no-content-type",
         "1MB",
-    ],  # fmt: skip
+    ],
 )
 def test_malformed_bodies_are_400(merchant_a, sandbox, body, content_type, code):
     """A body that is not one flat JSON object -> 400 with a specific code; nothing stored."""
@@ -156,7 +156,7 @@ def test_unknown_field_is_400(merchant_a, sandbox):
 
 
 @pytest.mark.parametrize(
-    "currency,amount", [("JPY", 500), ("KWD", 1234), ("BHD", 1), ("CHF", 99_999_999_999)]
+    ("currency", "amount"), [("JPY", 500), ("KWD", 1234), ("BHD", 1), ("CHF", 99_999_999_999)]
 )
 def test_currencies_with_other_exponents_are_accepted(merchant_a, sandbox, currency, amount):
     """JPY (0), KWD and BHD (3) and the largest amount are accepted as minor units."""

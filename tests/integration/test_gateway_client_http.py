@@ -175,9 +175,11 @@ def test_connection_refused_is_connection_failed() -> None:
     with socket.socket() as closed_port:
         closed_port.bind(("127.0.0.1", 0))  # held, so nobody else can listen there
         port = closed_port.getsockname()[1]
-        with make_client(f"http://127.0.0.1:{port}") as client:
-            with pytest.raises(ConnectionFailedError) as info:
-                client.authorize(authorization_request())
+        with (
+            make_client(f"http://127.0.0.1:{port}") as client,
+            pytest.raises(ConnectionFailedError) as info,
+        ):
+            client.authorize(authorization_request())
     assert info.value.status_code is None
 
 
@@ -196,9 +198,11 @@ def test_full_accept_queue_is_connect_timeout() -> None:
             fillers.append(filler)
         try:
             time.sleep(0.05)
-            with make_client(f"http://127.0.0.1:{address[1]}", connect_timeout=0.2) as client:
-                with pytest.raises(ConnectionFailedError) as info:
-                    client.authorize(authorization_request())
+            with (
+                make_client(f"http://127.0.0.1:{address[1]}", connect_timeout=0.2) as client,
+                pytest.raises(ConnectionFailedError) as info,
+            ):
+                client.authorize(authorization_request())
             assert type(info.value.__cause__).__name__ == "ConnectTimeout"
         finally:
             for filler in fillers:
@@ -208,9 +212,8 @@ def test_full_accept_queue_is_connect_timeout() -> None:
 def test_server_closing_after_request_is_connection_lost(fault_server) -> None:
     """A server that reads the request and hangs up without answering: ConnectionLostError."""
     server = fault_server(close_without_answer)
-    with make_client(server.url) as client:
-        with pytest.raises(ConnectionLostError) as info:
-            client.authorize(authorization_request())
+    with make_client(server.url) as client, pytest.raises(ConnectionLostError) as info:
+        client.authorize(authorization_request())
     assert len(server.requests) == 1
     assert b"POST /charges" in server.requests[0]
     assert info.value.status_code is None
@@ -220,18 +223,19 @@ def test_server_never_answering_is_response_timeout(fault_server) -> None:
     """A server that reads the request and never answers trips the read timeout."""
     server = fault_server(never_answer)
     started = time.monotonic()
-    with make_client(server.url, read_timeout=0.2) as client:
-        with pytest.raises(ResponseTimeoutError):
-            client.authorize(authorization_request())
+    with (
+        make_client(server.url, read_timeout=0.2) as client,
+        pytest.raises(ResponseTimeoutError),
+    ):
+        client.authorize(authorization_request())
     assert time.monotonic() - started < 2
 
 
 def test_body_breaking_off_after_201_is_connection_lost(fault_server) -> None:
     """A 201 whose body is cut short leaves the outcome unknown: ConnectionLostError."""
     server = fault_server(reply(b'HTTP/1.1 201 Created\r\nContent-Length: 500\r\n\r\n{"id":"ch_'))
-    with make_client(server.url) as client:
-        with pytest.raises(ConnectionLostError) as info:
-            client.authorize(authorization_request())
+    with make_client(server.url) as client, pytest.raises(ConnectionLostError) as info:
+        client.authorize(authorization_request())
     assert info.value.status_code == 201
 
 
@@ -241,9 +245,8 @@ def test_garbled_201_is_malformed(fault_server) -> None:
     server = fault_server(
         reply(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     )
-    with make_client(server.url) as client:
-        with pytest.raises(MalformedResponseError):
-            client.authorize(authorization_request())
+    with make_client(server.url) as client, pytest.raises(MalformedResponseError):
+        client.authorize(authorization_request())
 
 
 def test_429_retry_after_over_http(fault_server) -> None:
@@ -251,9 +254,8 @@ def test_429_retry_after_over_http(fault_server) -> None:
     server = fault_server(
         reply(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 12\r\nContent-Length: 0\r\n\r\n")
     )
-    with make_client(server.url) as client:
-        with pytest.raises(RateLimitedError) as info:
-            client.authorize(authorization_request())
+    with make_client(server.url) as client, pytest.raises(RateLimitedError) as info:
+        client.authorize(authorization_request())
     assert (info.value.retry_after, info.value.retry_after_header) == (12.0, "12")
 
 
@@ -294,9 +296,8 @@ def test_no_secret_in_logs_over_real_http(fault_server, caplog) -> None:
     """With DEBUG logging of httpx and httpcore, no record carries the key or the header."""
     caplog.set_level(logging.DEBUG)
     server = fault_server(close_without_answer)
-    with make_client(server.url) as client:
-        with pytest.raises(ConnectionLostError):
-            client.authorize(authorization_request())
+    with make_client(server.url) as client, pytest.raises(ConnectionLostError):
+        client.authorize(authorization_request())
     assert caplog.records
     for record in caplog.records:
         text = record.getMessage() + repr(vars(record))
@@ -382,9 +383,11 @@ def test_sandbox_bad_api_key_is_authentication_error(sandbox: SandboxProcess) ->
     """A wrong API key gets a 401: AuthenticationError, the key kept out of the message."""
     wrong_key = "sk_wrong_key_Hx5"
     config = AcquirerConfig(base_url=sandbox.url, api_key=wrong_key)
-    with AcquirerClient(config, policy=ONE_ATTEMPT) as client:
-        with pytest.raises(AuthenticationError) as info:
-            client.authorize(authorization_request())
+    with (
+        AcquirerClient(config, policy=ONE_ATTEMPT) as client,
+        pytest.raises(AuthenticationError) as info,
+    ):
+        client.authorize(authorization_request())
     assert info.value.status_code == 401
     assert info.value.code == "invalid_api_key"
     assert wrong_key not in str(info.value)

@@ -226,9 +226,8 @@ def test_connection_refused_is_retried_then_raised_with_attempts() -> None:
     with socket.socket() as closed_port:
         closed_port.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed_port.getsockname()[1]}"
-        with client_for(url) as client:
-            with pytest.raises(ConnectionFailedError) as info:
-                client.authorize(authorization_request())
+        with client_for(url) as client, pytest.raises(ConnectionFailedError) as info:
+            client.authorize(authorization_request())
     assert info.value.attempts == 3
 
 
@@ -257,9 +256,11 @@ def test_hang_up_is_not_resent_when_keys_are_not_honoured(server) -> None:
         raise OSError("closed")
 
     acquirer = server(hang_up)
-    with client_for(acquirer.url, honours_idempotency_keys=False) as client:
-        with pytest.raises(ConnectionLostError):
-            client.authorize(authorization_request())
+    with (
+        client_for(acquirer.url, honours_idempotency_keys=False) as client,
+        pytest.raises(ConnectionLostError),
+    ):
+        client.authorize(authorization_request())
     assert len(acquirer.requests) == 1
 
 

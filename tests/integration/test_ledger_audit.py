@@ -25,17 +25,17 @@ if not apps.is_installed("ledger"):  # until config lists the app (or with ledge
         allow_module_level=True,
     )
 
-from ledger.acquirer_records import (  # noqa: E402
+from ledger.acquirer_records import (
     AcquirerRecordsError,
     SandboxAcquirerRecords,
     acquirer_records_from_settings,
 )
-from ledger.models import AuditRun  # noqa: E402
-from ledger.services import CSV_COLUMNS, Category, audit_acquirer, audit_acquirer_run  # noqa: E402
-from ledger.tasks import audit_acquirer_daily  # noqa: E402
-from payments.models import Payment  # noqa: E402
-from tests.factories import PaymentFactory  # noqa: E402
-from tests.support.processes import ROOT, service_env  # noqa: E402
+from ledger.models import AuditRun
+from ledger.services import CSV_COLUMNS, Category, audit_acquirer, audit_acquirer_run
+from ledger.tasks import audit_acquirer_daily
+from payments.models import Payment
+from tests.factories import PaymentFactory
+from tests.support.processes import ROOT, service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -286,7 +286,7 @@ def test_csv_has_a_header_and_one_row_per_discrepancy(sandbox, merchant_a, tmp_p
     """The CSV columns, and the row of a double record."""
     payment = paid(merchant_a)
     acquirer_record(sandbox, payment.pk)
-    report, run = audit_acquirer_run(
+    _report, run = audit_acquirer_run(
         since=since_a_minute_ago(), triggered_by="test", csv_path=tmp_path / "a.csv"
     )
     with (tmp_path / "a.csv").open(newline="") as handle:

@@ -218,7 +218,7 @@ def test_two_sweeps_in_parallel_transition_each_payment_once(sandbox):
         try:
             while reconciliation_sweep(client=acquirer_client(), policy=policy):
                 pass
-        except BaseException as exc:  # surfaced below
+        except BaseException as exc:  # noqa: BLE001 - a thread: every error is surfaced below
             errors.append(exc)
         finally:
             from django.db import connection

@@ -44,7 +44,7 @@ def sandbox() -> Iterator[SandboxProcess]:
             "0.005",
             "--api-key",
             OTHER_API_KEY,
-        ),  # fmt: skip
+        ),
     ) as process:
         yield process
 

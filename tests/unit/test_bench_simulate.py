@@ -27,17 +27,17 @@ def aws_100() -> dict[str, object]:
     return {result.strategy: result for result in results}
 
 
-def test_full_jitter_uses_at_most_half_the_calls_of_no_jitter(aws_100) -> None:  # noqa: ANN001
+def test_full_jitter_uses_at_most_half_the_calls_of_no_jitter(aws_100) -> None:
     """Full-jitter calls <= 0.5 x exponential-without-jitter calls."""
     assert aws_100["full jitter"].calls <= 0.5 * aws_100["exponential"].calls
 
 
-def test_no_jitter_takes_at_least_eight_times_longer(aws_100) -> None:  # noqa: ANN001
+def test_no_jitter_takes_at_least_eight_times_longer(aws_100) -> None:
     """Exponential without jitter completes >= 8 x later than full jitter."""
     assert aws_100["exponential"].time >= 8 * aws_100["full jitter"].time
 
 
-def test_decorrelated_uses_more_calls_than_full_jitter(aws_100) -> None:  # noqa: ANN001
+def test_decorrelated_uses_more_calls_than_full_jitter(aws_100) -> None:
     """Decorrelated jitter makes more calls than full jitter."""
     assert aws_100["decorrelated"].calls > aws_100["full jitter"].calls
 

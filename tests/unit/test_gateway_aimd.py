@@ -11,6 +11,7 @@ no real time.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from gateway_client import (
     AuthorizationRequest,
     CircuitOpenError,
     ConcurrencyLimitedError,
+    GatewayError,
     ManualClock,
     MemoryStore,
     RateLimitedError,
@@ -173,18 +175,24 @@ def test_limiter_takes_a_slot_freed_while_waiting() -> None:
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "message"),
     [
-        {"initial_limit": 0},
-        {"initial_limit": 20, "max_limit": 10},
-        {"backoff_ratio": 1.0},
-        {"slot_lease": 0},
-        {"min_limit": 2, "initial_limit": 1},
+        ({"initial_limit": 0}, "initial_limit must be an integer >= 1"),
+        (
+            {"initial_limit": 20, "max_limit": 10},
+            "min_limit <= initial_limit <= max_limit is required",
+        ),
+        ({"backoff_ratio": 1.0}, "backoff_ratio must be between 0 and 1 (exclusive)"),
+        ({"slot_lease": 0}, "slot_lease must be > 0 seconds"),
+        (
+            {"min_limit": 2, "initial_limit": 1},
+            "min_limit <= initial_limit <= max_limit is required",
+        ),
     ],
 )
-def test_limiter_config_rejects_bad_values(changes: dict[str, Any]) -> None:
+def test_limiter_config_rejects_bad_values(changes: dict[str, Any], message: str) -> None:
     """An AimdConfig with impossible numbers raises ValueError."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         AimdConfig(**changes)
 
 
@@ -314,7 +322,7 @@ def test_client_releases_its_slot_after_each_attempt() -> None:
     answers = iter([httpx.Response(503), httpx.Response(429), httpx.Response(400)])
     client, _, _ = build(lambda _: next(answers), limit=3)
     for number in range(3):
-        with pytest.raises(Exception):  # noqa: B017 - three different errors
+        with pytest.raises(GatewayError):  # three different errors: 503, 429, 400
             client.authorize(request(number))
     assert client.limiter.snapshot(SCOPE).in_flight == 0
 

@@ -47,7 +47,7 @@ def test_tiny_base_huge_n_does_not_overflow() -> None:
 
 def test_negative_n_is_refused() -> None:
     """n < 0 raises ValueError."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^n must be >= 0$"):
         backoff_bound(-1, 0.5, 30)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -148,7 +149,7 @@ class Rig:
     def breaker(self) -> CircuitBreaker:
         return self.client.breakers["authorize"]
 
-    def snapshot(self):  # noqa: ANN201
+    def snapshot(self):
         return self.client.breaker_state("authorize")
 
 
@@ -165,23 +166,26 @@ def test_config_defaults_are_the_documented_production_defaults() -> None:
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "message"),
     [
-        {"window_type": "sliding"},
-        {"window_size": 0},
-        {"minimum_calls": 1.5},
-        {"failure_rate_threshold": 0},
-        {"failure_rate_threshold": 101},
-        {"open_duration": float("inf")},
-        {"half_open_permits": 0},
-        {"slow_call_duration": -1},
-        {"max_half_open_duration": 0},
-        {"window_type": "time", "window_size": 7200},
+        ({"window_type": "sliding"}, 'window_type must be "count" or "time"'),
+        ({"window_size": 0}, "window_size must be an integer >= 1"),
+        ({"minimum_calls": 1.5}, "minimum_calls must be an integer >= 1"),
+        ({"failure_rate_threshold": 0}, "failure_rate_threshold must be a positive, finite number"),
+        (
+            {"failure_rate_threshold": 101},
+            "failure_rate_threshold is a percentage: 0 < value <= 100",
+        ),
+        ({"open_duration": float("inf")}, "open_duration must be a finite number of seconds"),
+        ({"half_open_permits": 0}, "half_open_permits must be an integer >= 1"),
+        ({"slow_call_duration": -1}, "slow_call_duration must be > 0 seconds"),
+        ({"max_half_open_duration": 0}, "max_half_open_duration must be > 0 seconds"),
+        ({"window_type": "time", "window_size": 7200}, "a time window spans at most 3600 seconds"),
     ],
 )
-def test_config_rejects_bad_values(changes: dict[str, Any]) -> None:
+def test_config_rejects_bad_values(changes: dict[str, Any], message: str) -> None:
     """Impossible numbers raise ValueError."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         BreakerConfig(**changes)
 
 
@@ -341,7 +345,7 @@ def test_the_client_leases_probes_for_the_time_left_plus_a_margin() -> None:
     leases: list[float | None] = []
     acquire = rig.breaker.acquire
 
-    def spy(*, lease: float | None = None):  # noqa: ANN202
+    def spy(*, lease: float | None = None):
         leases.append(lease)
         return acquire(lease=lease)
 

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import pickle
+import re
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -699,7 +700,7 @@ def test_lookup_errors_use_the_same_classes() -> None:
 def test_lookup_rejects_empty_reference() -> None:
     """lookup refuses an empty reference before sending anything."""
     client, transport = client_for(answer(200, {"data": []}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^payment_reference must be a non-empty string$"):
         client.lookup("")
     assert transport.requests == []
 
@@ -910,7 +911,7 @@ def test_api_key_and_token_not_in_log_records(caplog: pytest.LogCaptureFixture) 
 def test_api_key_not_in_config_validation_errors() -> None:
     """A rejected API key is not quoted in the ValueError."""
     bad_key = "sk_live_secret with space"
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=r"^api_key must be a non-empty string") as info:
         config(api_key=bad_key)
     assert bad_key not in str(info.value)
     assert "secret" not in str(info.value)
@@ -1014,23 +1015,23 @@ def test_config_is_frozen() -> None:
 
 
 @pytest.mark.parametrize(
-    "base_url",
+    ("base_url", "problem"),
     [
-        "ftp://acquirer.test",
-        "acquirer.test",
-        "/charges",
-        "http://",
-        "https://user:pass@acquirer.test",
-        "https://acquirer.test/?x=1",
-        "https://acquirer.test/#frag",
-        "https://acquirer.test:99999",
-        "https://acquirer .test",
-        "",
+        ("ftp://acquirer.test", "must be an absolute http:// or https:// URL with a host"),
+        ("acquirer.test", "must be an absolute http:// or https:// URL with a host"),
+        ("/charges", "must be an absolute http:// or https:// URL with a host"),
+        ("http://", "must be an absolute http:// or https:// URL with a host"),
+        ("https://user:pass@acquirer.test", "must not carry credentials; pass api_key instead"),
+        ("https://acquirer.test/?x=1", "must not have a query or a fragment"),
+        ("https://acquirer.test/#frag", "must not have a query or a fragment"),
+        ("https://acquirer.test:99999", "is not a valid URL"),
+        ("https://acquirer .test", "must be printable ASCII without spaces"),
+        ("", "must be printable ASCII without spaces"),
     ],
 )
-def test_config_rejects_bad_base_url(base_url: str) -> None:
+def test_config_rejects_bad_base_url(base_url: str, problem: str) -> None:
     """base_url must be an absolute http(s) URL with a host and no credentials or query."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^base_url {re.escape(problem)}$"):
         config(base_url=base_url)
 
 
@@ -1044,21 +1045,21 @@ def test_config_accepts_http_and_https_urls(base_url: str) -> None:
 @pytest.mark.parametrize("value", [0, -1, 0.0, math.inf, math.nan, True, "1"])
 def test_config_rejects_bad_timeouts(field: str, value: Any) -> None:
     """Timeouts must be positive, finite numbers of seconds."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^{field} must be (> 0|a finite number of) seconds$"):
         config(**{field: value})
 
 
 @pytest.mark.parametrize("api_key", ["", "has space", "line\nbreak", "k\u00e9y", None])
 def test_config_rejects_bad_api_key(api_key: Any) -> None:
     """The API key must be non-empty printable ASCII (it goes into a header)."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^api_key must be a non-empty string of printable ASCII"):
         config(api_key=api_key)
 
 
 @pytest.mark.parametrize("name", ["", "   ", None])
 def test_config_rejects_empty_name(name: Any) -> None:
     """The acquirer name must be a non-empty string."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^name must be a non-empty string of printable ASCII"):
         config(name=name)
 
 
@@ -1068,14 +1069,16 @@ def test_config_rejects_empty_name(name: Any) -> None:
 @pytest.mark.parametrize("amount", [19.99, 1999.0, True, 0, -5, "1999", None])
 def test_request_rejects_non_positive_or_non_integer_amount(amount: Any) -> None:
     """The amount must be a positive int in minor units: never a float or a bool."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^amount must be a positive integer in minor units$"):
         authorization_request(amount=amount)
 
 
 @pytest.mark.parametrize("currency", ["eur", "EURO", "EU", "", "E1R", None])
 def test_request_rejects_bad_currency(currency: Any) -> None:
     """The currency must be an upper-case ISO 4217 alpha-3 code."""
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"^currency must be an ISO 4217 alpha-3 code in upper case$"
+    ):
         authorization_request(currency=currency)
 
 
@@ -1084,7 +1087,9 @@ def test_request_rejects_bad_currency(currency: Any) -> None:
 )
 def test_request_rejects_bad_idempotency_key(key: Any) -> None:
     """The idempotency key must be 1 to 255 printable ASCII characters without spaces."""
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"^idempotency_key must be 1 to 255 characters of printable ASCII"
+    ):
         authorization_request(idempotency_key=key)
 
 
@@ -1096,7 +1101,7 @@ def test_request_accepts_255_character_key() -> None:
 @pytest.mark.parametrize("field", ["payment_method", "payment_reference"])
 def test_request_rejects_empty_strings(field: str) -> None:
     """payment_method and payment_reference must be non-empty strings."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^{field} must be a non-empty string$"):
         authorization_request(**{field: ""})
 
 

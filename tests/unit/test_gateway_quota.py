@@ -17,7 +17,7 @@ GITHUB = quota_profile("github")
 PLAIN = quota_profile("retry-after")
 
 
-def wait(profile, headers: dict[str, str], status: int = 429) -> float | None:  # noqa: ANN001
+def wait(profile, headers: dict[str, str], status: int = 429) -> float | None:
     return profile.server_wait(status, httpx.Headers(headers), now=NOW).seconds
 
 
@@ -150,7 +150,7 @@ def test_retry_after_only_profile_ignores_quota_headers() -> None:
         (GITHUB, {"RateLimit": '"default";r=0;t=5'}, False),
     ],
 )
-def test_403_confirmation_follows_the_profile(profile, headers, confirmed: bool) -> None:  # noqa: ANN001
+def test_403_confirmation_follows_the_profile(profile, headers, confirmed: bool) -> None:
     """A 403 is a rate limit only when the profile's headers (or Retry-After) confirm it."""
     assert profile.confirms_rate_limit(httpx.Headers(headers), now=NOW) is confirmed
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -160,21 +161,21 @@ def test_policy_defaults_are_the_synchronous_api_path() -> None:
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "message"),
     [
-        {"max_attempts": 0},
-        {"max_attempts": 1.5},
-        {"max_attempts": True},
-        {"deadline": 0},
-        {"deadline": float("inf")},
-        {"backoff_base": -0.1},
-        {"read_timeout": float("nan")},
-        {"retry_ambiguous": "yes"},
+        ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),
+        ({"max_attempts": 1.5}, "max_attempts must be an integer >= 1"),
+        ({"max_attempts": True}, "max_attempts must be an integer >= 1"),
+        ({"deadline": 0}, "deadline must be > 0 seconds"),
+        ({"deadline": float("inf")}, "deadline must be a finite number of seconds"),
+        ({"backoff_base": -0.1}, "backoff_base must be >= 0 seconds"),
+        ({"read_timeout": float("nan")}, "read_timeout must be a finite number of seconds"),
+        ({"retry_ambiguous": "yes"}, "retry_ambiguous must be a bool"),
     ],
 )
-def test_policy_rejects_bad_values(changes: dict[str, Any]) -> None:
+def test_policy_rejects_bad_values(changes: dict[str, Any], message: str) -> None:
     """A RetryPolicy with a non-positive, infinite or mistyped value raises ValueError."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         RetryPolicy(**changes)
 
 

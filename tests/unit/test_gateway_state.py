@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -83,12 +84,17 @@ def test_budgets_of_two_acquirers_are_separate() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"ttl": 0}, {"min_retries_per_second": -1}, {"percent_can_retry": 1.5}, {"slots": 0}],
+    ("kwargs", "message"),
+    [
+        ({"ttl": 0}, "ttl must be a positive number of seconds"),
+        ({"min_retries_per_second": -1}, "min_retries_per_second must be >= 0"),
+        ({"percent_can_retry": 1.5}, "percent_can_retry must be between 0 and 1"),
+        ({"slots": 0}, "slots must be >= 1"),
+    ],
 )
-def test_budget_rejects_bad_numbers(kwargs: dict[str, Any]) -> None:
+def test_budget_rejects_bad_numbers(kwargs: dict[str, Any], message: str) -> None:
     """Non-positive ttl, negative reserve, a percentage above 1 or no slots: ValueError."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         RetryBudget(MemoryStore(), "x", **kwargs)
 
 
@@ -124,7 +130,7 @@ def test_gate_rejects_infinite_or_negative_waits() -> None:
     """close() with inf, NaN or a negative wait raises ValueError."""
     gate = RateGate(MemoryStore())
     for bad in (float("inf"), float("nan"), -1.0):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"^seconds must be a finite number >= 0$"):
             gate.close("s", bad)
 
 

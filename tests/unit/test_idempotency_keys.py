@@ -91,5 +91,5 @@ def test_canonical_json_form():
 
 def test_canonical_json_refuses_nan():
     """NaN has no JSON form."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^Out of range float values are not JSON compliant"):
         canonical_json({"a": float("nan")})
