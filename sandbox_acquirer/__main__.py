@@ -135,8 +135,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         type=_count,
         metavar="N",
         default=DEFAULT_MAX_TRACKED_KEYS,
-        help="entries kept per table: idempotency keys, charges for lookup, per-key and "
-        f"per-reference counters; the oldest go first (default {DEFAULT_MAX_TRACKED_KEYS})",
+        help="entries kept per table: idempotency keys, charges and refunds for lookup and "
+        "listing, per-key and per-reference counters; the oldest go first "
+        f"(default {DEFAULT_MAX_TRACKED_KEYS})",
     )
     parser.add_argument(
         "--max-arrival-buckets",

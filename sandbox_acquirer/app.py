@@ -13,17 +13,31 @@ path                                   auth    methods
 ``/charges``                           Bearer  POST (``Idempotency-Key`` required) -> 201 a
                                                charge; GET ``?reference=R`` -> 200
                                                ``{"data": [charge, ...]}``
+``/charges/<id>/capture``              Bearer  POST (``Idempotency-Key``) ``{}`` or
+                                               ``{"amount": N}`` -> 200 the charge
+``/charges/<id>/void``                 Bearer  POST (``Idempotency-Key``) ``{}`` -> 200 the charge
+``/refunds``                           Bearer  POST (``Idempotency-Key``) ``{"charge", "reference",
+                                               "amount"?}`` -> 201 a refund; GET
+                                               ``?reference=R`` -> 200 ``{"data": [refund, ...]}``
 ``/_sandbox/stats``, ``/_sandbox/export``  no  GET -> 200 counters (``?format=csv`` for CSV)
 ``/_sandbox/reset``                    no      POST -> 200, forgets everything
 ``/_sandbox/charges``                  Bearer  GET ``?since=&starting_after=&limit=`` -> 200
                                                ``{"data": [charge, ...], "has_more"}``: the
                                                caller's charges, oldest first (no lag)
+``/_sandbox/refunds``                  Bearer  GET, the same for the caller's refunds
 ``/_sandbox/conditions``               no      GET -> every condition; DELETE -> clears them
 ``/_sandbox/conditions/<name>``        no      GET; POST or PUT a JSON object -> sets it;
                                                DELETE -> clears it
 =====================================  ======  ==============================================
 
-A request to the acquirer API (``POST /charges``, ``GET /charges``) passes, in order: the
+Every POST of the acquirer API runs the same steps (``_execute``): count the attempt per
+idempotency key and answer the token's failure for the first ``n``; claim the key (a replay,
+422 or 409 otherwise); wait; record (a capture, void or refund checks the acquirer's rules
+atomically with the recording: a refusal is a 404/422 that leaves the key free); wait;
+reply (the resource, a 500, a dropped connection or a trickle). Captures, voids and refunds
+take their faults from the charge's token (``capture_<fault>`` segments, see ``scenarios``).
+
+A request to the acquirer API (``conditions.ENDPOINTS``) passes, in order: the
 capacity limit, an outage or flapping window failing "before commit", authentication, the
 per-API-key rate limit, the latency draw, then the endpoint (with its per-payment scenario);
 an outage or flapping window failing "after commit" replaces the answer afterwards. Whether a
@@ -39,11 +53,12 @@ import hashlib
 import hmac
 import io
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 from sandbox_acquirer.conditions import (
@@ -56,14 +71,26 @@ from sandbox_acquirer.faults import PROBLEMS, Fault, retry_after_value
 from sandbox_acquirer.models import (
     Charge,
     InvalidRequest,
+    OperationRefused,
+    Refund,
     StoredResponse,
     canonical_json,
     new_charge_id,
+    new_refund_id,
+    parse_capture_request,
     parse_charge_request,
     parse_json_body,
+    parse_refund_request,
+    parse_void_request,
 )
-from sandbox_acquirer.scenarios import ScenarioSettings, resolve_scenario
-from sandbox_acquirer.store import Claimed, KeyInUse, KeyReused, Replay, SandboxStore
+from sandbox_acquirer.scenarios import (
+    Operation,
+    Scenario,
+    ScenarioSettings,
+    TokenPlan,
+    resolve_token,
+)
+from sandbox_acquirer.store import Claim, Claimed, KeyInUse, KeyReused, Replay, SandboxStore
 
 __all__ = [
     "MAX_IDEMPOTENCY_KEY_LENGTH",
@@ -214,6 +241,9 @@ def valid_idempotency_key(raw: str | None) -> str | None:
 
 
 Handler = Callable[["SandboxApp", Request], Response]
+_Body = TypeVar("_Body")
+#: A capture's, void's or refund's change: ``(charge, now, scenario) -> (charge, refund)``.
+_Rule = Callable[[Charge, datetime, Scenario], tuple[Charge, Refund | None]]
 AcquirerHandler = Callable[["SandboxApp", Request, str], Response]
 
 
@@ -252,7 +282,8 @@ class SandboxApp:
         """Answer ``request``. May block for as long as its scenario or conditions say."""
         if request.path.startswith(_CONDITION_PREFIX):
             return self._condition(request, request.path[len(_CONDITION_PREFIX) :])
-        methods = _ROUTES.get(request.path)
+        route = _route(request.path)
+        methods = _ROUTES.get(route)
         if methods is None:
             return problem_response(
                 404, "not_found", "Not Found", f"No endpoint at {request.path}."
@@ -261,7 +292,7 @@ class SandboxApp:
             return _method_not_allowed(request.path, methods)
         handler = methods[request.method]
         if handler is None:
-            endpoint = f"{request.method} {request.path}"
+            endpoint = f"{request.method} {route}"
             return self._acquirer_call(endpoint, _ACQUIRER_HANDLERS[endpoint], request)
         return handler(self, request)
 
@@ -276,14 +307,15 @@ class SandboxApp:
 
     @staticmethod
     def endpoint_label(method: str, path: str) -> str:
-        """The stats label of a request: ``"POST /charges"``, ``"GET /charges"`` or
-        ``"other"`` (unknown paths share one label, so the table stays small)."""
-        endpoint = f"{method} {path}"
+        """The stats and conditions label of a request: one of ``conditions.ENDPOINTS``
+        (``"POST /charges"``, ``"POST /charges/{id}/capture"``, ...; a charge id becomes
+        ``{id}``) or ``"other"`` (unknown paths share one label, so the table stays small)."""
+        endpoint = f"{method} {_route(path)}"
         return endpoint if endpoint in ENDPOINTS else "other"
 
     def refuses_connection(self, method: str, path: str) -> bool:
         """Whether an outage or flapping window says to refuse this request unread."""
-        endpoint = f"{method} {path}"
+        endpoint = self.endpoint_label(method, path)
         if endpoint not in ENDPOINTS:
             return False
         return self.conditions.refuses(self._epoch(), endpoint)
@@ -385,36 +417,192 @@ class SandboxApp:
         return json_response(200, {"status": "reset"})
 
     def _list_charges(self, request: Request, account: str) -> Response:
-        references = parse_qs(request.query, keep_blank_values=True).get("reference", [])
-        if len(references) != 1 or not references[0]:
-            return _invalid("Give exactly one non-empty reference query parameter.")
-        charges = self.store.charges_for(account, references[0])
-        return json_response(200, {"data": [charge.to_json() for charge in charges]})
+        return _list_by_reference(
+            request, lambda reference: self.store.charges_for(account, reference)
+        )
+
+    def _list_refunds(self, request: Request, account: str) -> Response:
+        return _list_by_reference(
+            request, lambda reference: self.store.refunds_for(account, reference)
+        )
 
     def _create_charge(self, request: Request, account: str) -> Response:
-        key = _idempotency_key(request)
-        if isinstance(key, Response):
-            return key
-        content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
-        if content_type != JSON:
-            return problem_response(
-                415,
-                "unsupported_media_type",
-                "Unsupported Media Type",
-                "Send the body as application/json.",
-            )
+        prepared = _prepare(request, parse_charge_request, allow_empty=False)
+        if isinstance(prepared, Response):
+            return prepared
+        key, charge_request = prepared
         try:
-            charge_request = parse_charge_request(parse_json_body(request.body))
-            scenario = resolve_scenario(charge_request.payment_method, self._scenario_settings)
+            plan = resolve_token(charge_request.payment_method, self._scenario_settings)
         except InvalidRequest as exc:
             return _invalid(exc.detail)
+        scenario = plan.authorization
+        # A body without "capture" gets today's answer, byte for byte.
+        lifecycle = charge_request.capture is not None
 
+        def record(claim: Claim) -> Response:
+            charge = Charge.record(
+                id=new_charge_id(),
+                status=scenario.status,
+                decline_code=scenario.decline_code,
+                request=charge_request,
+                created_at=self.store.now(),
+            )
+            created = json_response(201, charge.to_json(lifecycle=lifecycle))
+            self.store.commit(
+                claim,
+                charge,
+                StoredResponse(status=201, body=created.body),
+                visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
+                plan=plan,
+            )
+            return created
+
+        return self._execute(
+            account, key, "POST /charges", charge_request.as_dict(), scenario, record, "tok_"
+        )
+
+    def _capture(self, request: Request, account: str) -> Response:
+        return self._charge_operation(
+            request,
+            account,
+            "capture",
+            parse_capture_request,
+            lambda body: lambda charge, now, _: (charge.captured_by(body.amount, now), None),
+        )
+
+    def _void(self, request: Request, account: str) -> Response:
+        return self._charge_operation(
+            request,
+            account,
+            "void",
+            parse_void_request,
+            lambda body: lambda charge, now, _: (charge.voided_at_time(now), None),
+        )
+
+    def _charge_operation(
+        self,
+        request: Request,
+        account: str,
+        kind: Operation,
+        parse: Callable[[Any], Any],
+        rule: Callable[[Any], _Rule],
+    ) -> Response:
+        """``POST /charges/{id}/capture`` or ``/void``: ``rule(body)`` is the change."""
+        prepared = _prepare(request, parse, allow_empty=True)
+        if isinstance(prepared, Response):
+            return prepared
+        key, body = prepared
+        return self._operate(
+            account, key, request.path, body.as_dict(), _charge_id(request.path), kind, rule(body)
+        )
+
+    def _create_refund(self, request: Request, account: str) -> Response:
+        prepared = _prepare(request, parse_refund_request, allow_empty=False)
+        if isinstance(prepared, Response):
+            return prepared
+        key, refund_request = prepared
+
+        def apply(charge: Charge, now: datetime, scenario: Scenario) -> tuple[Charge, Refund]:
+            amount = charge.refundable(refund_request.amount)
+            failed = scenario.status == "declined"
+            refund = Refund(
+                id=new_refund_id(),
+                charge=charge.id,
+                amount=amount,
+                currency=charge.currency,
+                reference=refund_request.reference,
+                status="failed" if failed else "succeeded",
+                failure_code=scenario.decline_code if failed else None,
+                created_at=now,
+            )
+            return (charge if failed else charge.refunded_by(amount)), refund
+
+        return self._operate(
+            account,
+            key,
+            "/refunds",
+            refund_request.as_dict(),
+            refund_request.charge,
+            "refund",
+            apply,
+        )
+
+    def _operate(
+        self,
+        account: str,
+        key: str,
+        path: str,
+        body: dict[str, Any],
+        charge_id: str,
+        kind: Operation,
+        apply: _Rule,
+    ) -> Response:
+        """A capture, void or refund of ``charge_id``: its scenario comes from the
+        charge's token (``plan.operation(kind)``); ``apply(charge, now, scenario)``
+        enforces the rules (raising ``OperationRefused``) and returns the new charge (and
+        the refund)."""
+        try:
+            snapshot, plan = self.store.charge_plan(account, charge_id)
+        except OperationRefused as exc:
+            return _refused(exc)
+        scenario = (plan if isinstance(plan, TokenPlan) else TokenPlan()).operation(kind)
+
+        def rule(charge: Charge, now: datetime) -> tuple[Charge, Refund | None]:
+            return apply(charge, now, scenario)
+
+        status = 201 if kind == "refund" else 200
+
+        def render(charge: Charge, refund: Refund | None) -> Response:
+            return json_response(status, (refund or charge).to_json())
+
+        def record(claim: Claim) -> Response:
+            rendered: list[Response] = []
+
+            def store_render(charge: Charge, refund: Refund | None) -> StoredResponse:
+                rendered.append(render(charge, refund))
+                return StoredResponse(status=status, body=rendered[0].body)
+
+            result = self.store.commit_operation(
+                claim,
+                kind,
+                charge_id,
+                rule,
+                store_render,
+                visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
+            )
+            if result is None:  # a reset raced this request: answer, record nothing
+                return render(*rule(snapshot, self.store.now()))
+            return rendered[0]
+
+        return self._execute(account, key, f"POST {path}", body, scenario, record, f"tok_{kind}_")
+
+    def _execute(
+        self,
+        account: str,
+        key: str,
+        route: str,
+        body: dict[str, Any],
+        scenario: Scenario,
+        record: Callable[[Claim], Response],
+        fault_prefix: str,
+    ) -> Response:
+        """Run one POST of the acquirer API under its idempotency key, as ``scenario``
+        says (see the module docstring): ``record(claim)`` records the result, completes
+        the key and returns the answer, or raises ``OperationRefused`` (answered, nothing
+        recorded, key released). ``route`` and ``body`` make the fingerprint, so the same
+        key on another route or with another body is ``idempotency_key_reused``.
+        ``fault_prefix`` names the token faults in ``faults_injected`` (``tok_`` for an
+        authorization: ``tok_fail``; ``tok_capture_``: ``tok_capture_fail``)."""
         attempt = self.store.count_attempt(account, key)
         if scenario.failure is not None and attempt <= scenario.fail_attempts:
-            return self._fault(scenario.failure, self._epoch())
+            failure = scenario.failure
+            return self._fault(
+                replace(failure, reason=fault_prefix + failure.reason.removeprefix("tok_")),
+                self._epoch(),
+            )
 
         fingerprint = hashlib.sha256(
-            b"POST /charges\n" + canonical_json(charge_request.as_dict())
+            route.encode("utf-8") + b"\n" + canonical_json(body)
         ).hexdigest()
         outcome = self.store.begin(account, key, fingerprint)
         if not isinstance(outcome, Claimed):
@@ -424,22 +612,10 @@ class SandboxApp:
         try:
             if scenario.hold_key_seconds:
                 self._wait(scenario.hold_key_seconds)
-            charge = Charge(
-                id=new_charge_id(),
-                status=scenario.status,
-                decline_code=scenario.decline_code,
-                amount=charge_request.amount,
-                currency=charge_request.currency,
-                reference=charge_request.reference,
-                created_at=self.store.now(),
-            )
-            created = json_response(201, charge.to_json())
-            self.store.commit(
-                claim,
-                charge,
-                StoredResponse(status=201, body=created.body),
-                visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
-            )
+            answer = record(claim)
+        except OperationRefused as exc:
+            self.store.release(claim)
+            return _refused(exc)
         except BaseException:
             self.store.release(claim)
             raise
@@ -447,20 +623,33 @@ class SandboxApp:
         if scenario.reply_delay_seconds:
             self._wait(scenario.reply_delay_seconds)
         if scenario.reply == "server_error":
-            self.store.count_fault("tok_500_after_commit")
+            self.store.count_fault(f"{fault_prefix}500_after_commit")
             return problem_response(
                 500, "api_error", "Internal Server Error", "The acquirer failed unexpectedly."
             )
         if scenario.reply in ("reset", "close"):
-            self.store.count_fault(f"tok_{scenario.reply}_after_commit")
+            self.store.count_fault(f"{fault_prefix}{scenario.reply}_after_commit")
             return Response(status=0, body=b"", action=scenario.reply)
         if scenario.trickle_seconds_per_byte:
-            return replace(created, trickle_seconds_per_byte=scenario.trickle_seconds_per_byte)
-        return created
+            return replace(answer, trickle_seconds_per_byte=scenario.trickle_seconds_per_byte)
+        return answer
 
     def _charge_ledger(self, request: Request) -> Response:
-        """``GET /_sandbox/charges``: the caller's recorded charges, oldest first, paged; the
-        settlement report an audit reads (no lookup lag, no conditions, not counted)."""
+        """``GET /_sandbox/charges``: the caller's recorded charges (with their capture
+        state now), oldest first, paged; the settlement report an audit reads (no lookup
+        lag, no conditions, not counted)."""
+        return self._listing(request, self.store.ledger, "charges")
+
+    def _refund_ledger(self, request: Request) -> Response:
+        """``GET /_sandbox/refunds``: the caller's recorded refunds, as ``_charge_ledger``."""
+        return self._listing(request, self.store.refund_ledger, "refunds")
+
+    def _listing(
+        self,
+        request: Request,
+        pager: Callable[..., tuple[list[tuple[str, Any]], bool]],
+        noun: str,
+    ) -> Response:
         account = self._authenticate(request)
         if isinstance(account, Response):
             return account
@@ -483,12 +672,12 @@ class SandboxApp:
             return _invalid(f"limit must be an integer from 1 to {LEDGER_PAGE_MAX}.")
         starting_after = query.get("starting_after", [None])[0]
         try:
-            page, has_more = self.store.ledger(
+            page, has_more = pager(
                 account, since=since, starting_after=starting_after, limit=int(raw_limit)
             )
         except KeyError:
-            return _invalid("starting_after is not the id of one of your charges.")
-        data = [{**charge.to_json(), "idempotency_key": key} for key, charge in page]
+            return _invalid(f"starting_after is not the id of one of your {noun}.")
+        data = [{**item.to_json(), "idempotency_key": key} for key, item in page]
         return json_response(200, {"data": data, "has_more": has_more})
 
     # -- control API: conditions -----------------------------------------------------------
@@ -574,7 +763,8 @@ def _idempotency_key(request: Request) -> str | Response:
     raw = request.header("idempotency-key")
     if raw is None:
         return _invalid(
-            "Send an Idempotency-Key header with POST /charges.", "Idempotency-Key is missing"
+            f"Send an Idempotency-Key header with POST {_route(request.path)}.",
+            "Idempotency-Key is missing",
         )
     key = valid_idempotency_key(raw)
     if key is None:
@@ -584,6 +774,68 @@ def _idempotency_key(request: Request) -> str | Response:
             "Idempotency-Key is invalid",
         )
     return key
+
+
+def _prepare(
+    request: Request, parse: Callable[[Any], _Body], *, allow_empty: bool
+) -> tuple[str, _Body] | Response:
+    """The idempotency key and the validated body of a POST, or the 400/415 to answer.
+
+    The body must be ``application/json``; with ``allow_empty`` an empty body (any or no
+    ``Content-Type``) counts as ``{}``."""
+    key = _idempotency_key(request)
+    if isinstance(key, Response):
+        return key
+    if allow_empty and not request.body:
+        data: Any = {}
+    else:
+        content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
+        if content_type != JSON:
+            return problem_response(
+                415,
+                "unsupported_media_type",
+                "Unsupported Media Type",
+                "Send the body as application/json.",
+            )
+        try:
+            data = parse_json_body(request.body)
+        except InvalidRequest as exc:
+            return _invalid(exc.detail)
+    try:
+        return key, parse(data)
+    except InvalidRequest as exc:
+        return _invalid(exc.detail)
+
+
+def _refused(exc: OperationRefused) -> Response:
+    """The 404 or 422 for a capture, void or refund the acquirer's rules refuse."""
+    title = "Not Found" if exc.status == 404 else "The operation is not allowed"
+    return problem_response(exc.status, exc.code, title, exc.detail)
+
+
+def _list_by_reference(request: Request, find: Callable[[str], Sequence[Any]]) -> Response:
+    """``GET /charges`` or ``GET /refunds``: ``{"data": [...]}`` for exactly one
+    ``reference`` query parameter, else 400."""
+    references = parse_qs(request.query, keep_blank_values=True).get("reference", [])
+    if len(references) != 1 or not references[0]:
+        return _invalid("Give exactly one non-empty reference query parameter.")
+    return json_response(200, {"data": [item.to_json() for item in find(references[0])]})
+
+
+#: ``/charges/<id>/capture`` and ``/charges/<id>/void``: the id is one path segment.
+_CHARGE_OPERATION = re.compile(r"/charges/([^/]+)/(capture|void)")
+
+
+def _route(path: str) -> str:
+    """``path`` with a charge id replaced by ``{id}`` (the routing and stats label)."""
+    match = _CHARGE_OPERATION.fullmatch(path)
+    return f"/charges/{{id}}/{match.group(2)}" if match else path
+
+
+def _charge_id(path: str) -> str:
+    match = _CHARGE_OPERATION.fullmatch(path)
+    assert match is not None
+    return match.group(1)
 
 
 def _answer_known_key(outcome: Replay | KeyReused | KeyInUse) -> Response:
@@ -646,14 +898,22 @@ _ROUTES: dict[str, dict[str, Handler | None]] = {
     "/healthz": {"GET": SandboxApp._healthz},
     # None: an acquirer endpoint, dispatched through _ACQUIRER_HANDLERS under conditions.
     "/charges": {"GET": None, "POST": None},
+    "/charges/{id}/capture": {"POST": None},
+    "/charges/{id}/void": {"POST": None},
+    "/refunds": {"GET": None, "POST": None},
     "/_sandbox/stats": {"GET": SandboxApp._stats},
     "/_sandbox/export": {"GET": SandboxApp._stats},
     "/_sandbox/reset": {"POST": SandboxApp._reset},
     "/_sandbox/charges": {"GET": SandboxApp._charge_ledger},
+    "/_sandbox/refunds": {"GET": SandboxApp._refund_ledger},
     "/_sandbox/conditions": {"GET": SandboxApp._conditions, "DELETE": SandboxApp._conditions},
 }
 
 _ACQUIRER_HANDLERS: dict[str, AcquirerHandler] = {
     "POST /charges": SandboxApp._create_charge,
     "GET /charges": SandboxApp._list_charges,
+    "POST /charges/{id}/capture": SandboxApp._capture,
+    "POST /charges/{id}/void": SandboxApp._void,
+    "POST /refunds": SandboxApp._create_refund,
+    "GET /refunds": SandboxApp._list_refunds,
 }

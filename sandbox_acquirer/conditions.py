@@ -3,7 +3,8 @@
 Per-payment scenarios (``scenarios``) make one payment fail; conditions make the whole
 acquirer misbehave, for every payment at once. They are set through the control API
 (``POST /_sandbox/conditions/<name>``) or on the command line (``--outage ...``), and they
-apply to the acquirer API only (``POST /charges``, ``GET /charges``), never to ``/healthz`` or
+apply to the acquirer API only (``ENDPOINTS``: charges, captures, voids, refunds and their
+look-ups; ``endpoints`` narrows a condition to some of them), never to ``/healthz`` or
 ``/_sandbox/*``, so a harness can always observe and reset the sandbox.
 
 Each condition is validated from a JSON object (the control API's body, or the CLI's
@@ -55,8 +56,16 @@ __all__ = [
     "parse_cli_value",
 ]
 
-#: The acquirer API endpoints conditions apply to.
-ENDPOINTS: tuple[str, ...] = ("POST /charges", "GET /charges")
+#: The acquirer API endpoints conditions apply to, as labels (``{id}`` stands for any charge
+#: id); also the keys of ``requests_by_endpoint`` in the stats.
+ENDPOINTS: tuple[str, ...] = (
+    "POST /charges",
+    "GET /charges",
+    "POST /charges/{id}/capture",
+    "POST /charges/{id}/void",
+    "POST /refunds",
+    "GET /refunds",
+)
 #: The condition names, in the order they are applied.
 CONDITION_NAMES: tuple[str, ...] = ("capacity", "outage", "flapping", "rate_limit", "latency")
 #: Longest outage, flapping period or rate-limit window (one day).
@@ -146,7 +155,7 @@ class _Fields:
         if not isinstance(value, list) or not value or any(item not in ENDPOINTS for item in value):
             raise ConditionError(
                 f"{self.name}.endpoints must be a non-empty list of "
-                + " and ".join(f'"{endpoint}"' for endpoint in ENDPOINTS)
+                + ", ".join(f'"{endpoint}"' for endpoint in ENDPOINTS)
                 + "."
             )
         return tuple(endpoint for endpoint in ENDPOINTS if endpoint in value)
@@ -532,7 +541,7 @@ def parse_cli_value(text: str) -> dict[str, Any]:
 
     In the second form each value is read as JSON when it parses (``5``, ``true``,
     ``"x"``) and as a plain string otherwise (``failure=reset``); ``endpoints`` takes
-    ``POST /charges`` or ``GET /charges`` (one endpoint). Raises ``ConditionError``.
+    one endpoint label (``POST /charges``, ``POST /refunds``, ...). Raises ``ConditionError``.
     """
     text = text.strip()
     if text.startswith("{"):

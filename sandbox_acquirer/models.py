@@ -1,10 +1,23 @@
-"""The sandbox acquirer's resources: the charge, its request, and canonical JSON.
+"""The sandbox acquirer's resources: the charge, the refund, their requests, canonical JSON.
 
-A charge is the acquirer's record of one card payment attempt. Amounts are integers in the
-currency's minor units (``1050`` with ``"EUR"`` is 10.50 EUR); currencies are ISO 4217
-alphabetic codes; times are RFC 3339 UTC strings with a ``Z`` suffix, to the second.
+A charge is the acquirer's record of one card payment attempt: an authorization that is
+captured at once (``capture`` omitted or ``true``) or held until a capture or a void
+(``capture: false``). A refund gives back part or all of a captured charge. Amounts are
+integers in the currency's minor units (``1050`` with ``"EUR"`` is 10.50 EUR); currencies are
+ISO 4217 alphabetic codes; times are RFC 3339 UTC strings with a ``Z`` suffix, to the second.
 
-Nothing here does I/O or keeps state; ``store`` keeps charges, ``app`` renders them.
+The acquirer's own rules for the lifecycle live here as pure functions on the frozen values
+(``Charge.captured_by``, ``Charge.voided_at_time``, ``Charge.refundable``), raising
+``OperationRefused`` with the 4xx ``code`` to answer; ``store`` applies them under its lock, so
+concurrent captures or refunds of one charge are decided one at a time::
+
+    approved, capture omitted/true  -> captured (amount_captured = amount)
+    approved, capture false         -> authorized --capture(N <= amount)--> captured (N)
+                                                  --void---------------> voided
+    captured                        --refund(N <= amount_captured - amount_refunded)--> captured
+    declined                        -> nothing further is allowed
+
+Nothing here does I/O or keeps state; ``store`` keeps charges and refunds, ``app`` renders them.
 """
 
 from __future__ import annotations
@@ -14,32 +27,46 @@ import re
 import secrets
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
     "MAX_TEXT_LENGTH",
+    "CaptureRequest",
     "Charge",
     "ChargeRequest",
     "ChargeStatus",
     "InvalidRequest",
+    "OperationRefused",
+    "Refund",
+    "RefundRequest",
+    "RefundStatus",
     "StoredResponse",
+    "VoidRequest",
     "canonical_json",
     "format_timestamp",
     "new_charge_id",
+    "new_refund_id",
+    "parse_capture_request",
     "parse_charge_request",
     "parse_json_body",
+    "parse_refund_request",
+    "parse_void_request",
 ]
 
 #: Longest accepted ``payment_method`` and ``reference``, in characters.
 MAX_TEXT_LENGTH = 255
 
 ChargeStatus = Literal["approved", "declined"]
+RefundStatus = Literal["succeeded", "failed"]
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _ID_ALPHABET = string.ascii_letters + string.digits
 _CHARGE_FIELDS = frozenset({"amount", "currency", "payment_method", "reference"})
+_CHARGE_OPTIONAL_FIELDS = frozenset({"capture"})
+_REFUND_FIELDS = frozenset({"charge", "reference"})
+_REFUND_OPTIONAL_FIELDS = frozenset({"amount"})
 
 
 class InvalidRequest(ValueError):
@@ -51,6 +78,23 @@ class InvalidRequest(ValueError):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class OperationRefused(Exception):
+    """The acquirer's own rules refuse a capture, void or refund of a charge.
+
+    ``status`` is 404 (``charge_not_found``) or 422 (a rule: ``charge_already_captured``,
+    ``charge_already_voided``, ``charge_not_captured``, ``charge_declined``,
+    ``charge_already_refunded``, ``amount_exceeds_capturable``,
+    ``amount_exceeds_refundable``); ``detail`` is a sentence for the problem body. Nothing is
+    recorded and the idempotency key stays free (see docs/sandbox.md).
+    """
+
+    def __init__(self, code: str, detail: str, status: int = 422) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,23 +110,86 @@ class ChargeRequest:
     currency: str
     payment_method: str
     reference: str
+    #: ``None`` when the body has no ``capture`` field (captured at once, today's answer
+    #: shape); ``True``/``False`` when given (``False``: authorize only).
+    capture: bool | None = None
+
+    @property
+    def captures_now(self) -> bool:
+        """Whether an approval is captured at once (``capture`` omitted or ``true``)."""
+        return self.capture is not False
 
     def as_dict(self) -> dict[str, Any]:
-        """The request as a JSON-ready dict, the input of the idempotency fingerprint."""
-        return {
+        """The request as a JSON-ready dict, the input of the idempotency fingerprint.
+
+        ``capture`` appears only when the body gave it, so a body without it has the same
+        fingerprint as before the field existed.
+        """
+        result: dict[str, Any] = {
             "amount": self.amount,
             "currency": self.currency,
             "payment_method": self.payment_method,
             "reference": self.reference,
         }
+        if self.capture is not None:
+            result["capture"] = self.capture
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureRequest:
+    """A validated ``POST /charges/{id}/capture`` body: ``amount`` in minor units, or
+    ``None`` for the whole authorized amount."""
+
+    amount: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The body as a JSON-ready dict (the fingerprint's input): ``{}`` or
+        ``{"amount": N}``."""
+        return {} if self.amount is None else {"amount": self.amount}
+
+
+@dataclass(frozen=True, slots=True)
+class VoidRequest:
+    """A validated ``POST /charges/{id}/void`` body (always ``{}``)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{}``: the fingerprint's input."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRequest:
+    """A validated ``POST /refunds`` body.
+
+    ``charge`` is the charge id (``ch_...``); ``reference`` the caller's own id for the
+    refund (1 to 255 characters), used by ``GET /refunds?reference=``; ``amount`` in minor
+    units, or ``None`` for everything that remains refundable.
+    """
+
+    charge: str
+    reference: str
+    amount: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The body as a JSON-ready dict (the fingerprint's input)."""
+        result: dict[str, Any] = {"charge": self.charge, "reference": self.reference}
+        if self.amount is not None:
+            result["amount"] = self.amount
+        return result
 
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """One recorded charge, approved or declined.
+    """One recorded charge, approved or declined, with its capture state.
 
     ``id`` is ``ch_`` followed by 24 random letters and digits; ``decline_code`` is ``None``
-    when approved; ``created_at`` is an aware UTC datetime.
+    when approved; ``created_at`` is an aware UTC datetime. ``status`` is the authorization's
+    outcome and never changes; the capture state does: ``captured`` (with
+    ``amount_captured`` > 0 and ``captured_at``), ``voided`` (with ``voided_at``), or
+    neither (authorized, awaiting a capture or a void; or declined). ``amount_refunded`` is
+    the sum of the charge's succeeded refunds, at most ``amount_captured``. Amounts are
+    minor units of ``currency``.
     """
 
     id: str
@@ -92,16 +199,175 @@ class Charge:
     currency: str
     reference: str
     created_at: datetime
+    captured: bool = False
+    amount_captured: int = 0
+    amount_refunded: int = 0
+    voided: bool = False
+    captured_at: datetime | None = None
+    voided_at: datetime | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The public representation, as in the 201 body and the lookup list."""
-        return {
+    @classmethod
+    def record(
+        cls,
+        *,
+        id: str,
+        status: ChargeStatus,
+        decline_code: str | None,
+        request: ChargeRequest,
+        created_at: datetime,
+    ) -> Charge:
+        """A new charge for ``request``: an approval is captured at once unless
+        ``request.capture`` is ``False``; a decline is never captured."""
+        capture = status == "approved" and request.captures_now
+        return cls(
+            id=id,
+            status=status,
+            decline_code=decline_code,
+            amount=request.amount,
+            currency=request.currency,
+            reference=request.reference,
+            created_at=created_at,
+            captured=capture,
+            amount_captured=request.amount if capture else 0,
+            captured_at=created_at if capture else None,
+        )
+
+    @property
+    def amount_refundable(self) -> int:
+        """What can still be refunded: ``amount_captured - amount_refunded``."""
+        return self.amount_captured - self.amount_refunded
+
+    def captured_by(self, amount: int | None, at: datetime) -> Charge:
+        """This charge captured for ``amount`` (``None``: the whole authorized amount) at
+        ``at``; the rest of the authorization is released (single capture).
+
+        Raises ``OperationRefused``: ``charge_declined``, ``charge_already_captured``,
+        ``charge_already_voided``, ``amount_exceeds_capturable`` (``amount`` above the
+        authorized amount).
+        """
+        self._require_authorized("captured")
+        amount = self.amount if amount is None else amount
+        if amount > self.amount:
+            raise OperationRefused(
+                "amount_exceeds_capturable",
+                f"amount {amount} is above the authorized amount {self.amount}.",
+            )
+        return replace(self, captured=True, amount_captured=amount, captured_at=at)
+
+    def voided_at_time(self, at: datetime) -> Charge:
+        """This charge's authorization released at ``at``.
+
+        Raises ``OperationRefused``: ``charge_declined``, ``charge_already_captured``,
+        ``charge_already_voided``.
+        """
+        self._require_authorized("voided")
+        return replace(self, voided=True, voided_at=at)
+
+    def refundable(self, amount: int | None) -> int:
+        """The amount a refund of ``amount`` (``None``: all that remains) takes.
+
+        Raises ``OperationRefused``: ``charge_declined``, ``charge_already_voided``,
+        ``charge_not_captured``, ``charge_already_refunded`` (nothing remains, amount
+        omitted), ``amount_exceeds_refundable`` (above captured minus refunded).
+        """
+        if self.status == "declined":
+            raise OperationRefused("charge_declined", f"Charge {self.id} was declined.")
+        if self.voided:
+            raise OperationRefused("charge_already_voided", f"Charge {self.id} was voided.")
+        if not self.captured:
+            raise OperationRefused(
+                "charge_not_captured", f"Charge {self.id} is not captured; void it instead."
+            )
+        remaining = self.amount_refundable
+        if amount is None:
+            if remaining == 0:
+                raise OperationRefused(
+                    "charge_already_refunded", f"Charge {self.id} is fully refunded."
+                )
+            return remaining
+        if amount > remaining:
+            raise OperationRefused(
+                "amount_exceeds_refundable",
+                f"amount {amount} is above what remains refundable ({remaining}).",
+            )
+        return amount
+
+    def refunded_by(self, amount: int) -> Charge:
+        """This charge with a succeeded refund of ``amount`` added (checked by
+        ``refundable`` first)."""
+        return replace(self, amount_refunded=self.amount_refunded + amount)
+
+    def _require_authorized(self, verb: str) -> None:
+        if self.status == "declined":
+            raise OperationRefused(
+                "charge_declined", f"Charge {self.id} was declined and cannot be {verb}."
+            )
+        if self.voided:
+            raise OperationRefused("charge_already_voided", f"Charge {self.id} was voided.")
+        if self.captured:
+            raise OperationRefused(
+                "charge_already_captured", f"Charge {self.id} is already captured."
+            )
+
+    def to_json(self, *, lifecycle: bool = True) -> dict[str, Any]:
+        """The public representation, as in the 201 body and the lookup list.
+
+        ``lifecycle=False`` leaves out the capture state: the 201 body of a
+        ``POST /charges`` without a ``capture`` field, byte-identical to the answers before
+        that field existed.
+        """
+        result: dict[str, Any] = {
             "id": self.id,
             "status": self.status,
             "decline_code": self.decline_code,
             "amount": self.amount,
             "currency": self.currency,
             "reference": self.reference,
+            "created_at": format_timestamp(self.created_at),
+        }
+        if lifecycle:
+            result.update(
+                captured=self.captured,
+                amount_captured=self.amount_captured,
+                amount_refunded=self.amount_refunded,
+                voided=self.voided,
+                captured_at=_optional_timestamp(self.captured_at),
+                voided_at=_optional_timestamp(self.voided_at),
+            )
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """One recorded refund of a captured charge.
+
+    ``id`` is ``re_`` and 24 random letters and digits; ``charge`` the charge id;
+    ``reference`` the caller's id for the refund; ``amount`` in minor units of ``currency``
+    (the charge's); ``status`` ``succeeded`` (counted in the charge's ``amount_refunded``) or
+    ``failed`` (refused by the acquirer, ``failure_code`` says why; counts for nothing);
+    ``created_at`` aware UTC.
+    """
+
+    id: str
+    charge: str
+    amount: int
+    currency: str
+    reference: str
+    status: RefundStatus
+    failure_code: str | None
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The public representation: the 201 body and the look-up list."""
+        return {
+            "id": self.id,
+            "object": "refund",
+            "charge": self.charge,
+            "amount": self.amount,
+            "currency": self.currency,
+            "reference": self.reference,
+            "status": self.status,
+            "failure_code": self.failure_code,
             "created_at": format_timestamp(self.created_at),
         }
 
@@ -121,6 +387,15 @@ class StoredResponse:
 def new_charge_id() -> str:
     """A fresh charge id: ``ch_`` and 24 characters of [A-Za-z0-9] from ``secrets``."""
     return "ch_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+def new_refund_id() -> str:
+    """A fresh refund id: ``re_`` and 24 characters of [A-Za-z0-9] from ``secrets``."""
+    return "re_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+def _optional_timestamp(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
 
 
 def format_timestamp(moment: datetime) -> str:
@@ -169,18 +444,11 @@ def parse_charge_request(data: Any) -> ChargeRequest:
     are refused), a currency that is not three upper-case letters, a ``payment_method`` that
     does not start with ``tok_``, or an empty or over-long string.
     """
-    if not isinstance(data, Mapping):
-        raise InvalidRequest("The body must be a JSON object.")
-    unknown = sorted(set(data) - _CHARGE_FIELDS)
-    if unknown:
-        raise InvalidRequest(f"Unknown field(s): {', '.join(unknown)}.")
-    missing = sorted(_CHARGE_FIELDS - set(data))
-    if missing:
-        raise InvalidRequest(f"Missing field(s): {', '.join(missing)}.")
-
-    amount = data["amount"]
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-        raise InvalidRequest("amount must be a positive integer in minor units.")
+    _check_fields(data, _CHARGE_FIELDS, _CHARGE_OPTIONAL_FIELDS)
+    amount = _amount(data["amount"])
+    capture = data.get("capture")
+    if "capture" in data and not isinstance(capture, bool):
+        raise InvalidRequest("capture must be true or false.")
     currency = data["currency"]
     if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         raise InvalidRequest("currency must be three upper-case letters (ISO 4217), e.g. EUR.")
@@ -189,8 +457,55 @@ def parse_charge_request(data: Any) -> ChargeRequest:
         raise InvalidRequest("payment_method must be a token starting with tok_.")
     reference = _text(data, "reference")
     return ChargeRequest(
-        amount=amount, currency=currency, payment_method=payment_method, reference=reference
+        amount=amount,
+        currency=currency,
+        payment_method=payment_method,
+        reference=reference,
+        capture=capture,
     )
+
+
+def parse_capture_request(data: Any) -> CaptureRequest:
+    """Validate a decoded ``POST /charges/{id}/capture`` body (``{}`` or
+    ``{"amount": N}``, N a positive integer); raises ``InvalidRequest``."""
+    _check_fields(data, frozenset(), frozenset({"amount"}))
+    return CaptureRequest(amount=_amount(data["amount"]) if "amount" in data else None)
+
+
+def parse_void_request(data: Any) -> VoidRequest:
+    """Validate a decoded ``POST /charges/{id}/void`` body (``{}``); raises
+    ``InvalidRequest``."""
+    _check_fields(data, frozenset(), frozenset())
+    return VoidRequest()
+
+
+def parse_refund_request(data: Any) -> RefundRequest:
+    """Validate a decoded ``POST /refunds`` body: ``charge`` and ``reference`` (non-empty
+    strings of at most 255 characters), ``amount`` optional (a positive integer); raises
+    ``InvalidRequest``."""
+    _check_fields(data, _REFUND_FIELDS, _REFUND_OPTIONAL_FIELDS)
+    return RefundRequest(
+        charge=_text(data, "charge"),
+        reference=_text(data, "reference"),
+        amount=_amount(data["amount"]) if "amount" in data else None,
+    )
+
+
+def _check_fields(data: Any, required: frozenset[str], optional: frozenset[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise InvalidRequest("The body must be a JSON object.")
+    unknown = sorted(set(data) - required - optional)
+    if unknown:
+        raise InvalidRequest(f"Unknown field(s): {', '.join(unknown)}.")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InvalidRequest(f"Missing field(s): {', '.join(missing)}.")
+
+
+def _amount(amount: Any) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise InvalidRequest("amount must be a positive integer in minor units.")
+    return amount
 
 
 def _text(data: Mapping[str, Any], field: str) -> str:

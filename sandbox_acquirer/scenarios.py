@@ -40,17 +40,32 @@ Tokens (details and examples in docs/sandbox.md):
 ``tok_trickle_<ms>``               the same at one byte per ``<ms>`` ms (0..10000)
 ``tok_lookup_lag_<s>``             approved and recorded, but ``GET /charges?reference=`` lists it
                                    only ``<s>`` seconds later (0..86400)
+``tok_<operation>_<fault>``        authorization approved; ``<fault>`` (any token above without
+                                   ``tok_``) in each capture, void or refund (see below)
 =================================  ===========================================================
 
 A malformed parameterised token (``tok_slow_soon``, ``tok_fail_418_1``) is a 400, so a typo
 never passes silently as an approval.
+
+Per-operation faults: a token may carry one segment per later operation of the charge,
+``capture_<fault>``, ``void_<fault>`` and ``refund_<fault>``, where ``<fault>`` is any token
+above without its ``tok_`` (``tok_capture_timeout_after_commit``,
+``tok_fail_503_1__refund_reset_after_commit``). Segments are joined with ``__``; the part
+before the first operation segment is the authorization's (empty: approved). Each operation
+gets only its own segment, so a ``tok_timeout_after_commit`` charge's capture does not time
+out; an operation without a segment runs plainly. ``resolve_token`` returns the whole
+``TokenPlan``; ``resolve_scenario`` only the authorization's scenario. On an operation,
+``decline`` and ``insufficient_funds`` are allowed for refunds only (the refund is recorded
+``failed``), ``lookup_lag_<s>`` for refunds only (``GET /refunds`` lags), and an unknown
+fault name is a 400 (``tok_capture_timout_after_commit`` is a typo, not an approval).
 """
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sandbox_acquirer.faults import FAULT_STATUSES, Fault
@@ -65,10 +80,14 @@ __all__ = [
     "MAX_RETRY_AFTER_SECONDS",
     "MAX_SLOW_MILLISECONDS",
     "MAX_TRICKLE_MILLISECONDS",
+    "OPERATIONS",
+    "Operation",
     "Reply",
     "Scenario",
     "ScenarioSettings",
+    "TokenPlan",
     "resolve_scenario",
+    "resolve_token",
 ]
 
 #: Default delay of ``tok_timeout_after_commit``, in seconds.
@@ -91,6 +110,10 @@ ALWAYS = sys.maxsize
 
 #: What the first attempt is answered with once the charge is recorded.
 Reply = Literal["charge", "server_error", "reset", "close"]
+
+#: The operations on a recorded charge that a token can inject faults into.
+Operation = Literal["capture", "void", "refund"]
+OPERATIONS: tuple[Operation, ...] = ("capture", "void", "refund")
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,16 +272,79 @@ _PREFIXES: dict[str, Callable[[str, ScenarioSettings], Scenario]] = {
 _PREFIX_ORDER = sorted(_PREFIXES, key=len, reverse=True)
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPlan:
+    """Everything a token asks for: the authorization's ``Scenario`` and, per operation
+    named in the token, that operation's (``operation(name)`` gives a plain approval for
+    the others)."""
+
+    authorization: Scenario = _APPROVED
+    operations: Mapping[str, Scenario] = field(default_factory=dict)
+
+    def operation(self, name: Operation) -> Scenario:
+        """The scenario of one ``capture``, ``void`` or ``refund`` of the charge."""
+        return self.operations.get(name, _APPROVED)
+
+
+#: Where an operation segment starts: ``__capture_``, ``__void_``, ``__refund_``.
+_SEGMENT = re.compile(r"__(?=(?:capture|void|refund)_)")
+_PLAIN_PLAN = TokenPlan()
+
+
 def resolve_scenario(payment_method: str, settings: ScenarioSettings) -> Scenario:
-    """The scenario for a ``tok_...`` token; unknown tokens are approved.
+    """The authorization's scenario for a ``tok_...`` token; unknown tokens are approved.
 
     Raises ``InvalidRequest`` for a malformed parameterised token (``tok_slow_abc``,
-    ``tok_fail_418_1``), so the client gets a 400 instead of a surprising approval.
+    ``tok_fail_418_1``) or operation segment, so the client gets a 400 instead of a
+    surprising approval.
     """
+    return resolve_token(payment_method, settings).authorization
+
+
+def resolve_token(payment_method: str, settings: ScenarioSettings) -> TokenPlan:
+    """The ``TokenPlan`` of a ``tok_...`` token (see the module docstring's per-operation
+    faults); raises ``InvalidRequest`` as ``resolve_scenario`` does, and for a repeated or
+    unknown operation segment."""
     fixed = _FIXED.get(payment_method)
+    if fixed is not None:  # the common case: one plain token
+        return TokenPlan(authorization=fixed(settings))
+    rest = payment_method[len("tok_") :]
+    pieces = _SEGMENT.split(rest)
+    if not any(pieces[0].startswith(f"{name}_") for name in OPERATIONS):
+        authorization = _single("tok_" + pieces.pop(0), settings)
+    else:
+        authorization = _APPROVED
+    operations: dict[str, Scenario] = {}
+    for piece in pieces:
+        name, _, fault = piece.partition("_")
+        if name in operations:
+            raise InvalidRequest(f"The token names the {name} fault twice.")
+        operations[name] = _operation_scenario(name, "tok_" + fault, settings)  # type: ignore[arg-type]
+    if not operations and authorization is _APPROVED:
+        return _PLAIN_PLAN
+    return TokenPlan(authorization=authorization, operations=operations)
+
+
+def _single(token: str, settings: ScenarioSettings) -> Scenario:
+    fixed = _FIXED.get(token)
     if fixed is not None:
         return fixed(settings)
     for prefix in _PREFIX_ORDER:
-        if payment_method.startswith(prefix):
-            return _PREFIXES[prefix](payment_method[len(prefix) :], settings)
+        if token.startswith(prefix):
+            return _PREFIXES[prefix](token[len(prefix) :], settings)
     return _APPROVED
+
+
+def _operation_scenario(name: Operation, token: str, settings: ScenarioSettings) -> Scenario:
+    usage = (
+        f"{name}_<fault> takes a fault of the token table without its tok_, "
+        f"e.g. tok_{name}_timeout_after_commit or tok_{name}_fail_503_2."
+    )
+    if token not in _FIXED and not any(token.startswith(prefix) for prefix in _PREFIXES):
+        raise InvalidRequest(usage)
+    scenario = _single(token, settings)
+    if name != "refund" and (scenario.status == "declined" or scenario.lookup_lag_seconds):
+        raise InvalidRequest(
+            f"{name}_ takes no decline or lookup lag (only a refund can fail or lag)."
+        )
+    return scenario

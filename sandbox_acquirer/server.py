@@ -22,7 +22,8 @@ answer; ``SO_LINGER`` 0), ``close`` with a FIN (no answer). A response with
 ``trickle_seconds_per_byte`` is sent headers first, then its body one byte at a time.
 
 The server also feeds the store's live gauges (open connections) and the arrival counters
-(per 100 ms bucket, per Idempotency-Key) of requests to the acquirer API.
+(per 100 ms bucket, per Idempotency-Key of every acquirer POST: charges, captures, voids,
+refunds) of requests to the acquirer API.
 
 Each answered request is logged as one line to the ``sandbox_acquirer`` logger: method,
 path (without query string), status and elapsed milliseconds. Headers are never logged, so
@@ -229,15 +230,16 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         app = self.server.app
         if app.counts_towards_stats(target.path):
             key = None
-            if self.command == "POST" and target.path == "/charges":
+            if self.command == "POST" and app.endpoint_label("POST", target.path) != "other":
                 key = valid_idempotency_key(self.headers.get("Idempotency-Key"))
             app.store.count_arrival(
                 generation=self._generation if self._generation is not None else -1,
                 idempotency_key=key,
             )
         if app.refuses_connection(self.command, target.path):
+            self._count("refused")
             self._drop("refused")
-            self._log_and_count("refused", written=False)
+            self._log("refused", written=False)
             return
         transfer_encoding = self.headers.get("Transfer-Encoding")
         raw_length = self.headers.get("Content-Length")
@@ -317,12 +319,20 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         self._finish(problem_response(code, slug, phrase, message or explain or phrase), close=True)
 
     def _finish(self, response: Response, *, close: bool = False) -> None:
-        """Write ``response`` (or drop the connection, as its ``action`` says), then log and
-        count it."""
+        """Write ``response`` (or drop the connection, as its ``action`` says), count and log it.
+
+        It is counted *before* it is written (a trickled body excepted: when its last byte has
+        been sent or the client has gone), so a client that reads the answer and then asks
+        ``/_sandbox/stats`` always finds it counted; a write that fails because the client
+        left is counted under its status all the same."""
         if not response.answered:
+            self._count(response.action)
             self._drop(response.action)
-            self._log_and_count(response.action, written=False)
+            self._log(response.action, written=False)
             return
+        trickled = response.trickle_seconds_per_byte > 0
+        if not trickled:
+            self._count(response.status)
         written = True
         try:
             self.send_response(response.status)
@@ -344,7 +354,9 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             written = False
         if not written:
             self.close_connection = True
-        self._log_and_count(response.status, written)
+        if trickled:
+            self._count(response.status)
+        self._log(response.status, written)
 
     def _trickle(self, body: bytes, seconds_per_byte: float) -> bool:
         """Send ``body`` one byte per ``seconds_per_byte``; ``False`` if cut short (the
@@ -372,9 +384,9 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
-    def _log_and_count(self, status: int | str, written: bool) -> None:
-        started = self._started if self._started is not None else time.monotonic()
-        elapsed_ms = (time.monotonic() - started) * 1000
+    def _count(self, status: int | str) -> None:
+        """Count the current request's outcome (an HTTP status or an unanswered kind) if it
+        went to the acquirer API."""
         path = urlsplit(getattr(self, "path", "") or "").path
         store = self.server.app.store
         generation = self._generation if self._generation is not None else store.generation
@@ -384,6 +396,13 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             store.count_request(
                 status, generation=generation, endpoint=app.endpoint_label(command, path)
             )
+
+    def _log(self, status: int | str, written: bool) -> None:
+        """Log the current request (method, path, status, elapsed ms) and forget it."""
+        started = self._started if self._started is not None else time.monotonic()
+        elapsed_ms = (time.monotonic() - started) * 1000
+        path = urlsplit(getattr(self, "path", "") or "").path
+        command = getattr(self, "command", None) or "-"
         if isinstance(status, str):
             note = f" (connection {status}, no answer)"
         else:

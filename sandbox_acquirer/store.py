@@ -26,9 +26,16 @@ records, attempt counters, the lookup ledger, the per-key and per-reference coun
 most ``max_tracked_keys`` entries (100 000 by default) and drops its oldest entry beyond that;
 arrival counts keep the latest ``max_arrival_buckets`` 100 ms buckets (36 000, one hour).
 The settlement listing (``ledger()``, every charge in commit order) keeps the same number of
-charges. Every drop is counted in ``stats()["evicted"]``, so a benchmark can tell whether the
-bound was reached. Completed idempotency records are evicted oldest first; records in progress
-never.
+charges, and so do the index of charges by id (what captures, voids and refunds find), the
+refunds kept for ``GET /refunds`` and the refund listing (``refund_ledger()``). Every drop
+is counted in ``stats()["evicted"]``, so a benchmark can tell whether the bound was reached.
+Completed idempotency records are evicted oldest first; records in progress never.
+
+Captures, voids and refunds (``commit_operation``) check the acquirer's rules
+(``models.Charge.captured_by`` and the others) and record their result under the same lock
+that completes the idempotency key, so two concurrent captures of one charge, or ten
+concurrent refunds, are decided one after the other: exactly one capture wins, and refunds
+never exceed the captured amount.
 """
 
 from __future__ import annotations
@@ -40,9 +47,9 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from sandbox_acquirer.models import Charge, StoredResponse
+from sandbox_acquirer.models import Charge, OperationRefused, Refund, StoredResponse
 
 __all__ = [
     "ARRIVAL_BUCKET_MS",
@@ -56,6 +63,7 @@ __all__ = [
     "Clock",
     "KeyInUse",
     "KeyReused",
+    "OperationKind",
     "Replay",
     "SandboxStore",
     "utc_now",
@@ -74,6 +82,9 @@ UNANSWERED = ("reset", "close", "refused")
 
 #: Returns the current time as an aware UTC datetime.
 Clock = Callable[[], datetime]
+
+#: The operations ``commit_operation`` records.
+OperationKind = Literal["capture", "void", "refund"]
 
 
 def utc_now() -> datetime:
@@ -129,6 +140,17 @@ class _Record:
     response: StoredResponse | None = None  # None while in progress
 
 
+@dataclass(slots=True)
+class _ChargeEntry:
+    """One recorded charge as the store holds it: its current value (replaced by captures,
+    voids and refunds, under the lock) and the caller's opaque ``plan`` (the app keeps the
+    token's per-operation faults there)."""
+
+    account: str
+    charge: Charge
+    plan: Any = None
+
+
 class _BoundedCounter:
     """A counter keeping at most ``limit`` keys; the oldest key goes first (FIFO)."""
 
@@ -158,21 +180,71 @@ class _BoundedCounter:
         return len(self._counts)
 
 
+class _ReferenceIndex:
+    """Items per ``(account, reference)``, oldest first, each with the time it becomes
+    visible; at most ``limit`` items in all, the oldest dropped first (``evicted``)."""
+
+    __slots__ = ("_entries", "_limit", "_order", "evicted")
+
+    def __init__(self, limit: int) -> None:
+        self._entries: dict[tuple[str, str], deque[tuple[Any, datetime]]] = {}
+        self._order: deque[tuple[str, str]] = deque()
+        self._limit = limit
+        self.evicted = 0
+
+    def add(self, scope: tuple[str, str], item: Any, visible_at: datetime) -> None:
+        self._entries.setdefault(scope, deque()).append((item, visible_at))
+        self._order.append(scope)
+        while len(self._order) > self._limit:
+            oldest = self._order.popleft()
+            entries = self._entries[oldest]
+            entries.popleft()
+            if not entries:
+                del self._entries[oldest]
+            self.evicted += 1
+
+    def visible(self, scope: tuple[str, str], now: datetime) -> list[Any]:
+        return [item for item, visible_at in self._entries.get(scope, ()) if visible_at <= now]
+
+
+class _BoundedLog:
+    """``(account, idempotency key, item)`` rows in commit order; at most ``limit``, the
+    oldest dropped first (``evicted``)."""
+
+    __slots__ = ("_limit", "evicted", "rows")
+
+    def __init__(self, limit: int) -> None:
+        self.rows: deque[tuple[str, str, Any]] = deque()
+        self._limit = limit
+        self.evicted = 0
+
+    def append(self, account: str, key: str, item: Any) -> None:
+        self.rows.append((account, key, item))
+        while len(self.rows) > self._limit:
+            self.rows.popleft()
+            self.evicted += 1
+
+
 @dataclass(slots=True)
 class _State:
     limit: int
     bucket_limit: int
     records: OrderedDict[tuple[str, str], _Record] = field(default_factory=OrderedDict)
     records_evicted: int = 0
-    # The ledger for GET /charges: (charge, visible_at) per (account, reference), plus the
-    # global insertion order, so the oldest entry can be dropped beyond the bound.
-    lookup: dict[tuple[str, str], deque[tuple[Charge, datetime]]] = field(default_factory=dict)
-    lookup_order: deque[tuple[str, str]] = field(default_factory=deque)
-    lookup_evicted: int = 0
-    # Every recorded charge in commit order, (account, idempotency key, charge): the
-    # settlement-style listing of GET /_sandbox/charges (no lookup lag), bounded like the rest.
-    ledger: deque[tuple[str, str, Charge]] = field(default_factory=deque)
-    ledger_evicted: int = 0
+    # GET /charges: the _ChargeEntry objects per (account, reference), with lookup lag.
+    lookup: _ReferenceIndex = field(init=False)
+    # Every recorded charge in commit order (_ChargeEntry items): the settlement-style
+    # listing of GET /_sandbox/charges (no lookup lag), bounded like the rest.
+    ledger: _BoundedLog = field(init=False)
+    # Charges by (account, id), oldest first: what captures, voids and refunds find.
+    charges: OrderedDict[tuple[str, str], _ChargeEntry] = field(default_factory=OrderedDict)
+    charges_evicted: int = 0
+    # Refunds, the same two ways: GET /refunds?reference= and GET /_sandbox/refunds.
+    refund_lookup: _ReferenceIndex = field(init=False)
+    refund_ledger: _BoundedLog = field(init=False)
+    operations_total: Counter[str] = field(default_factory=Counter)
+    operations_by_reference: dict[str, _BoundedCounter] = field(init=False)
+    operations_by_key: dict[str, _BoundedCounter] = field(init=False)
     charges_total: int = 0
     charges_by_reference: _BoundedCounter = field(init=False)
     charges_by_key: _BoundedCounter = field(init=False)
@@ -185,11 +257,24 @@ class _State:
     faults: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
+        self.lookup = _ReferenceIndex(self.limit)
+        self.refund_lookup = _ReferenceIndex(self.limit)
+        self.ledger = _BoundedLog(self.limit)
+        self.refund_ledger = _BoundedLog(self.limit)
         self.charges_by_reference = _BoundedCounter(self.limit)
         self.charges_by_key = _BoundedCounter(self.limit)
         self.requests_by_key = _BoundedCounter(self.limit)
         self.attempts = _BoundedCounter(self.limit)
         self.arrivals = _BoundedCounter(self.bucket_limit)
+        self.operations_by_reference = {
+            kind: _BoundedCounter(self.limit) for kind in _OPERATION_KINDS
+        }
+        self.operations_by_key = {kind: _BoundedCounter(self.limit) for kind in _OPERATION_KINDS}
+
+
+_OPERATION_KINDS: tuple[OperationKind, ...] = ("capture", "void", "refund")
+#: Stats names of each operation's counters: totals, per charge reference, per key.
+_OPERATION_PLURALS = {"capture": "captures", "void": "voids", "refund": "refunds"}
 
 
 class SandboxStore:
@@ -283,13 +368,14 @@ class SandboxStore:
         response: StoredResponse,
         *,
         visible_after: timedelta = timedelta(0),
+        plan: Any = None,
     ) -> bool:
         """Record ``charge`` and complete the claimed key with ``response``, atomically.
 
         From then on the key replays ``response``. ``GET /charges`` lists the charge once
-        ``visible_after`` has passed (lookup lag); the counters count it at once. Returns
-        ``False`` (and records nothing) when the claim is stale: a ``reset()`` happened since
-        it was made.
+        ``visible_after`` has passed (lookup lag); the counters count it at once. ``plan`` is
+        kept with the charge for the caller (``charge_plan``). Returns ``False`` (and
+        records nothing) when the claim is stale: a ``reset()`` happened since it was made.
         """
         with self._lock:
             record = self._owned_record(claim)
@@ -297,24 +383,68 @@ class SandboxStore:
                 return False
             record.response = response
             state = self._state
-            scope = (claim.account, charge.reference)
-            state.lookup.setdefault(scope, deque()).append((charge, self._clock() + visible_after))
-            state.lookup_order.append(scope)
-            while len(state.lookup_order) > self._limit:
-                oldest = state.lookup_order.popleft()
-                entries = state.lookup[oldest]
-                entries.popleft()
-                if not entries:
-                    del state.lookup[oldest]
-                state.lookup_evicted += 1
-            state.ledger.append((claim.account, claim.key, charge))
-            while len(state.ledger) > self._limit:
-                state.ledger.popleft()
-                state.ledger_evicted += 1
+            entry = _ChargeEntry(account=claim.account, charge=charge, plan=plan)
+            state.lookup.add(
+                (claim.account, charge.reference), entry, self._clock() + visible_after
+            )
+            state.ledger.append(claim.account, claim.key, entry)
+            state.charges[(claim.account, charge.id)] = entry
+            while len(state.charges) > self._limit:
+                state.charges.popitem(last=False)
+                state.charges_evicted += 1
             state.charges_total += 1
             state.charges_by_reference.add(charge.reference)
             state.charges_by_key.add(claim.key)
             return True
+
+    def charge_plan(self, account: str, charge_id: str) -> tuple[Charge, Any]:
+        """``account``'s charge ``charge_id`` as it stands now, with the ``plan`` given to
+        ``commit``. Raises ``OperationRefused`` 404 ``charge_not_found`` for an unknown id,
+        another account's charge, or one dropped beyond ``max_tracked_keys``."""
+        with self._lock:
+            entry = self._entry(account, charge_id)
+            return entry.charge, entry.plan
+
+    def commit_operation(
+        self,
+        claim: Claim,
+        kind: OperationKind,
+        charge_id: str,
+        apply: Callable[[Charge, datetime], tuple[Charge, Refund | None]],
+        render: Callable[[Charge, Refund | None], StoredResponse],
+        *,
+        visible_after: timedelta = timedelta(0),
+    ) -> tuple[Charge, Refund | None] | None:
+        """Apply a capture, void or refund (``kind``) to charge ``charge_id`` and complete
+        the claimed key, atomically under the store's lock.
+
+        ``apply(charge, now)`` returns the charge's new value and, for a refund, the refund
+        to record; it enforces the acquirer's rules by raising ``OperationRefused``, which
+        propagates with nothing recorded (the caller then releases the claim). An unknown
+        charge raises ``OperationRefused`` 404. ``render(charge, refund)`` makes the response
+        the key replays from then on. ``GET /refunds`` lists a refund once ``visible_after``
+        has passed. Returns ``(charge, refund)``, or ``None`` (nothing recorded) when the
+        claim is stale after a ``reset()``.
+        """
+        with self._lock:
+            record = self._owned_record(claim)
+            if record is None:
+                return None
+            state = self._state
+            entry = self._entry(claim.account, charge_id)
+            now = self._clock()
+            charge, refund = apply(entry.charge, now)
+            record.response = render(charge, refund)
+            entry.charge = charge
+            if refund is not None:
+                state.refund_lookup.add(
+                    (claim.account, refund.reference), refund, now + visible_after
+                )
+                state.refund_ledger.append(claim.account, claim.key, refund)
+            state.operations_total[kind] += 1
+            state.operations_by_reference[kind].add(charge.reference)
+            state.operations_by_key[kind].add(claim.key)
+            return charge, refund
 
     def release(self, claim: Claim) -> None:
         """Give up a claimed key without recording anything, so a retry runs afresh.
@@ -347,9 +477,14 @@ class SandboxStore:
         A charge recorded with a lookup lag is left out until its lag has passed.
         """
         with self._lock:
-            now = self._clock()
-            entries = self._state.lookup.get((account, reference), ())
-            return [charge for charge, visible_at in entries if visible_at <= now]
+            entries = self._state.lookup.visible((account, reference), self._clock())
+            return [entry.charge for entry in entries]
+
+    def refunds_for(self, account: str, reference: str) -> list[Refund]:
+        """``account``'s visible refunds with the caller's refund ``reference``, oldest
+        first (a refund recorded with a lookup lag is left out until it has passed)."""
+        with self._lock:
+            return self._state.refund_lookup.visible((account, reference), self._clock())
 
     def ledger(
         self,
@@ -366,21 +501,24 @@ class SandboxStore:
         settlement report, not the look-up API. ``starting_after`` unknown: ``KeyError``.
         """
         with self._lock:
-            entries = iter(self._state.ledger)
-            if starting_after is not None:
-                for entry_account, _, charge in entries:
-                    if entry_account == account and charge.id == starting_after:
-                        break
-                else:
-                    raise KeyError(starting_after)
-            page: list[tuple[str, Charge]] = []
-            for entry_account, key, charge in entries:
-                if entry_account != account or (since is not None and charge.created_at < since):
-                    continue
-                if len(page) == limit:
-                    return page, True
-                page.append((key, charge))
-            return page, False
+            rows = (
+                (account_, key, entry.charge) for account_, key, entry in self._state.ledger.rows
+            )
+            return _page(rows, account, since, starting_after, limit)
+
+    def refund_ledger(
+        self,
+        account: str,
+        *,
+        since: datetime | None = None,
+        starting_after: str | None = None,
+        limit: int = 1000,
+    ) -> tuple[list[tuple[str, Refund]], bool]:
+        """``account``'s recorded refunds (succeeded and failed) in the order they were
+        recorded, as ``(idempotency key, refund)``; paged and filtered like ``ledger``
+        (``starting_after`` a refund id; unknown: ``KeyError``)."""
+        with self._lock:
+            return _page(self._state.refund_ledger.rows, account, since, starting_after, limit)
 
     def count_arrival(self, *, generation: int, idempotency_key: str | None = None) -> None:
         """Count one request arriving now (100 ms buckets), and per ``idempotency_key``.
@@ -468,6 +606,7 @@ class SandboxStore:
                 },
                 "requests_by_idempotency_key": dict(state.requests_by_key.items()),
                 "charges_by_idempotency_key": dict(state.charges_by_key.items()),
+                **self._operation_stats(state),
                 "faults_injected": dict(sorted(state.faults.items())),
                 "arrivals_per_100ms": {
                     str(bucket): count for bucket, count in sorted(state.arrivals.items())
@@ -481,11 +620,22 @@ class SandboxStore:
                 },
                 "evicted": {
                     "idempotency_keys": state.records_evicted,
-                    "charges_for_lookup": state.lookup_evicted,
-                    "charges_listed": state.ledger_evicted,
+                    "charges_for_lookup": state.lookup.evicted,
+                    "charges_listed": state.ledger.evicted,
+                    "charges_for_operations": state.charges_evicted,
+                    "refunds_for_lookup": state.refund_lookup.evicted,
+                    "refunds_listed": state.refund_ledger.evicted,
                     "charges_by_reference": state.charges_by_reference.evicted,
                     "charges_by_idempotency_key": state.charges_by_key.evicted,
                     "requests_by_idempotency_key": state.requests_by_key.evicted,
+                    **{
+                        f"{_OPERATION_PLURALS[kind]}_by_{table}": counters[kind].evicted
+                        for table, counters in (
+                            ("charge_reference", state.operations_by_reference),
+                            ("idempotency_key", state.operations_by_key),
+                        )
+                        for kind in _OPERATION_KINDS
+                    },
                     "attempt_counters": state.attempts.evicted,
                     "arrivals_per_100ms": state.arrivals.evicted,
                 },
@@ -504,6 +654,26 @@ class SandboxStore:
 
     def _new_state(self) -> _State:
         return _State(limit=self._limit, bucket_limit=self._bucket_limit)
+
+    @staticmethod
+    def _operation_stats(state: _State) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for kind in _OPERATION_KINDS:
+            plural = _OPERATION_PLURALS[kind]
+            result[f"{plural}_total"] = state.operations_total[kind]
+            result[f"{plural}_by_charge_reference"] = dict(
+                state.operations_by_reference[kind].items()
+            )
+            result[f"{plural}_by_idempotency_key"] = dict(state.operations_by_key[kind].items())
+        return result
+
+    def _entry(self, account: str, charge_id: str) -> _ChargeEntry:
+        entry = self._state.charges.get((account, charge_id))
+        if entry is None:
+            raise OperationRefused(
+                "charge_not_found", f"No charge {charge_id[:64]!r} for this API key.", status=404
+            )
+        return entry
 
     def _owned_record(self, claim: Claim) -> _Record | None:
         if claim.generation != self._generation:
@@ -548,3 +718,26 @@ class SandboxStore:
         for scope in victims:
             del records[scope]
         self._state.records_evicted += len(victims)
+
+
+def _page(
+    rows: Any, account: str, since: datetime | None, starting_after: str | None, limit: int
+) -> tuple[list[tuple[str, Any]], bool]:
+    """One page of ``(account, key, item)`` rows (items with ``id`` and ``created_at``):
+    ``account``'s items after the one with id ``starting_after`` (``KeyError`` if absent),
+    with ``created_at >= since``, at most ``limit``; and whether more follow."""
+    rows = iter(rows)
+    if starting_after is not None:
+        for row_account, _, item in rows:
+            if row_account == account and item.id == starting_after:
+                break
+        else:
+            raise KeyError(starting_after)
+    page: list[tuple[str, Any]] = []
+    for row_account, key, item in rows:
+        if row_account != account or (since is not None and item.created_at < since):
+            continue
+        if len(page) == limit:
+            return page, True
+        page.append((key, item))
+    return page, False

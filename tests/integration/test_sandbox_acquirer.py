@@ -301,7 +301,7 @@ def test_body_of_exactly_64_kib_is_accepted(client: httpx.Client) -> None:
 
 def test_unknown_path_is_404(client: httpx.Client) -> None:
     """A path the sandbox does not serve answers 404 JSON."""
-    assert_problem(client.get("/refunds"), 404, "not_found")
+    assert_problem(client.get("/payouts"), 404, "not_found")
 
 
 def test_wrong_method_is_405_with_allow(client: httpx.Client) -> None:
@@ -471,7 +471,8 @@ def test_500_after_commit_then_retry_replays_the_same_charge(
 def test_lookup_by_reference_lists_charges_oldest_first(
     client: httpx.Client, sandbox: SandboxProcess
 ) -> None:
-    """GET /charges?reference=R lists that reference's charges in creation order."""
+    """GET /charges?reference=R lists that reference's charges in creation order: the 201
+    body's fields, plus the capture state (an approval without ``capture`` is captured)."""
     first = post_charge(client, "lookup-1", charge_body(reference="order-lookup"))
     second = post_charge(
         client, "lookup-2", charge_body(reference="order-lookup", payment_method="tok_decline")
@@ -481,7 +482,15 @@ def test_lookup_by_reference_lists_charges_oldest_first(
     response = client.get("/charges", params={"reference": "order-lookup"})
 
     assert response.status_code == 200
-    assert response.json() == {"data": [first.json(), second.json()]}
+    data = response.json()["data"]
+    assert [{name: row[name] for name in first.json()} for row in data] == [
+        first.json(),
+        second.json(),
+    ]
+    assert [(row["captured"], row["amount_captured"], row["voided"]) for row in data] == [
+        (True, first.json()["amount"], False),
+        (False, 0, False),
+    ]
 
 
 def test_lookup_only_shows_the_callers_charges(
@@ -950,3 +959,207 @@ def test_invalid_command_line_condition_exits_with_status_2() -> None:
 
     assert result.returncode == 2
     assert "rate_limit.limit" in result.stderr
+
+
+# -- manual capture, void and refunds over real HTTP ------------------------------------
+
+
+def manual_charge(
+    client: httpx.Client, token: str = "tok_visa", reference: str = "pay-life", **extra: Any
+) -> dict[str, Any]:
+    body = charge_body(payment_method=token, reference=reference, amount=10_000, **extra)
+    body.setdefault("capture", False)
+    response = post_charge(client, f"authorize-{reference}", body)
+    assert response.status_code == 201
+    return response.json()
+
+
+def operate(
+    client: httpx.Client, operation: str, charge_id: str, key: str, **kwargs: Any
+) -> httpx.Response:
+    headers = {"Idempotency-Key": key}
+    if operation == "refund":
+        body = {"charge": charge_id, "reference": f"re-{key}", "amount": 1000}
+        return client.post("/refunds", json=body, headers=headers, **kwargs)
+    return client.post(f"/charges/{charge_id}/{operation}", json={}, headers=headers, **kwargs)
+
+
+def charge_for(operation: str) -> dict[str, Any]:
+    """A refund needs a captured charge; capture and void an authorized one."""
+    return {"capture": True} if operation == "refund" else {}
+
+
+PLURAL = {"capture": "captures", "void": "voids", "refund": "refunds"}
+
+
+def test_manual_capture_then_refunds_over_http(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    charge = manual_charge(client)
+    captured = client.post(
+        f"/charges/{charge['id']}/capture", json={"amount": 6000}, headers={"Idempotency-Key": "c"}
+    )
+    assert captured.status_code == 200
+    assert captured.json()["amount_captured"] == 6000
+    for index, amount in enumerate((1000, 2000)):
+        response = client.post(
+            "/refunds",
+            json={"charge": charge["id"], "amount": amount, "reference": f"re_{index}"},
+            headers={"Idempotency-Key": f"r{index}"},
+        )
+        assert response.status_code == 201
+    assert [r["amount"] for r in sandbox.refunds("re_1")] == [2000]
+    (state,) = sandbox.charges("pay-life")
+    assert (state["amount_captured"], state["amount_refunded"]) == (6000, 3000)
+    (row,) = sandbox.charge_listing()
+    assert (row["amount_captured"], row["amount_refunded"]) == (6000, 3000)
+    assert [r["idempotency_key"] for r in sandbox.refund_listing()] == ["r0", "r1"]
+    over = client.post(
+        "/refunds",
+        json={"charge": charge["id"], "amount": 3001, "reference": "re_x"},
+        headers={"Idempotency-Key": "rx"},
+    )
+    assert_problem(over, 422, "amount_exceeds_refundable")
+    stats = sandbox.stats()
+    assert stats["requests_by_endpoint"]["POST /charges/{id}/capture"] == {"200": 1, "total": 1}
+    assert stats["requests_by_endpoint"]["POST /refunds"] == {"201": 2, "422": 1, "total": 3}
+    assert stats["requests_by_endpoint"]["GET /refunds"] == {"200": 1, "total": 1}
+    assert stats["requests_by_idempotency_key"]["c"] == 1
+    assert stats["requests_by_idempotency_key"]["rx"] == 1
+
+
+@pytest.mark.parametrize("operation", ["capture", "void", "refund"])
+def test_timeout_after_commit_on_each_operation_over_http(
+    client: httpx.Client, sandbox: SandboxProcess, operation: str
+) -> None:
+    """The client's read timeout fires although the operation was recorded; the retry with
+    the same key replays at once."""
+    charge = manual_charge(client, f"tok_{operation}_timeout_after_commit", **charge_for(operation))
+    with pytest.raises(httpx.ReadTimeout):
+        operate(client, operation, charge["id"], "op", timeout=0.5)
+    assert sandbox.stats()[f"{PLURAL[operation]}_total"] == 1
+    replay = operate(client, operation, charge["id"], "op", timeout=1.0)
+    assert replay.status_code in (200, 201)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert sandbox.stats()[f"{PLURAL[operation]}_total"] == 1
+
+
+@pytest.mark.parametrize("operation", ["capture", "void", "refund"])
+def test_500_after_commit_on_each_operation_over_http(
+    client: httpx.Client, sandbox: SandboxProcess, operation: str
+) -> None:
+    charge = manual_charge(client, f"tok_{operation}_500_after_commit", **charge_for(operation))
+    assert_problem(operate(client, operation, charge["id"], "op"), 500, "api_error")
+    replay = operate(client, operation, charge["id"], "op")
+    assert replay.status_code in (200, 201)
+    assert sandbox.stats()[f"{PLURAL[operation]}_total"] == 1
+
+
+@pytest.mark.parametrize("operation", ["capture", "void", "refund"])
+def test_reset_after_commit_on_each_operation_over_http(
+    client: httpx.Client, sandbox: SandboxProcess, operation: str
+) -> None:
+    charge = manual_charge(client, f"tok_{operation}_reset_after_commit", **charge_for(operation))
+    with pytest.raises(httpx.ReadError):
+        operate(client, operation, charge["id"], "op")
+    assert sandbox.stats()[f"{PLURAL[operation]}_total"] == 1
+    replay = operate(client, operation, charge["id"], "op")
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert sandbox.stats()["requests_unanswered"] == {"reset": 1}
+
+
+def test_trickled_refund_and_outage_refusing_voids_over_http(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    charge = manual_charge(client, "tok_refund_trickle", capture=True)
+    started = time.monotonic()
+    response = operate(client, "refund", charge["id"], "trickle")
+    assert response.status_code == 201 and time.monotonic() - started > 0.3
+    sandbox.set_condition(
+        "outage", duration_seconds=60, failure="refused", endpoints=["POST /charges/{id}/void"]
+    )
+    other = manual_charge(client, reference="pay-void")
+    with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+        operate(client, "void", other["id"], "v")
+    assert operate(client, "capture", other["id"], "c").status_code == 200
+
+
+def in_parallel(sandbox: SandboxProcess, call: Any, arguments: list[Any]) -> list[int]:
+    """``call(client, argument)`` for every argument at once, each on its own connection;
+    the statuses, sorted."""
+
+    def one(argument: Any) -> int:
+        with httpx.Client(
+            base_url=sandbox.url, headers=sandbox.auth_headers(), timeout=10.0, trust_env=False
+        ) as http:
+            return call(http, argument).status_code
+
+    with ThreadPoolExecutor(max_workers=len(arguments)) as pool:
+        return sorted(pool.map(one, arguments))
+
+
+def test_concurrent_refunds_over_http_stay_within_the_captured_amount(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    """Ten concurrent refunds of 2000 on a captured 10000: five 201, five 422."""
+    charge = manual_charge(client, capture=True)
+
+    def one(http: httpx.Client, index: int) -> httpx.Response:
+        return http.post(
+            "/refunds",
+            json={"charge": charge["id"], "amount": 2000, "reference": f"re_{index}"},
+            headers={"Idempotency-Key": f"refund-{index}"},
+        )
+
+    assert in_parallel(sandbox, one, list(range(10))) == [201] * 5 + [422] * 5
+    assert sandbox.stats()["refunds_by_charge_reference"] == {"pay-life": 5}
+    assert sandbox.charges("pay-life")[0]["amount_refunded"] == 10_000
+    assert len(sandbox.refund_listing()) == 5
+
+
+def test_two_concurrent_captures_with_different_keys_capture_once(
+    client: httpx.Client, sandbox: SandboxProcess
+) -> None:
+    charge = manual_charge(client)
+    statuses = in_parallel(
+        sandbox,
+        lambda http, key: operate(http, "capture", charge["id"], key),
+        ["capture-a", "capture-b"],
+    )
+    assert statuses == [200, 422]
+    assert sandbox.stats()["captures_by_charge_reference"] == {"pay-life": 1}
+
+
+def test_capture_racing_void_one_wins(client: httpx.Client, sandbox: SandboxProcess) -> None:
+    charge = manual_charge(client)
+    statuses = in_parallel(
+        sandbox,
+        lambda http, operation: operate(http, operation, charge["id"], operation),
+        ["capture", "void"],
+    )
+    assert statuses == [200, 422]
+    stats = sandbox.stats()
+    assert stats["captures_total"] + stats["voids_total"] == 1
+
+
+def test_new_tables_are_bounded_by_max_tracked_keys() -> None:
+    """With --max-tracked-keys 2 the oldest charge can no longer be refunded (404) and the
+    refund tables keep two entries, each drop counted."""
+    with SandboxProcess.start(api_key=API_KEY, extra_args=("--max-tracked-keys", "2")) as small:
+        with httpx.Client(
+            base_url=small.url, headers=small.auth_headers(), timeout=10.0, trust_env=False
+        ) as http:
+            charges = [manual_charge(http, reference=f"pay-{n}", capture=True) for n in range(3)]
+            oldest = operate(http, "refund", charges[0]["id"], "r-0")
+            assert_problem(oldest, 404, "charge_not_found")
+            for n in (1, 2):
+                for attempt in range(2):
+                    response = operate(http, "refund", charges[n]["id"], f"r-{n}-{attempt}")
+                    assert response.status_code == 201
+        assert len(small.refund_listing()) == 2
+        stats = small.stats()
+        assert stats["refunds_total"] == 4
+        assert len(stats["refunds_by_idempotency_key"]) == 2
+        assert stats["evicted"]["charges_for_operations"] == 1
+        assert stats["evicted"]["refunds_listed"] == 2
+        assert stats["evicted"]["refunds_by_idempotency_key"] == 2

@@ -55,8 +55,9 @@ class SandboxProcess:
 
     Make one with ``SandboxProcess.start(...)``. Attributes: ``url`` (``http://127.0.0.1:PORT``,
     no trailing slash), ``api_key`` (the first accepted key) and ``process`` (the
-    ``subprocess.Popen``). The helpers ``stats()``, ``reset()`` and ``charges()`` call the
-    sandbox over HTTP. Usable as a context manager; ``stop()`` is idempotent.
+    ``subprocess.Popen``). The helpers ``stats()``, ``reset()``, ``charges()``, ``refunds()``,
+    ``charge_listing()`` and ``refund_listing()`` call the sandbox over HTTP. Usable as a
+    context manager; ``stop()`` is idempotent.
     """
 
     def __init__(
@@ -172,6 +173,30 @@ class SandboxProcess:
         response = self._http.get(
             "/charges", params={"reference": reference}, headers=self.auth_headers()
         )
+        response.raise_for_status()
+        return response.json()["data"]
+
+    def refunds(self, reference: str) -> list[dict[str, Any]]:
+        """This API key's refunds with the caller's refund ``reference``
+        (``GET /refunds?reference=``), oldest first."""
+        response = self._http.get(
+            "/refunds", params={"reference": reference}, headers=self.auth_headers()
+        )
+        response.raise_for_status()
+        return response.json()["data"]
+
+    def charge_listing(self) -> list[dict[str, Any]]:
+        """Every charge of this API key with its capture state (``GET /_sandbox/charges``,
+        first page of up to 10000), oldest first."""
+        return self._listing("/_sandbox/charges")
+
+    def refund_listing(self) -> list[dict[str, Any]]:
+        """Every refund of this API key (``GET /_sandbox/refunds``, first page of up to
+        10000), oldest first, each with its ``idempotency_key``."""
+        return self._listing("/_sandbox/refunds")
+
+    def _listing(self, path: str) -> list[dict[str, Any]]:
+        response = self._http.get(path, params={"limit": "10000"}, headers=self.auth_headers())
         response.raise_for_status()
         return response.json()["data"]
 

@@ -4,7 +4,7 @@ injected clock and a fake wait, so every header value and every delay is exact."
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from sandbox_acquirer.conditions import ConditionSet
 from sandbox_acquirer.faults import PROBLEMS
 from sandbox_acquirer.scenarios import ScenarioSettings
 from sandbox_acquirer.store import SandboxStore
+from tests.support.fake_time import FakeClock, FakeWait
 
 # 2026-11-29T17:00:00.250Z: a quarter second past a whole minute, to exercise rounding.
 START = datetime(2026, 11, 29, 17, 0, 0, 250_000, tzinfo=UTC)
@@ -21,35 +22,9 @@ API_KEY = "sk_unit"
 OTHER_API_KEY = "sk_unit_other"
 
 
-class FakeClock:
-    """A clock that stands still until a test (or the fake wait) moves it."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-class FakeWait:
-    """Records every pause and moves the clock instead of sleeping."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> bool:
-        self.calls.append(seconds)
-        self.clock.advance(seconds)
-        return False
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

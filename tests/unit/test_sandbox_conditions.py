@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sandbox_acquirer.conditions import (
+    ENDPOINTS,
     ConditionError,
     ConditionSet,
     Latency,
@@ -61,7 +62,7 @@ def headers_of(verdict: Any) -> dict[str, str]:
         ("outage", {"duration_seconds": 10, "phase": "later"}, "phase must be one of"),
         ("outage", {"duration_seconds": 10, "retry_after_format": "http"}, "retry_after_format"),
         ("outage", {"duration_seconds": 10, "endpoints": []}, "endpoints must be"),
-        ("outage", {"duration_seconds": 10, "endpoints": ["POST /refunds"]}, "endpoints must be"),
+        ("outage", {"duration_seconds": 10, "endpoints": ["POST /payouts"]}, "endpoints must be"),
         ("outage", {"duration_seconds": 10, "colour": "red"}, "unknown field(s) colour"),
         ("outage", [10], "must be a JSON object"),
         ("flapping", {"healthy_seconds": 5}, "failing_seconds is required"),
@@ -95,8 +96,8 @@ def test_invalid_condition_is_refused_with_a_clear_message(
     assert message in caught.value.detail
 
 
-def test_outage_defaults_to_503_before_commit_on_both_endpoints() -> None:
-    """An outage given only a duration fails both endpoints with 503 before commit."""
+def test_outage_defaults_to_503_before_commit_on_every_endpoint() -> None:
+    """An outage given only a duration fails every acquirer endpoint with 503 before commit."""
     outage = parse_condition("outage", {"duration_seconds": 10}, T0)
 
     assert outage.to_json() == {
@@ -105,7 +106,7 @@ def test_outage_defaults_to_503_before_commit_on_both_endpoints() -> None:
         "duration_seconds": 10,
         "failure": 503,
         "phase": "before_commit",
-        "endpoints": [POST, GET],
+        "endpoints": list(ENDPOINTS),
     }
 
 

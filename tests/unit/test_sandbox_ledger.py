@@ -95,8 +95,19 @@ def test_lists_every_charge_oldest_first_with_its_idempotency_key(
     listing = body_of(answer)
     assert listing["has_more"] is False
     assert [row["reference"] for row in listing["data"]] == ["pay_1", "pay_2"]
-    assert listing["data"][0] == {**first, "idempotency_key": "k-1"}
+    assert listing["data"][0] == {
+        **first,
+        "captured": True,
+        "amount_captured": first["amount"],
+        "amount_refunded": 0,
+        "voided": False,
+        "captured_at": first["created_at"],
+        "voided_at": None,
+        "idempotency_key": "k-1",
+    }
     assert listing["data"][1]["status"] == "declined"
+    assert listing["data"][1]["captured"] is False
+    assert listing["data"][1]["amount_captured"] == 0
     assert listing["data"][1]["decline_code"] == "do_not_honor"
     assert listing["data"][1]["amount"] == 7
 
