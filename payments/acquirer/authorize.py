@@ -29,7 +29,7 @@ from gateway_client import (
     PermanentError,
     RetryableError,
 )
-from payments.models import Payment
+from payments.models import CaptureMethod, Payment
 
 __all__ = [
     "AcquirerAttempt",
@@ -97,7 +97,8 @@ class AcquirerAttempt:
 
 def authorization_request(payment: Payment) -> AuthorizationRequest:
     """The request sent to the acquirer for ``payment``: amount in minor units, ISO 4217
-    currency, the token, our payment id as the reference, and always the payment's own
+    currency, the token, our payment id as the reference, ``capture`` False for a manual
+    payment (authorize only), and always the payment's own
     acquirer idempotency key (so a re-send is answered from the acquirer's record)."""
     return AuthorizationRequest(
         amount=payment.amount,
@@ -105,6 +106,7 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
         payment_method=payment.payment_method,
         payment_reference=payment.id,
         idempotency_key=payment.acquirer_idempotency_key,
+        capture=payment.capture_method == CaptureMethod.AUTOMATIC,
     )
 
 
