@@ -4,13 +4,25 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
-from payments.apis import PaymentDetailApi, PaymentListCreateApi, healthz
+from payments.apis import (
+    PaymentCaptureApi,
+    PaymentDetailApi,
+    PaymentListCreateApi,
+    PaymentRefundsApi,
+    PaymentVoidApi,
+    RefundDetailApi,
+    healthz,
+)
 from payments.health import readyz
 from payments.metrics_views import metrics_view
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),
     path("payments/<str:payment_id>", PaymentDetailApi.as_view(), name="payment-detail"),
+    path("payments/<str:payment_id>/capture", PaymentCaptureApi.as_view(), name="payment-capture"),
+    path("payments/<str:payment_id>/void", PaymentVoidApi.as_view(), name="payment-void"),
+    path("payments/<str:payment_id>/refunds", PaymentRefundsApi.as_view(), name="payment-refunds"),
+    path("refunds/<str:refund_id>", RefundDetailApi.as_view(), name="refund-detail"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

@@ -8,15 +8,20 @@ optionally a `RetryPolicy` and a shared `StateStore`:
     config = AcquirerConfig(base_url="https://acquirer.example", api_key=key, name="acme")
     store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="payments")
     with AcquirerClient(config, policy=RetryPolicy(), store=store) as client:
-        authorization = client.authorize(AuthorizationRequest(...))
+        authorization = client.authorize(AuthorizationRequest(..., capture=False))
+        captured = client.capture(CaptureRequest(authorization.acquirer_reference, None, key))
+        refund = client.refund(RefundRequest(charge_id, refund_reference, 500, key))
         later = client.lookup(payment_reference, policy=RetryPolicy(deadline=30.0))
+        refunds = client.lookup_refunds(refund_reference, policy=RetryPolicy(deadline=30.0))
 
-A decline is a value (`Authorization.approved is False`); infrastructure failures raise a
-`GatewayError` whose branch says whether the request may have been applied (see errors.py and
-classify.py). Retries, deadlines, Retry-After, quota headers, the shared rate gate and the
-retry budget are described in client.py, policy.py, quota.py, gate.py and budget.py. Each
-endpoint group has a circuit breaker on the failure rate, shared through the store
-(breaker.py), and each quota scope an adaptive (AIMD) concurrency limit (aimd.py):
+A decline is a value (`Authorization.approved is False`), and so is a failed refund
+(`Refund.status == "failed"`); infrastructure failures raise a `GatewayError` whose branch says
+whether the request may have been applied (see errors.py and classify.py); the acquirer's rule
+refusals are PermanentErrors whose `acquirer_code` names the rule. Retries, deadlines,
+Retry-After, quota headers, the shared rate gate and the retry budget are described in
+client.py, policy.py, quota.py, gate.py and budget.py. Each endpoint group has a circuit
+breaker on the failure rate, shared through the store (breaker.py), and each quota scope an
+adaptive (AIMD) concurrency limit (aimd.py):
 
     allowed, retry_after = client.admits("authorize")    # cheap pre-check, takes no permit
     client.breakers.snapshot()                           # per group: state, rate, counts
@@ -52,7 +57,15 @@ from .errors import (
 )
 from .policy import RetryPolicy
 from .store import MemoryStore, RedisStore, StateStore
-from .types import AcquirerConfig, Authorization, AuthorizationRequest
+from .types import (
+    AcquirerConfig,
+    Authorization,
+    AuthorizationRequest,
+    CaptureRequest,
+    Refund,
+    RefundRequest,
+    VoidRequest,
+)
 
 __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierarchy order
     # the client and its values
@@ -63,13 +76,17 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "AuthorizationRequest",
     "BreakerConfig",
     "BreakerSnapshot",
+    "CaptureRequest",
     "Clock",
     "LimiterSnapshot",
     "ManualClock",
     "MemoryStore",
     "RedisStore",
+    "Refund",
+    "RefundRequest",
     "RetryPolicy",
     "StateStore",
+    "VoidRequest",
     # the error tree (errors.py)
     "GatewayError",
     "RetryableError",

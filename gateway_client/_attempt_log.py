@@ -2,7 +2,8 @@
 The one log event per attempt, on the `gateway_client` logger.
 
 INFO for a result, WARNING for an error, with `extra` fields named `gateway_*`: operation,
-acquirer, scope, reference (our payment reference), attempt, status, outcome, elapsed (this
+acquirer, scope, reference (what the call is about: our payment or refund reference, or the
+acquirer's charge id for a capture or void), attempt, status, outcome, elapsed (this
 attempt) and call_elapsed, decision (return, retry, raise) and stop_reason, the chosen wait
 and its source (retry-after, quota-header, gate, backoff), the server's wait and the rate
 headers seen, the gate's waits, the retry budget and the breaker's state. Never the API key,
@@ -80,7 +81,7 @@ class AttemptLog:
             "outcome=%s elapsed=%s decision=%s%s wait=%s source=%s budget=%s gate=%s",
             progress.operation,
             self._name,
-            progress.payment_reference,
+            progress.reference,
             fields["attempt"],
             status if status is not None else "-",
             fields["outcome"],
@@ -95,7 +96,7 @@ class AttemptLog:
                 "gateway_operation": progress.operation,
                 "gateway_acquirer": self._name,
                 "gateway_scope": self._scope,
-                "gateway_reference": progress.payment_reference,
+                "gateway_reference": progress.reference,
                 "gateway_attempt": fields["attempt"],
                 "gateway_status": status,
                 "gateway_outcome": fields["outcome"],

@@ -46,10 +46,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class CallLabel:
-    """What one attempt is about: enough to label its errors and its log lines."""
+    """
+    What one attempt is about: enough to label its errors and its log lines. `reference`:
+    what the call is about (our payment reference for authorize and lookup, the acquirer's
+    charge id for capture and void, our refund reference for refund and lookup_refunds).
+    """
 
     operation: str
-    payment_reference: str
+    reference: str
     idempotency_key: str | None
     attempt: int = 1
 
@@ -77,10 +81,17 @@ class Attempt:
 
 @dataclass(slots=True)
 class Progress:
-    """The running state of one call: attempts so far, the deadline, what the log needs."""
+    """
+    The running state of one call: attempts so far, the deadline, what the log needs.
+    `operation` labels the call (errors, metrics, log); `group` names its circuit breaker;
+    `safe` is True for a GET (every ambiguous outcome may be repeated); `reference` as in
+    CallLabel.
+    """
 
     operation: str
-    payment_reference: str
+    group: str
+    safe: bool
+    reference: str
     idempotency_key: str | None
     policy: RetryPolicy
     started: float
@@ -178,13 +189,13 @@ def circuit_error(
     """Not sent: the breaker of the operation's group is `state` (the caller sets the wait)."""
     return CircuitOpenError(
         f"{progress.operation} at acquirer {acquirer!r}: not sent, the circuit "
-        f"breaker of group {progress.operation!r} is {state}; probes in "
+        f"breaker of group {progress.group!r} is {state}; probes in "
         f"{retry_after:.3f} s [CircuitOpenError]",
         operation=progress.operation,
         attempts=progress.attempts,
         idempotency_key=progress.idempotency_key,
         acquirer=acquirer,
-        group=progress.operation,
+        group=progress.group,
         state=state,
     )
 

@@ -26,8 +26,10 @@ __all__ = [
     "Recorded",
 ]
 
-#: The groups every client has: POST /charges and GET /charges.
-DEFAULT_GROUPS = ("authorize", "lookup")
+#: The groups every client has, one per kind of operation: `authorize` (POST /charges),
+#: `capture` (POST /charges/{id}/capture), `void` (POST /charges/{id}/void), `refund`
+#: (POST /refunds) and `lookup` (GET /charges and GET /refunds, reconciliation's read path).
+DEFAULT_GROUPS = ("authorize", "capture", "void", "refund", "lookup")
 
 #: Outcomes handed to `CircuitBreaker.record`.
 SUCCESS = "success"

@@ -2,7 +2,8 @@
 The acquirer client: each call is a short series of classified attempts that never makes an
 outage worse.
 
-For every call (`authorize`, `lookup`), under a RetryPolicy (policy.py):
+For every call (the writes `authorize`, `capture`, `void`, `refund`, each with the caller's
+idempotency key; the look-ups `lookup`, `lookup_refunds`), under a RetryPolicy (policy.py):
 
 1. Before each request, the quota scope's rate gate is read (gate.py). Closed ("not before
    T", set by any process sharing the store): wait for T plus jitter if that fits in the
@@ -26,7 +27,9 @@ For every call (`authorize`, `lookup`), under a RetryPolicy (policy.py):
    fails at once with `RetryBudgetExhaustedError` and never blocks.
 6. Once an attempt was ambiguous, the call's error is ambiguous whatever later attempts say.
 7. Before each attempt, the circuit breaker of the operation's endpoint group (breaker.py;
-   `authorize` for POST /charges, `lookup` for GET /charges) admits it or refuses it:
+   `authorize` for POST /charges, `capture` and `void` for POST /charges/{id}/capture and
+   /void, `refund` for POST /refunds, `lookup` for GET /charges and GET /refunds) admits it
+   or refuses it:
    refused, nothing is sent and the call raises `CircuitOpenError` with `retry_after` = time
    until probes are admitted. Every attempt's outcome is recorded (failures: connection
    failures, timeouts, resets, 5xx, garbled answers; successes: 2xx, declines included;
@@ -57,6 +60,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -98,8 +102,26 @@ from .metrics import CounterMetrics, Metrics
 from .policy import RetryPolicy
 from .quota import QUOTA_HEADER, RETRY_AFTER, ServerWait
 from .store import MemoryStore, StateStore
-from .types import AcquirerConfig, Authorization, AuthorizationRequest
-from .wire import MalformedBody, decode_charge, decode_charge_list, encode_authorization
+from .types import (
+    AcquirerConfig,
+    Authorization,
+    AuthorizationRequest,
+    CaptureRequest,
+    Refund,
+    RefundRequest,
+    VoidRequest,
+)
+from .wire import (
+    MalformedBody,
+    decode_charge,
+    decode_charge_list,
+    decode_refund,
+    decode_refund_list,
+    encode_authorization,
+    encode_capture,
+    encode_refund,
+    encode_void,
+)
 
 __all__ = ["AcquirerClient", "Admits"]
 
@@ -140,7 +162,10 @@ class Admits(NamedTuple):
 
 class AcquirerClient:
     """
-    Client for the upstream card acquirer (`POST /charges`, `GET /charges?reference=`).
+    Client for the upstream card acquirer: `authorize` (`POST /charges`), `capture`
+    (`POST /charges/{id}/capture`), `void` (`POST /charges/{id}/void`), `refund`
+    (`POST /refunds`), `lookup` (`GET /charges?reference=`) and `lookup_refunds`
+    (`GET /refunds?reference=`).
 
     Arguments (all but `config` keyword-only):
         config: the AcquirerConfig (URL, key, timeouts, key honouring, quota profile).
@@ -157,8 +182,8 @@ class AcquirerClient:
         metrics: counter hook (metrics.py); None: in-memory counters in `client.metrics`.
         breakers: the circuit breakers by endpoint group (breaker.py): a BreakerSet, or a
             mapping group -> BreakerConfig (groups not named keep the production default;
-            a group mapped to None has no breaker); None: `authorize` and `lookup` with the
-            production default `BreakerConfig()`, in `store`.
+            a group mapped to None has no breaker); None: `authorize`, `capture`, `void`,
+            `refund` and `lookup` with the production default `BreakerConfig()`, in `store`.
         limiter: the AIMD concurrency limiter of the quota scope (aimd.py): an AimdLimiter,
             or an AimdConfig for one in `store`; None: `AimdConfig()` in `store`.
 
@@ -213,6 +238,7 @@ class AcquirerClient:
         else:
             raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")
         self._charges_url = config.base_url.rstrip("/") + "/charges"
+        self._refunds_url = config.base_url.rstrip("/") + "/refunds"
         deadline_sockets = False
         if transport is None:
             # Handed its config: no proxies, certificates or .netrc from the environment.
@@ -260,7 +286,8 @@ class AcquirerClient:
 
     def admits(self, group: str) -> Admits:
         """
-        Would the breaker of `group` ("authorize", "lookup") admit a call now? Returns
+        Would the breaker of `group` ("authorize", "capture", "void", "refund", "lookup")
+        admit a call now? Returns
         `Admits(True, 0.0)` or `Admits(False, retry_after)`: seconds until probes are
         admitted (a NamedTuple: `allowed, retry_after = client.admits(group)`). Takes no
         permit and writes nothing: the API's pre-check before it stores anything. A group
@@ -297,60 +324,134 @@ class AcquirerClient:
         self, request: AuthorizationRequest, *, policy: RetryPolicy | None = None
     ) -> Authorization:
         """
-        Ask the acquirer to authorise `request`, retrying under `policy` (default: the
-        client's) with the request's idempotency key on every attempt.
+        Ask the acquirer to authorise `request` (`POST /charges`; captured at once, or held
+        for a capture or a void when `request.capture` is False), retrying under `policy`
+        (default: the client's) with the request's idempotency key on every attempt.
+        Breaker group `authorize`.
 
-        Returns the Authorization, approved or declined (a decline is a result). Raises a
-        GatewayError subclass: RetryableError (not applied; `retry_after`/`not_before` when a
-        wait is known; RetryBudgetExhaustedError when the budget refused a retry),
-        AmbiguousOutcomeError (maybe applied: reconcile) or PermanentError (refused).
+        Returns the Authorization, approved or declined (a decline is a result); for a manual
+        request with its capture state (uncaptured). Raises a GatewayError subclass:
+        RetryableError (not applied; `retry_after`/`not_before` when a wait is known;
+        RetryBudgetExhaustedError when the budget refused a retry), AmbiguousOutcomeError
+        (maybe applied: reconcile) or PermanentError (refused).
         """
         if not isinstance(request, AuthorizationRequest):
             raise TypeError("request must be an AuthorizationRequest")
-        body = encode_authorization(request)
-
-        def build(timeout: httpx.Timeout) -> httpx.Request:
-            return self._http.build_request(
-                "POST",
-                self._charges_url,
-                content=body,
-                headers={
-                    "Content-Type": "application/json",
-                    "Idempotency-Key": request.idempotency_key,
-                },
-                timeout=timeout,
-            )
 
         def decode(answer: Answer) -> Authorization:
-            replayed = answer.headers.get("idempotent-replayed", "").strip().lower() == "true"
-            authorization = decode_charge(answer.body or b"", replayed=replayed)
+            authorization = decode_charge(answer.body or b"", replayed=_replayed(answer))
             for name in ("amount", "currency", "payment_reference"):
                 if getattr(authorization, name) != getattr(request, name):
                     raise MalformedBody(f"the charge does not match the request ({name})")
+            if authorization.captured is not None and authorization.captured != (
+                authorization.approved and request.capture
+            ):
+                raise MalformedBody("the charge's capture state does not match the request")
             return authorization
 
         progress = self._start(
             "authorize", request.payment_reference, request.idempotency_key, policy
         )
-        return self._call(progress, build, decode, _authorization_outcome)
+        body = encode_authorization(request)
+        return self._post(progress, self._charges_url, body, decode, _authorization_outcome)
+
+    def capture(
+        self, request: CaptureRequest, *, policy: RetryPolicy | None = None
+    ) -> Authorization:
+        """
+        Capture an authorised, uncaptured charge (`POST /charges/{id}/capture`, body `{}` or
+        `{"amount": N}`), with the same guarantees as `authorize`: the request's idempotency
+        key on every attempt, the same classification and retries. Breaker group `capture`.
+
+        Returns the charge with its capture state (`captured` True, `amount_captured` the
+        amount asked for, or the whole amount). A replay answers the charge as it was at the
+        capture (`replayed` True). Raises the GatewayErrors of `authorize`; the acquirer's
+        rule refusals are InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
+        "charge_already_captured", "charge_already_voided", "charge_declined" or
+        "amount_exceeds_capturable" (422), never retried.
+        """
+        if not isinstance(request, CaptureRequest):
+            raise TypeError("request must be a CaptureRequest")
+
+        def decode(answer: Answer) -> Authorization:
+            charge = self._decode_operated(answer, request.acquirer_reference)
+            expected = charge.amount if request.amount is None else request.amount
+            if not charge.captured or charge.amount_captured != expected:
+                raise MalformedBody("the charge is not captured for the amount asked")
+            return charge
+
+        progress = self._start(
+            "capture", request.acquirer_reference, request.idempotency_key, policy
+        )
+        url = self._charge_url(request.acquirer_reference, "capture")
+        return self._post(progress, url, encode_capture(request), decode, lambda _: "captured")
+
+    def void(self, request: VoidRequest, *, policy: RetryPolicy | None = None) -> Authorization:
+        """
+        Release an authorised, uncaptured charge (`POST /charges/{id}/void`, body `{}`), with
+        the same guarantees as `authorize`. Breaker group `void`.
+
+        Returns the charge with its capture state (`voided` True). Raises the GatewayErrors
+        of `authorize`; rule refusals are InvalidRequestErrors with `acquirer_code`
+        "charge_not_found" (404), "charge_already_captured", "charge_already_voided" (another
+        key) or "charge_declined" (422), never retried.
+        """
+        if not isinstance(request, VoidRequest):
+            raise TypeError("request must be a VoidRequest")
+
+        def decode(answer: Answer) -> Authorization:
+            charge = self._decode_operated(answer, request.acquirer_reference)
+            if not charge.voided:
+                raise MalformedBody("the charge is not voided")
+            return charge
+
+        progress = self._start("void", request.acquirer_reference, request.idempotency_key, policy)
+        url = self._charge_url(request.acquirer_reference, "void")
+        return self._post(progress, url, encode_void(), decode, lambda _: "voided")
+
+    def refund(self, request: RefundRequest, *, policy: RetryPolicy | None = None) -> Refund:
+        """
+        Refund (part of) a captured charge (`POST /refunds`, body `{"charge", "amount"?,
+        "reference"}`), with the same guarantees as `authorize`. Breaker group `refund`.
+
+        Returns the Refund, succeeded or failed (a failed refund is a result, like a
+        decline). Raises the GatewayErrors of `authorize`; rule refusals are
+        InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
+        "charge_not_captured", "charge_already_voided", "charge_declined",
+        "amount_exceeds_refundable" or "charge_already_refunded" (422), never retried. After
+        an ambiguous outcome, `lookup_refunds(request.refund_reference)` or a re-send with the
+        same key resolves it.
+        """
+        if not isinstance(request, RefundRequest):
+            raise TypeError("request must be a RefundRequest")
+
+        def decode(answer: Answer) -> Refund:
+            refund = decode_refund(answer.body or b"", replayed=_replayed(answer))
+            if refund.charge != request.acquirer_reference:
+                raise MalformedBody("the refund does not match the request (charge)")
+            if refund.refund_reference != request.refund_reference:
+                raise MalformedBody("the refund does not match the request (refund_reference)")
+            if request.amount is not None and refund.amount != request.amount:
+                raise MalformedBody("the refund does not match the request (amount)")
+            return refund
+
+        progress = self._start("refund", request.refund_reference, request.idempotency_key, policy)
+        body = encode_refund(request)
+        return self._post(progress, self._refunds_url, body, decode, _refund_outcome)
 
     def lookup(
         self, payment_reference: str, *, policy: RetryPolicy | None = None
     ) -> list[Authorization]:
         """
         Return the acquirer's charges for our `payment_reference` (may be empty; sent as
-        `GET /charges?reference=`), retrying under
-        `policy` (a GET: every failure but a permanent one is safe to repeat).
+        `GET /charges?reference=`), each with its capture state now when the acquirer shows
+        it, retrying under `policy` (a GET: every failure but a permanent one is safe to
+        repeat). Breaker group `lookup`.
 
         Raises the same GatewayError subclasses as `authorize`.
         """
         if not isinstance(payment_reference, str) or not payment_reference:
             raise ValueError("payment_reference must be a non-empty string")
-
-        def build(timeout: httpx.Timeout) -> httpx.Request:
-            return self._http.build_request(
-                "GET", self._charges_url, params={"reference": payment_reference}, timeout=timeout
-            )
 
         def decode(answer: Answer) -> list[Authorization]:
             authorizations = decode_charge_list(answer.body or b"")
@@ -358,8 +459,30 @@ class AcquirerClient:
                 raise MalformedBody("a listed charge has another payment reference")
             return authorizations
 
-        progress = self._start("lookup", payment_reference, None, policy)
-        return self._call(progress, build, decode, lambda _: "ok")
+        progress = self._start("lookup", payment_reference, None, policy, group="lookup")
+        return self._get(progress, self._charges_url, payment_reference, decode)
+
+    def lookup_refunds(
+        self, refund_reference: str, *, policy: RetryPolicy | None = None
+    ) -> list[Refund]:
+        """
+        Return the acquirer's refunds filed under our `refund_reference` (may be empty; sent
+        as `GET /refunds?reference=`), oldest first: how reconciliation learns what became
+        of a refund whose answer was lost. Retried like `lookup` (a GET), in breaker group
+        `lookup` (the read path reconciliation depends on; an outage of the writes leaves
+        it alone). Raises the same GatewayError subclasses as `authorize`.
+        """
+        if not isinstance(refund_reference, str) or not refund_reference:
+            raise ValueError("refund_reference must be a non-empty string")
+
+        def decode(answer: Answer) -> list[Refund]:
+            refunds = decode_refund_list(answer.body or b"")
+            if any(item.refund_reference != refund_reference for item in refunds):
+                raise MalformedBody("a listed refund has another refund reference")
+            return refunds
+
+        progress = self._start("lookup_refunds", refund_reference, None, policy, group="lookup")
+        return self._get(progress, self._refunds_url, refund_reference, decode)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -376,17 +499,81 @@ class AcquirerClient:
     ) -> None:
         self.close()
 
+    # -- one request shape per HTTP method ---------------------------------------------------
+
+    def _post(
+        self,
+        progress: Progress,
+        url: str,
+        body: bytes,
+        decode: Callable[[Answer], T],
+        outcome: Callable[[T], str],
+    ) -> T:
+        """A write: `body` as JSON to `url` with the call's idempotency key on every attempt."""
+        key = progress.idempotency_key
+        assert key is not None  # every write carries one
+
+        def build(timeout: httpx.Timeout) -> httpx.Request:
+            return self._http.build_request(
+                "POST",
+                url,
+                content=body,
+                headers={"Content-Type": "application/json", "Idempotency-Key": key},
+                timeout=timeout,
+            )
+
+        return self._call(progress, build, decode, outcome)
+
+    def _get(
+        self, progress: Progress, url: str, reference: str, decode: Callable[[Answer], T]
+    ) -> T:
+        """A look-up: `GET url?reference=` (safe to repeat)."""
+
+        def build(timeout: httpx.Timeout) -> httpx.Request:
+            return self._http.build_request(
+                "GET", url, params={"reference": reference}, timeout=timeout
+            )
+
+        return self._call(progress, build, decode, lambda _: "ok")
+
+    def _charge_url(self, acquirer_reference: str, action: str) -> str:
+        return f"{self._charges_url}/{quote(acquirer_reference, safe='')}/{action}"
+
+    @staticmethod
+    def _decode_operated(answer: Answer, acquirer_reference: str) -> Authorization:
+        """The charge a capture or void answered: that charge, with its capture state."""
+        charge = decode_charge(answer.body or b"", replayed=_replayed(answer))
+        if charge.acquirer_reference != acquirer_reference:
+            raise MalformedBody("the charge does not match the request (acquirer_reference)")
+        if charge.captured is None:
+            raise MalformedBody("the charge carries no capture state")
+        return charge
+
     # -- the retry loop ----------------------------------------------------------------------
 
     def _start(
-        self, operation: str, payment_reference: str, key: str | None, policy: RetryPolicy | None
+        self,
+        operation: str,
+        reference: str,
+        key: str | None,
+        policy: RetryPolicy | None,
+        *,
+        group: str | None = None,
     ) -> Progress:
+        """A write (`key` set) in the breaker group named like its operation, or a GET."""
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError("policy must be a RetryPolicy")
         chosen = policy or self._policy
         started = self._clock.monotonic()
         return Progress(
-            operation, payment_reference, key, chosen, started, started + chosen.deadline
+            operation,
+            group or operation,
+            key is None,
+            reference,
+            key,
+            chosen,
+            started,
+            started + chosen.deadline,
         )
 
     def _call(
@@ -404,7 +591,7 @@ class AcquirerClient:
                 if attempt.error is None:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
-                    if isinstance(result, Authorization):
+                    if isinstance(result, Authorization | Refund):
                         result = dataclasses.replace(result, attempts=progress.attempts)
                     return result  # type: ignore[no-any-return]
                 error = last = attempt.error
@@ -446,7 +633,7 @@ class AcquirerClient:
         last: GatewayError | None,
     ) -> Attempt:
         """Breaker, gate, budget deposit (first attempt), concurrency slot, then one attempt."""
-        breaker = self.breakers.get(progress.operation)
+        breaker = self.breakers.get(progress.group)
         admission = None
         if breaker is not None:
             admission = breaker.acquire(lease=self._lease(progress))
@@ -521,7 +708,7 @@ class AcquirerClient:
         progress.attempts += 1
         call = CallLabel(
             progress.operation,
-            progress.payment_reference,
+            progress.reference,
             progress.idempotency_key,
             progress.attempts,
         )
@@ -580,7 +767,7 @@ class AcquirerClient:
         return None
 
     def _may_resend_ambiguous(self, progress: Progress) -> bool:
-        if progress.operation == "lookup":
+        if progress.safe:
             return True  # a GET is safe to repeat
         return (
             progress.policy.retry_ambiguous
@@ -649,3 +836,12 @@ class AcquirerClient:
 
 def _authorization_outcome(authorization: Authorization) -> str:
     return "approved" if authorization.approved else "declined"
+
+
+def _refund_outcome(refund: Refund) -> str:
+    return refund.status
+
+
+def _replayed(answer: Answer) -> bool:
+    value: str = answer.headers.get("idempotent-replayed", "")
+    return value.strip().lower() == "true"

@@ -21,11 +21,17 @@ The errors a call to the acquirer can end with, one tree:
     - MalformedResponseError      an answer that is not the documented one (2xx with a bad body,
                                   an unexpected status such as a 3xx)
     - IdempotencyConflictError    409: another request with this key is in flight
-  x PermanentError                retrying cannot help
+  x PermanentError                retrying cannot help; acquirer_code: the acquirer's refusal
+                                  code (charge_not_found, charge_already_captured, ...)
     - InvalidRequestError         400, 404, 405, 422, any other 4xx; a request we cannot send
     - AuthenticationError         401, 403
 
-A decline is not an error: it is an `Authorization` with `approved=False`.
+A decline is not an error: it is an `Authorization` with `approved=False`; nor is a failed
+refund (a `Refund` with `status="failed"`). The acquirer's rule refusals of a capture, void or
+refund (404 `charge_not_found`; 422 `charge_already_captured`, `charge_already_voided`,
+`charge_declined`, `charge_not_captured`, `amount_exceeds_capturable`,
+`amount_exceeds_refundable`, `charge_already_refunded`) are InvalidRequestErrors: the service
+tells them apart by `acquirer_code`.
 
 A call of several attempts ends with the error of its last attempt, except that once any
 attempt was ambiguous the whole call is: a 500 followed by a 503 raises the ambiguous
@@ -76,7 +82,7 @@ class GatewayError(Exception):
     Base class of every error raised by `AcquirerClient`.
 
     Attributes:
-        operation: "authorize" or "lookup".
+        operation: "authorize", "capture", "void", "refund", "lookup" or "lookup_refunds".
         attempts: how many requests were sent (or tried) for this call.
         idempotency_key: the acquirer idempotency key of the call, None for a look-up.
         status_code: the HTTP status of the acquirer's answer, None if there was no answer.
@@ -211,7 +217,8 @@ class CircuitOpenError(RetryableError):
     error instead.
 
     Attributes:
-        group: the breaker's endpoint group ("authorize", "lookup").
+        group: the breaker's endpoint group ("authorize", "capture", "void", "refund",
+            "lookup").
         state: "open", "half_open" (every probe permit taken) or "forced_open".
         retry_after: seconds until the breaker admits probes (forced open: its open duration,
             a hint to check back); `not_before` the same as an instant.
@@ -299,7 +306,17 @@ class PermanentError(GatewayError):
     """
     The acquirer processed and refused the request, or it could not be sent as it is:
     retrying the same request cannot help.
+
+    `acquirer_code` is the acquirer's own code for the refusal, read from its answer's body
+    (sanitised), e.g. "charge_not_found" (404), "charge_already_captured",
+    "amount_exceeds_refundable" or "idempotency_key_reused" (422); None when nothing was
+    answered (the request could not be sent) or the answer named no code.
     """
+
+    @property
+    def acquirer_code(self) -> str | None:
+        """The acquirer's refusal code (sanitised), or None without an answer or a code."""
+        return self.code if self.status_code is not None else None
 
 
 class InvalidRequestError(PermanentError):

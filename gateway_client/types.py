@@ -2,8 +2,14 @@
 The values that cross between the payment service and the acquirer client.
 
 Plain frozen dataclasses: the configuration (handed in by the caller, never read from settings
-or the environment here), one authorisation request, and the acquirer's answer. Amounts are
-integers in ISO 4217 minor units, never floats.
+or the environment here), the requests (an authorisation, a capture, a void, a refund) and the
+acquirer's answers (the charge as `Authorization`, with its capture state when the answer
+carries it; the refund as `Refund`). Amounts are integers in ISO 4217 minor units, never
+floats.
+
+References, as the payments field names them: `payment_reference` is our payment's id and
+`refund_reference` our refund's (both sent as the wire's "reference"); `acquirer_reference` is
+the acquirer's own id of the charge (`ch_...`) or of the refund (`re_...`).
 """
 
 from __future__ import annotations
@@ -11,17 +17,59 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 from urllib.parse import urlsplit
 
 from ._validate import positive_seconds
 
-__all__ = ["AcquirerConfig", "Authorization", "AuthorizationRequest"]
+__all__ = [
+    "AcquirerConfig",
+    "Authorization",
+    "AuthorizationRequest",
+    "CaptureRequest",
+    "Refund",
+    "RefundRequest",
+    "RefundStatus",
+    "VoidRequest",
+]
+
+#: A refund's outcome at the acquirer: `failed` is a result (refused), like a decline.
+RefundStatus = Literal["succeeded", "failed"]
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 # Printable ASCII without space (%x21-7E): what may appear in a header token safely.
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _MAX_IDEMPOTENCY_KEY_LENGTH = 255
 _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
+_MAX_REFERENCE_LENGTH = 255
+
+
+def _validate_idempotency_key(value: object) -> None:
+    if (
+        not isinstance(value, str)
+        or len(value) > _MAX_IDEMPOTENCY_KEY_LENGTH
+        or not _VISIBLE_ASCII.fullmatch(value)
+    ):
+        raise ValueError(
+            "idempotency_key must be 1 to 255 characters of printable ASCII (no spaces)"
+        )
+
+
+def _validate_reference(name: str, value: object) -> None:
+    """A reference that goes into a URL path or query: 1 to 255 printable ASCII, no spaces."""
+    if (
+        not isinstance(value, str)
+        or len(value) > _MAX_REFERENCE_LENGTH
+        or not _VISIBLE_ASCII.fullmatch(value)
+    ):
+        raise ValueError(f"{name} must be 1 to 255 characters of printable ASCII (no spaces)")
+
+
+def _validate_optional_amount(value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError("amount must be None or a positive integer in minor units")
 
 
 def _validate_base_url(value: object) -> None:
@@ -97,7 +145,10 @@ class AuthorizationRequest:
     order reference); the acquirer files the charge under it and `lookup` finds it by it (the
     wire calls it "reference"). `idempotency_key` is generated once per payment by the caller
     and sent unchanged on every attempt and every later re-send. `payment_method` (a card
-    token) is kept out of repr().
+    token) is kept out of repr(). `capture`: True (the default) authorises and captures in one
+    call, as before; False authorises only (manual capture: `AcquirerClient.capture` or
+    `void` follows). The body carries `"capture": false` only when False, so an automatic
+    request is byte-identical to one made before the field existed.
     """
 
     amount: int
@@ -105,6 +156,7 @@ class AuthorizationRequest:
     payment_method: str = field(repr=False)
     payment_reference: str
     idempotency_key: str
+    capture: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
@@ -115,26 +167,92 @@ class AuthorizationRequest:
             raise ValueError("payment_method must be a non-empty string")
         if not isinstance(self.payment_reference, str) or not self.payment_reference:
             raise ValueError("payment_reference must be a non-empty string")
-        if (
-            not isinstance(self.idempotency_key, str)
-            or len(self.idempotency_key) > _MAX_IDEMPOTENCY_KEY_LENGTH
-            or not _VISIBLE_ASCII.fullmatch(self.idempotency_key)
-        ):
-            raise ValueError(
-                "idempotency_key must be 1 to 255 characters of printable ASCII (no spaces)"
-            )
+        _validate_idempotency_key(self.idempotency_key)
+        if not isinstance(self.capture, bool):
+            raise ValueError("capture must be a bool")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureRequest:
+    """
+    Capture an authorised, uncaptured charge (`POST /charges/{id}/capture`).
+
+    `acquirer_reference`: the acquirer's charge id (`Authorization.acquirer_reference`).
+    `amount`: minor units to capture, at most the authorised amount (a partial capture
+    releases the rest: one capture per charge); None captures the whole authorised amount.
+    `idempotency_key`: fixed once per capture by the caller (e.g. `capture-<payment id>`) and
+    sent unchanged on every attempt and re-send. Raises ValueError on bad values.
+    """
+
+    acquirer_reference: str
+    amount: int | None
+    idempotency_key: str
+
+    def __post_init__(self) -> None:
+        _validate_reference("acquirer_reference", self.acquirer_reference)
+        _validate_optional_amount(self.amount)
+        _validate_idempotency_key(self.idempotency_key)
+
+
+@dataclass(frozen=True, slots=True)
+class VoidRequest:
+    """
+    Release an authorised, uncaptured charge (`POST /charges/{id}/void`).
+
+    `acquirer_reference`: the acquirer's charge id. `idempotency_key`: fixed once per void
+    (e.g. `void-<payment id>`), sent on every attempt. Raises ValueError on bad values.
+    """
+
+    acquirer_reference: str
+    idempotency_key: str
+
+    def __post_init__(self) -> None:
+        _validate_reference("acquirer_reference", self.acquirer_reference)
+        _validate_idempotency_key(self.idempotency_key)
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRequest:
+    """
+    Give back part or all of a captured charge (`POST /refunds`).
+
+    `acquirer_reference`: the acquirer's charge id. `refund_reference`: our refund's id, sent
+    as the wire's "reference"; `lookup_refunds` finds the refund by it after a lost answer.
+    `amount`: minor units, at most what remains refundable (captured minus refunded); None
+    refunds all that remains. `idempotency_key`: fixed once per refund (e.g.
+    `refund-<refund id>`), sent on every attempt. Raises ValueError on bad values.
+    """
+
+    acquirer_reference: str
+    refund_reference: str
+    amount: int | None
+    idempotency_key: str
+
+    def __post_init__(self) -> None:
+        _validate_reference("acquirer_reference", self.acquirer_reference)
+        _validate_reference("refund_reference", self.refund_reference)
+        _validate_optional_amount(self.amount)
+        _validate_idempotency_key(self.idempotency_key)
 
 
 @dataclass(frozen=True, slots=True)
 class Authorization:
     """
-    The acquirer's answer to an authorisation: approved or declined.
+    The charge as the acquirer shows it: the authorisation (approved or declined) and, when
+    the answer carries it, its capture state.
 
     A decline is a value (`approved=False`, usually with a `decline_code`), not an exception.
     `replayed` is True when the acquirer answered from its idempotency store. `attempts` is
     how many requests the call sent to get this answer (1 without retries); it is not part of
     equality. `payment_reference` is the one the request carried, as the acquirer echoes it;
     `acquirer_reference` is the acquirer's own id of the charge.
+
+    The capture state (all None when the answer has none: an automatic authorisation's
+    answer; present in the answers of a manual authorisation, a capture, a void and a
+    look-up): `captured` (captured at once or by a capture), `amount_captured` (minor units;
+    less than `amount` after a partial capture, 0 before a capture), `amount_refunded` (the
+    sum of the succeeded refunds, at most `amount_captured`), `voided` (the authorisation was
+    released), `captured_at` and `voided_at` (aware UTC, or None).
     """
 
     acquirer_reference: str
@@ -143,6 +261,37 @@ class Authorization:
     amount: int
     currency: str
     payment_reference: str
+    created_at: datetime
+    replayed: bool = False
+    captured: bool | None = None
+    amount_captured: int | None = None
+    amount_refunded: int | None = None
+    voided: bool | None = None
+    captured_at: datetime | None = None
+    voided_at: datetime | None = None
+    attempts: int = field(default=1, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """
+    The acquirer's refund of (part of) a captured charge: succeeded or failed.
+
+    A failed refund is a value (`status="failed"` with a `failure_code` such as
+    `do_not_honor`), not an exception, like a decline; only `succeeded` counts in the charge's
+    `amount_refunded`. `acquirer_reference` is the acquirer's refund id (`re_...`); `charge`
+    the acquirer's charge id it refunds; `refund_reference` ours, as the acquirer echoes it;
+    `amount` minor units of `currency` (the charge's). `created_at` aware UTC. `replayed` and
+    `attempts` as in Authorization (`attempts` is not part of equality).
+    """
+
+    acquirer_reference: str
+    charge: str
+    amount: int
+    currency: str
+    refund_reference: str
+    status: RefundStatus
+    failure_code: str | None
     created_at: datetime
     replayed: bool = False
     attempts: int = field(default=1, compare=False)

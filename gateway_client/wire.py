@@ -1,42 +1,102 @@
 """
 The acquirer's wire format: the JSON we send and the JSON we accept back.
 
-Decoding is strict: anything that is not the documented charge object raises `MalformedBody`,
-which the client turns into a `MalformedResponseError` (an ambiguous outcome). Reasons name the
-field and the problem, never the value.
+Bodies sent: `POST /charges` (an authorisation; `"capture": false` only for a manual one),
+`POST /charges/{id}/capture` (`{}` or `{"amount": N}`), `POST /charges/{id}/void` (`{}`) and
+`POST /refunds` (`{"charge", "amount"?, "reference"}`), compact JSON in ASCII.
+
+Decoding is strict: anything that is not the documented charge or refund object raises
+`MalformedBody`, which the client turns into a `MalformedResponseError` (an ambiguous outcome).
+A charge's capture state (`captured`, `amount_captured`, `amount_refunded`, `voided`,
+`captured_at`, `voided_at`) is all there or all absent, and must be consistent (refunded <=
+captured <= amount; captured xor voided; the timestamps set exactly when the flags are).
+Reasons name the field and the problem, never the value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import UTC, datetime
 from typing import Any
 
-from .types import Authorization, AuthorizationRequest
+from .types import (
+    Authorization,
+    AuthorizationRequest,
+    CaptureRequest,
+    Refund,
+    RefundRequest,
+    RefundStatus,
+)
 
-__all__ = ["MalformedBody", "decode_charge", "decode_charge_list", "encode_authorization"]
+__all__ = [
+    "MalformedBody",
+    "decode_charge",
+    "decode_charge_list",
+    "decode_refund",
+    "decode_refund_list",
+    "encode_authorization",
+    "encode_capture",
+    "encode_refund",
+    "encode_void",
+]
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _STATUSES = {"approved": True, "declined": False}
+_REFUND_STATUSES: dict[str, RefundStatus] = {"succeeded": "succeeded", "failed": "failed"}
+_CAPTURE_STATE = (
+    "captured",
+    "amount_captured",
+    "amount_refunded",
+    "voided",
+    "captured_at",
+    "voided_at",
+)
 
 
 class MalformedBody(ValueError):
     """The body is not the documented JSON; the message says why without quoting it."""
 
 
+def _encode(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
 def encode_authorization(request: AuthorizationRequest) -> bytes:
-    """Return the JSON body of `POST /charges` for this request."""
-    return json.dumps(
-        {
-            "amount": request.amount,
-            "currency": request.currency,
-            "payment_method": request.payment_method,
-            "reference": request.payment_reference,  # the wire keeps its name
-        },
-        separators=(",", ":"),
-        ensure_ascii=True,
-    ).encode("ascii")
+    """
+    Return the JSON body of `POST /charges` for this request. `"capture": false` is added
+    only for a manual capture: an automatic request's body (and so the acquirer's idempotency
+    fingerprint and answer) is the one sent before the field existed.
+    """
+    document: dict[str, Any] = {
+        "amount": request.amount,
+        "currency": request.currency,
+        "payment_method": request.payment_method,
+        "reference": request.payment_reference,  # the wire keeps its name
+    }
+    if not request.capture:
+        document["capture"] = False
+    return _encode(document)
+
+
+def encode_capture(request: CaptureRequest) -> bytes:
+    """The body of `POST /charges/{id}/capture`: `{}` (the whole amount) or `{"amount": N}`."""
+    return _encode({} if request.amount is None else {"amount": request.amount})
+
+
+def encode_void() -> bytes:
+    """The body of `POST /charges/{id}/void`: `{}`."""
+    return _encode({})
+
+
+def encode_refund(request: RefundRequest) -> bytes:
+    """The body of `POST /refunds`: the charge, the amount (omitted: all that remains), ours."""
+    document: dict[str, Any] = {"charge": request.acquirer_reference}
+    if request.amount is not None:
+        document["amount"] = request.amount
+    document["reference"] = request.refund_reference  # the wire keeps its name
+    return _encode(document)
 
 
 def decode_charge(body: bytes, *, replayed: bool = False) -> Authorization:
@@ -46,13 +106,75 @@ def decode_charge(body: bytes, *, replayed: bool = False) -> Authorization:
 
 def decode_charge_list(body: bytes) -> list[Authorization]:
     """Return the Authorizations of a `{"data": [charge, ...]}` body."""
+    items = _list(body)
+    return [_charge(item, replayed=False, where=f"data[{i}]") for i, item in enumerate(items)]
+
+
+def decode_refund(body: bytes, *, replayed: bool = False) -> Refund:
+    """Return the Refund described by a refund object body."""
+    return _refund(_load(body), replayed=replayed, where="body")
+
+
+def decode_refund_list(body: bytes) -> list[Refund]:
+    """Return the Refunds of a `{"data": [refund, ...]}` body."""
+    items = _list(body)
+    return [_refund(item, replayed=False, where=f"data[{i}]") for i, item in enumerate(items)]
+
+
+def _list(body: bytes) -> list[Any]:
     document = _load(body)
     if not isinstance(document, dict):
         raise MalformedBody("body is not a JSON object")
     items = document.get("data")
     if not isinstance(items, list):
         raise MalformedBody("field 'data' is missing or not a list")
-    return [_charge(item, replayed=False, where=f"data[{i}]") for i, item in enumerate(items)]
+    return items
+
+
+class _Fields:
+    """Typed, strict reads of one JSON object's fields (bool is never an int)."""
+
+    def __init__(self, document: dict[str, Any], where: str) -> None:
+        self.document = document
+        self.where = where
+
+    def get(self, name: str, kind: type, *, nullable: bool = False) -> Any:
+        if name not in self.document:
+            raise MalformedBody(f"{self.where}: field {name!r} is missing")
+        value = self.document[name]
+        if value is None and nullable:
+            return None
+        # bool is an int in Python, and must not pass for an amount.
+        if type(value) is not kind:
+            raise MalformedBody(f"{self.where}: field {name!r} is not a {kind.__name__}")
+        return value
+
+    def identifier(self, name: str) -> str:
+        value: str = self.get(name, str)
+        if not value:
+            raise MalformedBody(f"{self.where}: field {name!r} is empty")
+        return value
+
+    def amount(self, name: str, *, positive: bool = False) -> int:
+        value: int = self.get(name, int)
+        if value < 0 or (positive and value == 0):
+            raise MalformedBody(
+                f"{self.where}: field {name!r} is {'not positive' if positive else 'negative'}"
+            )
+        return value
+
+    def currency(self) -> str:
+        value: str = self.get("currency", str)
+        if not _CURRENCY.fullmatch(value):
+            raise MalformedBody(f"{self.where}: field 'currency' is not an ISO 4217 alpha-3 code")
+        return value
+
+    def timestamp(self, name: str) -> datetime:
+        return _timestamp(self.get(name, str), name=name, where=self.where)
+
+    def optional_timestamp(self, name: str) -> datetime | None:
+        value = self.get(name, str, nullable=True)
+        return None if value is None else _timestamp(value, name=name, where=self.where)
 
 
 def _reject_constant(name: str) -> Any:
@@ -71,37 +193,20 @@ def _load(body: bytes) -> Any:
 def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
     if not isinstance(document, dict):
         raise MalformedBody(f"{where} is not a JSON object")
-
-    def field(name: str, kind: type, *, nullable: bool = False) -> Any:
-        if name not in document:
-            raise MalformedBody(f"{where}: field {name!r} is missing")
-        value = document[name]
-        if value is None and nullable:
-            return None
-        # bool is an int in Python, and must not pass for an amount.
-        if type(value) is not kind:
-            raise MalformedBody(f"{where}: field {name!r} is not a {kind.__name__}")
-        return value
-
-    acquirer_reference = field("id", str)
-    if not acquirer_reference:
-        raise MalformedBody(f"{where}: field 'id' is empty")
-    status = field("status", str)
+    fields = _Fields(document, where)
+    acquirer_reference = fields.identifier("id")
+    status = fields.get("status", str)
     if status not in _STATUSES:
         raise MalformedBody(f"{where}: field 'status' is neither 'approved' nor 'declined'")
     approved = _STATUSES[status]
-    decline_code = field("decline_code", str, nullable=True)
+    decline_code = fields.get("decline_code", str, nullable=True)
     if approved and decline_code is not None:
         raise MalformedBody(f"{where}: an approved charge carries a decline_code")
-    amount = field("amount", int)
-    if amount < 0:
-        raise MalformedBody(f"{where}: field 'amount' is negative")
-    currency = field("currency", str)
-    if not _CURRENCY.fullmatch(currency):
-        raise MalformedBody(f"{where}: field 'currency' is not an ISO 4217 alpha-3 code")
-    payment_reference = field("reference", str)
-    created_at = _timestamp(field("created_at", str), where=where)
-    return Authorization(
+    amount = fields.amount("amount")
+    currency = fields.currency()
+    payment_reference = fields.get("reference", str)
+    created_at = fields.timestamp("created_at")
+    authorization = Authorization(
         acquirer_reference=acquirer_reference,
         approved=approved,
         decline_code=decline_code,
@@ -111,13 +216,82 @@ def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
         created_at=created_at,
         replayed=replayed,
     )
+    present = [name for name in _CAPTURE_STATE if name in document]
+    if not present:
+        return authorization
+    if len(present) != len(_CAPTURE_STATE):
+        missing = next(name for name in _CAPTURE_STATE if name not in document)
+        raise MalformedBody(f"{where}: field {missing!r} of the capture state is missing")
+    return _with_capture_state(authorization, fields)
 
 
-def _timestamp(value: str, *, where: str) -> datetime:
+def _with_capture_state(authorization: Authorization, fields: _Fields) -> Authorization:
+    where = fields.where
+    captured = fields.get("captured", bool)
+    voided = fields.get("voided", bool)
+    amount_captured = fields.amount("amount_captured")
+    amount_refunded = fields.amount("amount_refunded")
+    captured_at = fields.optional_timestamp("captured_at")
+    voided_at = fields.optional_timestamp("voided_at")
+    if captured and voided:
+        raise MalformedBody(f"{where}: a charge is both captured and voided")
+    if not authorization.approved and (captured or voided):
+        raise MalformedBody(f"{where}: a declined charge is captured or voided")
+    if captured != (amount_captured > 0):
+        raise MalformedBody(f"{where}: 'amount_captured' does not agree with 'captured'")
+    if amount_captured > authorization.amount:
+        raise MalformedBody(f"{where}: 'amount_captured' is above 'amount'")
+    if amount_refunded > amount_captured:
+        raise MalformedBody(f"{where}: 'amount_refunded' is above 'amount_captured'")
+    if captured != (captured_at is not None) or voided != (voided_at is not None):
+        raise MalformedBody(f"{where}: a capture-state timestamp does not agree with its flag")
+    return dataclasses.replace(
+        authorization,
+        captured=captured,
+        amount_captured=amount_captured,
+        amount_refunded=amount_refunded,
+        voided=voided,
+        captured_at=captured_at,
+        voided_at=voided_at,
+    )
+
+
+def _refund(document: Any, *, replayed: bool, where: str) -> Refund:
+    if not isinstance(document, dict):
+        raise MalformedBody(f"{where} is not a JSON object")
+    fields = _Fields(document, where)
+    if fields.get("object", str) != "refund":
+        raise MalformedBody(f"{where}: field 'object' is not 'refund'")
+    acquirer_reference = fields.identifier("id")
+    charge = fields.identifier("charge")
+    amount = fields.amount("amount", positive=True)
+    currency = fields.currency()
+    refund_reference = fields.get("reference", str)
+    status = _REFUND_STATUSES.get(fields.get("status", str))
+    if status is None:
+        raise MalformedBody(f"{where}: field 'status' is neither 'succeeded' nor 'failed'")
+    failure_code = fields.get("failure_code", str, nullable=True)
+    if status == "succeeded" and failure_code is not None:
+        raise MalformedBody(f"{where}: a succeeded refund carries a failure_code")
+    created_at = fields.timestamp("created_at")
+    return Refund(
+        acquirer_reference=acquirer_reference,
+        charge=charge,
+        amount=amount,
+        currency=currency,
+        refund_reference=refund_reference,
+        status=status,
+        failure_code=failure_code,
+        created_at=created_at,
+        replayed=replayed,
+    )
+
+
+def _timestamp(value: str, *, name: str, where: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise MalformedBody(f"{where}: field 'created_at' is not an ISO 8601 timestamp") from None
+        raise MalformedBody(f"{where}: field {name!r} is not an ISO 8601 timestamp") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise MalformedBody(f"{where}: field 'created_at' has no UTC offset")
+        raise MalformedBody(f"{where}: field {name!r} has no UTC offset")
     return parsed.astimezone(UTC)

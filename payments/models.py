@@ -27,12 +27,61 @@ def new_payment_id() -> str:
     return "pay_" + secrets.token_hex(12)
 
 
+def new_operation_id(kind: str) -> str:
+    """Return a new :class:`PaymentOperation` id: ``re_`` + 24 lower-case hex characters for a
+    refund (the public refund id), ``op_`` + 24 hex for a capture or a void."""
+    return ("re_" if kind == OperationKind.REFUND else "op_") + secrets.token_hex(12)
+
+
 class PaymentStatus(models.TextChoices):
     PROCESSING = "processing", "Processing"
     SUCCEEDED = "succeeded", "Succeeded"
     DECLINED = "declined", "Declined"
     FAILED = "failed", "Failed"
     NEEDS_REVIEW = "needs_review", "Needs review"
+    #: A manual payment, authorized and not yet captured (the money is held).
+    REQUIRES_CAPTURE = "requires_capture", "Requires capture"
+    #: A capture was sent; its outcome is not known yet (reconciliation resolves it).
+    CAPTURE_PENDING = "capture_pending", "Capture pending"
+    #: A void was sent; its outcome is not known yet (reconciliation resolves it).
+    VOID_PENDING = "void_pending", "Void pending"
+    #: The authorization was released (voided); nothing was captured.
+    CANCELED = "canceled", "Canceled"
+
+
+class CaptureMethod(models.TextChoices):
+    """``automatic``: the acquirer authorizes and captures in one call. ``manual``: authorize
+    only; ``POST /payments/{id}/capture`` or ``/void`` follows."""
+
+    AUTOMATIC = "automatic", "Automatic"
+    MANUAL = "manual", "Manual"
+
+
+class OperationKind(models.TextChoices):
+    """The acquirer operations after the authorization (:class:`PaymentOperation`)."""
+
+    CAPTURE = "capture", "Capture"
+    VOID = "void", "Void"
+    REFUND = "refund", "Refund"
+
+
+class OperationStatus(models.TextChoices):
+    """``pending``: created, sent or about to be, outcome not known. ``succeeded``: applied at
+    the acquirer. ``failed``: not applied (refused, declined, or certainly not sent).
+    ``needs_review``: unresolved at reconciliation's maximum age, handed to a human."""
+
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    NEEDS_REVIEW = "needs_review", "Needs review"
+
+
+class RefundReason(models.TextChoices):
+    """Why a refund was asked for (Stripe's values)."""
+
+    REQUESTED_BY_CUSTOMER = "requested_by_customer", "Requested by customer"
+    DUPLICATE = "duplicate", "Duplicate"
+    FRAUDULENT = "fraudulent", "Fraudulent"
 
 
 class PaymentEventType(models.TextChoices):
@@ -71,6 +120,40 @@ class PaymentEventType(models.TextChoices):
     )
     #: needs_review -> final after an operator's manual check (data: operator, note, code).
     RESOLVED_BY_OPERATOR = "resolved_by_operator", "Resolved by operator"
+    # Operations after the authorization (data: ``operation`` id, ``kind``, ``amount``, ...).
+    #: processing -> requires_capture: the acquirer authorized a manual payment (held).
+    AUTHORIZATION_HELD = "authorization_held", "Authorization held for capture"
+    #: requires_capture -> capture_pending: phase 1 created the capture operation.
+    CAPTURE_REQUESTED = "capture_requested", "Capture requested"
+    #: capture_pending -> succeeded: the acquirer captured (data: amount captured).
+    CAPTURE_SUCCEEDED = "capture_succeeded", "Capture succeeded"
+    #: capture_pending -> requires_capture: not captured (refused, or certainly not sent).
+    CAPTURE_FAILED = "capture_failed", "Capture failed"
+    #: requires_capture -> void_pending: phase 1 created the void operation.
+    VOID_REQUESTED = "void_requested", "Void requested"
+    #: void_pending -> canceled: the acquirer released the authorization.
+    VOID_SUCCEEDED = "void_succeeded", "Void succeeded"
+    #: void_pending -> requires_capture: not voided (refused, or certainly not sent).
+    VOID_FAILED = "void_failed", "Void failed"
+    #: Phase 1 created a refund (the payment's status does not change).
+    REFUND_REQUESTED = "refund_requested", "Refund requested"
+    #: The acquirer refunded (amount_refunded grows).
+    REFUND_SUCCEEDED = "refund_succeeded", "Refund succeeded"
+    #: The refund was not applied (declined, refused, or certainly not sent).
+    REFUND_FAILED = "refund_failed", "Refund failed"
+    #: One call to the acquirer for an operation (data: an ``AcquirerAttempt`` + operation id).
+    OPERATION_ATTEMPT = "operation_attempt", "Operation attempt"
+    #: The acquirer may have applied the operation: it stays pending, reconciliation scheduled.
+    OPERATION_OUTCOME_UNKNOWN = "operation_outcome_unknown", "Operation outcome unknown"
+    #: A reconciliation check of an operation that did not resolve it.
+    OPERATION_RECONCILIATION_ATTEMPT = (
+        "operation_reconciliation_attempt",
+        "Operation reconciliation attempt",
+    )
+    #: An operation unresolved at reconciliation's maximum age: handed to a human.
+    OPERATION_NEEDS_REVIEW = "operation_needs_review", "Operation needs review"
+    #: A requires_capture payment older than AUTHORIZATION_HOLD_SECONDS: its void is started.
+    AUTHORIZATION_HOLD_EXPIRED = "authorization_hold_expired", "Authorization hold expired"
 
 
 class Payment(models.Model):
@@ -95,6 +178,15 @@ class Payment(models.Model):
     description = models.CharField(max_length=255, null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=PaymentStatus, default=PaymentStatus.PROCESSING
+    )
+    capture_method = models.CharField(
+        max_length=16, choices=CaptureMethod.choices, default=CaptureMethod.AUTOMATIC
+    )
+    amount_captured = models.BigIntegerField(
+        default=0, help_text="Minor units captured at the acquirer (0 before a capture)."
+    )
+    amount_refunded = models.BigIntegerField(
+        default=0, help_text="Minor units of the succeeded refunds."
     )
     decline_code = models.CharField(max_length=64, null=True, blank=True)
     failure_code = models.CharField(max_length=64, null=True, blank=True)
@@ -148,6 +240,87 @@ class Payment(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(status__in=PaymentStatus.values), name="payment_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    amount_captured__gte=0,
+                    amount_captured__lte=models.F("amount"),
+                    amount_refunded__gte=0,
+                    amount_refunded__lte=models.F("amount_captured"),
+                ),
+                name="payment_amounts_consistent",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(capture_method__in=CaptureMethod.values),
+                name="payment_capture_method_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class PaymentOperation(models.Model):
+    """One acquirer operation after the authorization: a capture, a void or a refund.
+
+    ``amount`` in minor units of the payment's currency (a void records the authorized
+    amount). ``acquirer_idempotency_key`` (``capture-<id>``, ``void-<id>``, ``refund-<id>``) is
+    fixed when the row is created and sent on every attempt, re-send and reconciliation. A
+    refund's id is its public id (``re_`` + 24 hex); captures and voids are ``op_`` + 24 hex.
+    Status and amounts change only through ``payments.lifecycle``.
+    """
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="operations")
+    kind = models.CharField(max_length=16, choices=OperationKind.choices)
+    amount = models.BigIntegerField(help_text="Minor units of the payment's currency.")
+    reason = models.CharField(max_length=32, null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING
+    )
+    failure_code = models.CharField(max_length=64, null=True, blank=True)
+    acquirer_reference = models.CharField(
+        max_length=64, null=True, blank=True, help_text="The acquirer's id (a refund's re_ id)."
+    )
+    acquirer_idempotency_key = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.OneToOneField(
+        "idempotency.IdempotencyKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="payment_operation",
+        help_text="The key that created it; null for the beat's voids, or once expired.",
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    reconciliation_attempts = models.PositiveIntegerField(default=0)
+    reconciliation_lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["payment", "kind", "-created_at", "-id"], name="operation_payment_kind"
+            ),
+            models.Index(
+                fields=["next_check_at"],
+                name="operation_reconciliation_due",
+                condition=models.Q(status="pending"),
+            ),
+            models.Index(fields=["acquirer_reference"], name="operation_acquirer_reference"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(amount__gte=MIN_AMOUNT, amount__lte=MAX_AMOUNT),
+                name="operation_amount_in_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=OperationKind.values), name="operation_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=OperationStatus.values),
+                name="operation_status_valid",
             ),
         ]
 

@@ -261,7 +261,7 @@ def _record_rejection(payment_id: str, error: GatewayError, now: datetime) -> Re
     return ReconciliationReport(payment_id, ReconciliationResult.RESOLVED, PaymentStatus.FAILED)
 
 
-def _not_before(error: GatewayError, now: datetime) -> datetime | None:
+def acquirer_not_before(error: GatewayError, now: datetime) -> datetime | None:
     """The instant the acquirer (or the rate gate, or the breaker) said not to call before."""
     not_before = getattr(error, "not_before", None)
     if isinstance(not_before, datetime):
@@ -409,7 +409,7 @@ def _reconcile(
             return _escalate(payment, now=now, reason=f"{give_up}; the last look-up failed")
         return _reschedule(
             payment, now=now, policy=policy, random=random, result=ReconciliationResult.RETRY_LATER,
-            detail="look-up failed", not_before=_not_before(exc, now), error=exc,
+            detail="look-up failed", not_before=acquirer_not_before(exc, now), error=exc,
         )  # fmt: skip
     if authorizations:
         return _record_authorization(
@@ -435,7 +435,7 @@ def _reconcile(
     except GatewayError as exc:
         return _reschedule(
             payment, now=now, policy=policy, random=random, result=ReconciliationResult.RETRY_LATER,
-            detail="re-send failed", not_before=_not_before(exc, now), error=exc,
+            detail="re-send failed", not_before=acquirer_not_before(exc, now), error=exc,
         )  # fmt: skip
     return _record_authorization(
         payment.pk, authorization, how="resend", authorizations_found=1, now=clock()

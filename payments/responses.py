@@ -1,4 +1,5 @@
-"""Every byte of the answer to ``POST /payments``, made here and nowhere else.
+"""Every byte of the answers to ``POST /payments`` and to the operations after it
+(``POST /payments/{id}/capture``, ``/void``, ``/refunds``), made here and nowhere else.
 
 * :func:`render_payment_answer`: the answer for a payment (201, 202 or the 502 problem),
   rendered once when an outcome is recorded (by the create flow, reconciliation or an operator)
@@ -6,6 +7,8 @@
 * :func:`create_answer`: the HTTP response for what the create flow established
   (:data:`CreateResult`): the stored answer, the 503 problem when the payment was certainly not
   sent, or the replay of a completed key (``idempotency.responses.replay_response``).
+* :func:`render_operation_answer` and :func:`operation_answer`: the same for an operation
+  (200 payment / 201 refund, 202 while pending, the stored 502, the 503 never stored).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from django.http import HttpResponse
 
 from idempotency.models import IdempotencyKey
 from idempotency.responses import replay_response
-from payments.models import Payment, PaymentStatus
+from payments.models import OperationKind, OperationStatus, Payment, PaymentOperation, PaymentStatus
 from payments.problems import PROBLEM_CONTENT_TYPE, problem_body, problem_response
-from payments.serializers import PaymentSerializer
+from payments.serializers import PaymentSerializer, RefundSerializer
 
 
 @dataclass(frozen=True)
@@ -72,35 +75,92 @@ def json_bytes(document: object) -> bytes:
 def render_payment_answer(payment: Payment) -> StoredResponse:
     """The answer to ``POST /payments`` for ``payment``, as stored for replay.
 
-    succeeded/declined: 201; processing/needs_review: 202 with ``Retry-After``; failed because
-    the acquirer refused our request: 502 problem ``acquirer_error`` (with ``payment_id``).
+    processing/needs_review: 202 with ``Retry-After``; failed because the acquirer refused our
+    request: 502 problem ``acquirer_error`` (with ``payment_id``); every other status
+    (succeeded, requires_capture, declined, and the later ones): 201.
     """
     location = f"/payments/{payment.id}"
     body = json_bytes(PaymentSerializer(payment).data)
-    if payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.DECLINED):
-        return StoredResponse(201, {"Content-Type": "application/json", "Location": location}, body)
     if payment.status in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
-        return StoredResponse(
-            202,
-            {
-                "Content-Type": "application/json",
-                "Location": location,
-                "Retry-After": str(settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS),
-            },
-            body,
+        return _accepted(location, body)
+    if payment.status == PaymentStatus.FAILED:
+        return _acquirer_error(
+            location,
+            "The acquirer refused this payment request; it was not authorized. "
+            "Contact support with the payment id.",
+            payment_id=payment.id,
         )
+    return StoredResponse(201, {"Content-Type": "application/json", "Location": location}, body)
+
+
+def _accepted(location: str, body: bytes) -> StoredResponse:
+    """202 with ``Retry-After``: the outcome at the acquirer is not known yet."""
+    return StoredResponse(
+        202,
+        {
+            "Content-Type": "application/json",
+            "Location": location,
+            "Retry-After": str(settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS),
+        },
+        body,
+    )
+
+
+def _acquirer_error(location: str, detail: str, **ids: str) -> StoredResponse:
+    """The stored 502 problem ``acquirer_error``, with the ids of what was refused."""
     problem = json.loads(
         problem_body(
             status_code=502,
             code="acquirer_error",
             title="The acquirer refused the request",
-            detail="The acquirer refused this payment request; it was not authorized. "
-            "Contact support with the payment id.",
+            detail=detail,
         )
     )
-    problem["payment_id"] = payment.id
+    problem |= ids
     return StoredResponse(
         502, {"Content-Type": PROBLEM_CONTENT_TYPE, "Location": location}, json_bytes(problem)
+    )
+
+
+#: The failure codes of an operation the acquirer did not record as a result: the answer is
+#: the 502 problem (a refund the acquirer declined is a result: 201 with status failed).
+_REFUSED = frozenset({"acquirer_rejected"})
+
+
+def render_operation_answer(payment: Payment, operation: PaymentOperation) -> StoredResponse:
+    """The answer to the POST that created ``operation``, as stored for replay.
+
+    A capture or void: 200 with the payment when succeeded; 202 with the payment
+    (``capture_pending`` / ``void_pending``) and ``Retry-After`` while pending or in review;
+    the 502 problem ``acquirer_error`` when the acquirer refused it. A refund: 201 with the
+    refund when succeeded or failed at the acquirer (a declined refund is a result); 202 with
+    the refund while pending or in review; 502 when refused. The 503 of a certainly-not-sent
+    operation is never stored (:func:`operation_answer`).
+    """
+    unresolved = operation.status in (OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW)
+    refused = operation.status == OperationStatus.FAILED and operation.failure_code in _REFUSED
+    if operation.kind == OperationKind.REFUND:
+        location = f"/refunds/{operation.id}"
+        body = json_bytes(RefundSerializer(operation).data)
+        status_code = 201
+    else:
+        location = f"/payments/{payment.id}"
+        body = json_bytes(PaymentSerializer(payment).data)
+        status_code = 200
+    if unresolved:
+        return _accepted(location, body)
+    if refused:
+        ids = {"payment_id": payment.id}
+        if operation.kind == OperationKind.REFUND:
+            ids["refund_id"] = operation.id
+        return _acquirer_error(
+            location,
+            f"The acquirer refused this {operation.kind}; it was not applied. "
+            "Contact support with the payment id.",
+            **ids,
+        )
+    return StoredResponse(
+        status_code, {"Content-Type": "application/json", "Location": location}, body
     )
 
 
@@ -110,6 +170,21 @@ def stored_http_response(stored: StoredResponse) -> HttpResponse:
     for name, value in stored.headers.items():
         response[name] = value
     return response
+
+
+def unavailable_response(retry_after: float | None, *, what: str) -> HttpResponse:
+    """The 503 problem ``acquirer_unavailable`` (RFC 9457) with ``Retry-After`` (RFC 9110
+    section 10.2.3): the known wait in seconds, else ``PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS``.
+    ``what``: the sentence saying what was not sent. Never stored."""
+    wait = retry_after or settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS
+    return problem_response(
+        status_code=503,
+        code="acquirer_unavailable",
+        title="The acquirer is unavailable",
+        detail=f"The acquirer could not be reached; {what}. "
+        "Retry later, with the same Idempotency-Key if you wish.",
+        headers={"Retry-After": str(max(0, math.ceil(wait)))},
+    )
 
 
 def create_answer(result: CreateResult) -> HttpResponse:
@@ -123,13 +198,18 @@ def create_answer(result: CreateResult) -> HttpResponse:
     if isinstance(result, Replayed):
         return replay_response(result.record)
     if isinstance(result, Unavailable):
-        retry_after = result.retry_after or settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS
-        return problem_response(
-            status_code=503,
-            code="acquirer_unavailable",
-            title="The acquirer is unavailable",
-            detail="The acquirer could not be reached; the payment was not sent and nothing was "
-            "charged. Retry later, with the same Idempotency-Key if you wish.",
-            headers={"Retry-After": str(max(0, math.ceil(retry_after)))},
+        return unavailable_response(
+            result.retry_after, what="the payment was not sent and nothing was charged"
         )
     return stored_http_response(result.response)
+
+
+def operation_answer(result: CreateResult) -> HttpResponse:
+    """The HTTP answer to a capture, void or refund POST for ``result`` (the operation's
+    services return the same three shapes as the create flow): the stored answer, the replay,
+    or the 503 problem when the operation was certainly not sent (nothing changed)."""
+    if isinstance(result, Unavailable):
+        return unavailable_response(
+            result.retry_after, what="the operation was not sent and nothing changed"
+        )
+    return create_answer(result)

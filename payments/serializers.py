@@ -15,7 +15,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from payments.card_data import card_data_fields, card_data_refusal
-from payments.models import Payment, PaymentStatus
+from payments.models import (
+    CaptureMethod,
+    OperationStatus,
+    Payment,
+    PaymentOperation,
+    PaymentStatus,
+    RefundReason,
+)
 from payments.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
 
 PAYMENT_METHOD_PATTERN = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
@@ -81,13 +88,43 @@ class StrictStringField(serializers.Field):
         return value
 
 
-class PaymentCreateInputSerializer(serializers.Serializer):
-    """Body of ``POST /payments``.
+class StrictBodySerializer(serializers.Serializer):
+    """A strict JSON object body: card data anywhere (a 13-19 digit run in any value or key)
+    is refused first, with the 400 problem ``card_data_not_accepted`` (``payments.card_data``),
+    before any other check can echo a field's name next to its value; then anything but a JSON
+    object, and unknown fields, are refused."""
 
-    A body holding card data anywhere (a 13-19 digit run in any value or key) is refused first,
-    with the 400 problem ``card_data_not_accepted`` (``payments.card_data``), before any other
-    check can echo a field's name next to its value.
-    """
+    default_error_messages = {"unknown_field": "Unknown field."}
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        card_fields = card_data_fields(data)
+        if card_fields:
+            raise card_data_refusal(card_fields)
+        if not isinstance(data, dict) or hasattr(data, "getlist"):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["The body must be a JSON object."]}, code="invalid"
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {
+                    name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")]
+                    for name in unknown
+                }
+            )
+        return super().to_internal_value(data)
+
+
+def _one_of(value: str, choices: list[str], what: str) -> str:
+    if value not in choices:
+        raise serializers.ValidationError(
+            f"Must be one of the {what}: {', '.join(choices)}.", code="invalid_choice"
+        )
+    return value
+
+
+class PaymentCreateInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments`` (strict, see :class:`StrictBodySerializer`)."""
 
     amount = StrictIntegerField(
         min_value=MIN_AMOUNT,
@@ -109,8 +146,12 @@ class PaymentCreateInputSerializer(serializers.Serializer):
     description = StrictStringField(
         max_length=255, required=False, help_text="Free text (printable, <= 255)."
     )
-
-    default_error_messages = {"unknown_field": "Unknown field."}
+    capture_method = StrictStringField(
+        max_length=16,
+        required=False,
+        help_text="'automatic' (default: authorize and capture in one call) or 'manual' "
+        "(authorize only: capture or void later).",
+    )
 
     def validate_currency(self, value: str) -> str:
         if value not in CURRENCY_EXPONENTS:
@@ -119,23 +160,43 @@ class PaymentCreateInputSerializer(serializers.Serializer):
             )
         return value
 
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        card_fields = card_data_fields(data)
-        if card_fields:
-            raise card_data_refusal(card_fields)
-        if not isinstance(data, dict) or hasattr(data, "getlist"):
-            raise serializers.ValidationError(
-                {"non_field_errors": ["The body must be a JSON object."]}, code="invalid"
-            )
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {
-                    name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")]
-                    for name in unknown
-                }
-            )
-        return super().to_internal_value(data)
+    def validate_capture_method(self, value: str) -> str:
+        return _one_of(value, CaptureMethod.values, "capture methods")
+
+
+class CaptureInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/capture``: ``{}`` or ``{"amount": N}``."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        required=False,
+        help_text="Minor units to capture (default the authorized amount; at most it). "
+        "One capture per payment: a partial capture releases the rest.",
+    )
+
+
+class VoidInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/void``: ``{}``."""
+
+
+class RefundInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/refunds``: ``amount`` and ``reason``, both optional."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        required=False,
+        help_text="Minor units to refund (default what remains refundable).",
+    )
+    reason = StrictStringField(
+        max_length=32,
+        required=False,
+        help_text="requested_by_customer, duplicate or fraudulent.",
+    )
+
+    def validate_reason(self, value: str) -> str:
+        return _one_of(value, RefundReason.values, "refund reasons")
 
 
 class PaymentSerializer(serializers.ModelSerializer):
@@ -159,12 +220,61 @@ class PaymentSerializer(serializers.ModelSerializer):
             "decline_code",
             "failure_code",
             "acquirer_reference",
+            "capture_method",
+            "amount_captured",
+            "amount_refunded",
             "created_at",
             "updated_at",
         ]
 
     def get_object(self, payment: Payment) -> str:
         return "payment"
+
+
+class RefundSerializer(serializers.ModelSerializer):
+    """The refund object: a ``refund`` :class:`~payments.models.PaymentOperation`. Amounts in
+    minor units of ``currency`` (the payment's); timestamps RFC 3339 in UTC."""
+
+    object = serializers.SerializerMethodField()
+    payment = serializers.CharField(source="payment_id")
+    currency = serializers.CharField(source="payment.currency")
+    status = serializers.ChoiceField(choices=OperationStatus.choices)
+    created_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
+    updated_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
+
+    class Meta:
+        model = PaymentOperation
+        fields = [
+            "id",
+            "object",
+            "payment",
+            "amount",
+            "currency",
+            "status",
+            "reason",
+            "failure_code",
+            "acquirer_reference",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_object(self, operation: PaymentOperation) -> str:
+        return "refund"
+
+
+class RefundListQuerySerializer(serializers.Serializer):
+    """Query parameters of ``GET /payments/{id}/refunds``."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    starting_after = serializers.CharField(max_length=32, required=False)
+
+
+class RefundListSerializer(serializers.Serializer):
+    """``{"object": "list", "data": [refund, ...], "has_more": bool}``."""
+
+    object = serializers.CharField(default="list")
+    data = RefundSerializer(many=True)
+    has_more = serializers.BooleanField()
 
 
 class PaymentListQuerySerializer(serializers.Serializer):

@@ -54,7 +54,13 @@ from payments.metrics import (
     record_idempotency_key_reused,
     record_idempotency_replay,
 )
-from payments.models import Payment, PaymentEventType, PaymentStatus, new_payment_id
+from payments.models import (
+    CaptureMethod,
+    Payment,
+    PaymentEventType,
+    PaymentStatus,
+    new_payment_id,
+)
 from payments.responses import Answered, CreateResult, Replayed, Unavailable
 from payments.tasks import payment_reconcile_task
 
@@ -65,6 +71,8 @@ __all__ = [
     "CreateResult",
     "Replayed",
     "Unavailable",
+    "claim_refused",
+    "key_replayable",
     "payment_authorization_record",
     "payment_create",
     "payment_record_create",
@@ -130,6 +138,7 @@ def payment_create(
     payment_method: str,
     reference: str | None = None,
     description: str | None = None,
+    capture_method: str = "automatic",
     client: AcquirerClient,
     clock: Callable[[], datetime] = timezone.now,
 ) -> CreateResult:
@@ -143,11 +152,14 @@ def payment_create(
     ``IdempotencyKeyInUse`` (409) from the claim, each counted.
     """
     body = {"amount": amount, "currency": currency, "payment_method": payment_method}
-    optional = {"reference": reference, "description": description}
+    # The default capture method is left out, so the fingerprint of an automatic request is
+    # the one it had before manual capture existed.
+    manual = capture_method if capture_method != CaptureMethod.AUTOMATIC else None
+    optional = {"reference": reference, "description": description, "capture_method": manual}
     body |= {name: value for name, value in optional.items() if value is not None}
     now = clock()
     admitted, retry_after = client.admits("authorize")
-    if not admitted and not _replayable(merchant, idempotency_key, now):
+    if not admitted and not key_replayable(merchant, idempotency_key, now):
         # The breaker is open: answer at once, before anything is written; the key stays free.
         return Unavailable(retry_after=max(1, math.ceil(retry_after)))
     claimed = _claim(merchant=merchant, idempotency_key=idempotency_key, body=body, now=now)
@@ -162,7 +174,7 @@ def payment_create(
     )
 
 
-def _replayable(merchant: Merchant, key: str, now: datetime) -> bool:
+def key_replayable(merchant: Merchant, key: str, now: datetime) -> bool:
     """Whether ``key`` already holds an answer (a replay needs no acquirer). A read, no lock."""
     return IdempotencyKey.objects.filter(
         merchant=merchant, key=key, status=IdempotencyKey.Status.COMPLETED, expires_at__gt=now
@@ -216,8 +228,13 @@ def _claim(
                 )
             return _Claimed(payment, first_attempt=first_attempt)
     except (IdempotencyKeyInUse, IdempotencyKeyReused) as exc:
-        _CLAIM_REFUSALS[type(exc)]()
+        claim_refused(exc)
         raise
+
+
+def claim_refused(exc: IdempotencyKeyInUse | IdempotencyKeyReused) -> None:
+    """Count a refused claim (409 in flight, 422 reused) in the idempotency metrics."""
+    _CLAIM_REFUSALS[type(exc)]()
 
 
 def payment_record_create(
@@ -242,6 +259,7 @@ def payment_record_create(
         payment_method=body["payment_method"],
         reference=body.get("reference"),
         description=body.get("description"),
+        capture_method=body.get("capture_method", CaptureMethod.AUTOMATIC),
         status=PaymentStatus.PROCESSING,
         acquirer_idempotency_key=f"authorize-{payment_id}",
         created_at=now,

@@ -15,7 +15,12 @@ from django.utils import timezone
 from idempotency.services import idempotency_keys_purge_expired
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.metrics import record_reconciliation
-from payments.models import PaymentStatus
+from payments.models import OperationStatus, PaymentStatus
+from payments.operation_reconciliation import (
+    authorization_holds_expire,
+    operation_reconciliation_run,
+    operation_reconciliation_sweep,
+)
 from payments.reconciliation import (
     ReconciliationPolicy,
     ReconciliationResult,
@@ -25,8 +30,11 @@ from payments.reconciliation import (
 
 logger = logging.getLogger(__name__)
 
-#: Keys whose payment is unresolved are kept: reconciliation still refreshes their answer.
-UNRESOLVED_PAYMENT = Q(payment__status__in=[PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW])
+#: Keys whose payment or operation is unresolved are kept: reconciliation still refreshes
+#: their answer.
+UNRESOLVED_PAYMENT = Q(
+    payment__status__in=[PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW]
+) | Q(payment_operation__status__in=[OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW])
 
 
 @shared_task(name="payments.tasks.purge_expired_idempotency_keys", ignore_result=True)
@@ -74,3 +82,42 @@ def reconcile_due_payments() -> int:
         record_reconciliation(report.result.value)
         logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
     return len(results)
+
+
+@shared_task(name="payments.tasks.reconcile_operation", ignore_result=True)
+def operation_reconcile_task(operation_id: str) -> str:
+    """Reconcile one pending capture, void or refund now (enqueued on commit after a 202),
+    through :func:`~payments.operation_reconciliation.operation_reconciliation_run`. A
+    duplicate or redelivered message does nothing. Never autoretries. Returns the
+    :class:`~payments.reconciliation.ReconciliationResult` value."""
+    report = operation_reconciliation_run(
+        operation_id, client=acquirer_client(), acquirer_policy=reconciliation_retry_policy()
+    )
+    record_reconciliation(report.result.value)
+    if report.result is not ReconciliationResult.NOT_CLAIMED:
+        logger.info("reconcile %s: %s %s", operation_id, report.result.value, report.detail)
+    return report.result.value
+
+
+@shared_task(name="payments.tasks.reconcile_due_operations", ignore_result=True)
+def reconcile_due_operations() -> int:
+    """The beat sweep of pending captures, voids and refunds: one batch. Returns how many."""
+    results = operation_reconciliation_sweep(
+        client=acquirer_client(),
+        policy=ReconciliationPolicy.from_settings(),
+        acquirer_policy=reconciliation_retry_policy(),
+    )
+    for report in results:
+        record_reconciliation(report.result.value)
+        logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
+    return len(results)
+
+
+@shared_task(name="payments.tasks.void_expired_authorizations", ignore_result=True)
+def void_expired_authorizations() -> int:
+    """The beat task voiding ``requires_capture`` payments older than
+    ``AUTHORIZATION_HOLD_SECONDS``. Returns how many voids it started."""
+    voids = authorization_holds_expire(
+        client=acquirer_client(), hold_seconds=settings.AUTHORIZATION_HOLD_SECONDS
+    )
+    return len(voids)

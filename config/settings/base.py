@@ -201,6 +201,9 @@ RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
 )
 RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
+# A requires_capture payment older than this is voided by the beat (the card networks' common
+# hold is 7 days; an expired hold is released by the issuer anyway).
+AUTHORIZATION_HOLD_SECONDS = env.float("AUTHORIZATION_HOLD_SECONDS", default=7 * 24 * 3600.0)
 # How long the acquirer remembers an idempotency key; the maximum age must stay well below it.
 ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(
     "ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600.0
@@ -247,6 +250,14 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-due-payments": {
         "task": "payments.tasks.reconcile_due_payments",
         "schedule": RECONCILIATION_SWEEP_INTERVAL_SECONDS,
+    },
+    "reconcile-due-operations": {
+        "task": "payments.tasks.reconcile_due_operations",
+        "schedule": RECONCILIATION_SWEEP_INTERVAL_SECONDS,
+    },
+    "void-expired-authorizations": {
+        "task": "payments.tasks.void_expired_authorizations",
+        "schedule": env.float("AUTHORIZATION_HOLD_SWEEP_INTERVAL_SECONDS", default=3600.0),
     },
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",

@@ -29,13 +29,21 @@ from gateway_client import (
     PermanentError,
     RetryableError,
 )
-from payments.models import Payment
+from payments.models import CaptureMethod, Payment
 
-__all__ = ["AcquirerAttempt", "AuthorizationOutcome", "authorization_request", "payment_authorize"]
+__all__ = [
+    "AcquirerAttempt",
+    "AuthorizationOutcome",
+    "authorization_request",
+    "failed_attempt",
+    "payment_authorize",
+]
 
 
 class AuthorizationOutcome(enum.Enum):
-    """What one authorization attempt established."""
+    """What one authorization attempt established. The operations after it (capture, void,
+    refund: ``payments.acquirer.operations``) use the same values: ``APPROVED`` is "applied",
+    ``DECLINED`` a refund the acquirer recorded as failed."""
 
     APPROVED = "approved"  #: the acquirer authorized it.
     DECLINED = "declined"  #: the acquirer declined it (a result, not an error).
@@ -61,7 +69,9 @@ class AcquirerAttempt:
     name, when the call raised. ``acquirer_reference``, ``decline_code``, ``replayed``: from the
     acquirer's answer. ``retry_after_seconds``: the acquirer's (or the rate gate's) full wait,
     in whole seconds rounded up, with ``wait_source`` saying where it came from
-    (``retry-after``, ``quota-header`` or ``gate``).
+    (``retry-after``, ``quota-header`` or ``gate``). ``amount``: for a capture or refund, the
+    amount (minor units) the acquirer applied. ``code``: the acquirer's refusal code (a
+    permanent error's), when it gave one.
     """
 
     outcome: AuthorizationOutcome
@@ -75,6 +85,8 @@ class AcquirerAttempt:
     replayed: bool | None = None
     retry_after_seconds: int | None = None
     wait_source: str | None = None
+    amount: int | None = None
+    code: str | None = None
 
     def as_event_data(self) -> dict:
         """The JSON stored in the event: ``asdict()`` with the outcome's value, fields that do
@@ -85,7 +97,8 @@ class AcquirerAttempt:
 
 def authorization_request(payment: Payment) -> AuthorizationRequest:
     """The request sent to the acquirer for ``payment``: amount in minor units, ISO 4217
-    currency, the token, our payment id as the reference, and always the payment's own
+    currency, the token, our payment id as the reference, ``capture`` False for a manual
+    payment (authorize only), and always the payment's own
     acquirer idempotency key (so a re-send is answered from the acquirer's record)."""
     return AuthorizationRequest(
         amount=payment.amount,
@@ -93,6 +106,7 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
         payment_method=payment.payment_method,
         payment_reference=payment.id,
         idempotency_key=payment.acquirer_idempotency_key,
+        capture=payment.capture_method == CaptureMethod.AUTOMATIC,
     )
 
 
@@ -106,6 +120,25 @@ def _classify(exc: GatewayError) -> AuthorizationOutcome:
     if isinstance(exc, PermanentError):
         return AuthorizationOutcome.REJECTED
     raise exc  # pragma: no cover - every GatewayError is one of the three branches
+
+
+def failed_attempt(exc: GatewayError, *, operation: str, elapsed: float) -> AcquirerAttempt:
+    """The :class:`AcquirerAttempt` of a call to ``operation`` that raised ``exc``: classified
+    (retryable = not sent, ambiguous = unknown, permanent = rejected, open breaker), with the
+    acquirer's wait and its refusal code when it gave them. ``elapsed`` in seconds."""
+    retry_after = getattr(exc, "retry_after", None) if isinstance(exc, RetryableError) else None
+    code = getattr(exc, "acquirer_code", None) if isinstance(exc, PermanentError) else None
+    return AcquirerAttempt(
+        outcome=_classify(exc),
+        status_code=exc.status_code,
+        attempts=exc.attempts,
+        elapsed_seconds=round(elapsed, 3),
+        operation=operation,
+        error=type(exc).__name__,
+        retry_after_seconds=None if retry_after is None else math.ceil(retry_after),
+        wait_source=None if retry_after is None else exc.wait_source,
+        code=code if isinstance(code, str) else None,
+    )
 
 
 def payment_authorize(
@@ -127,16 +160,7 @@ def payment_authorize(
     try:
         authorization = client.authorize(authorization_request(payment))
     except GatewayError as exc:
-        retry_after = getattr(exc, "retry_after", None) if isinstance(exc, RetryableError) else None
-        return AcquirerAttempt(
-            outcome=_classify(exc),
-            status_code=exc.status_code,
-            attempts=exc.attempts,
-            elapsed_seconds=round(monotonic() - started, 3),
-            error=type(exc).__name__,
-            retry_after_seconds=None if retry_after is None else math.ceil(retry_after),
-            wait_source=None if retry_after is None else exc.wait_source,
-        )
+        return failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
     return AcquirerAttempt(
         outcome=(
             AuthorizationOutcome.APPROVED

@@ -23,6 +23,7 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
+from gateway_client.breaker_types import DEFAULT_GROUPS
 from gateway_client.budget import RetryBudget
 from payments.acquirer.metrics import GatewayMetrics
 
@@ -132,7 +133,7 @@ def acquirer_client() -> AcquirerClient:
                 store=store,
                 budget=budget,
                 metrics=GatewayMetrics(),
-                breakers={"authorize": breaker, "lookup": breaker},
+                breakers=dict.fromkeys(DEFAULT_GROUPS, breaker),  # every group, one config
                 limiter=limiter,
             )
             _clients[cache_key] = client

@@ -25,7 +25,7 @@ from payments.acquirer.metrics import GatewayMetrics
 
 pytestmark = pytest.mark.django_db
 
-GROUPS = ("authorize", "lookup")
+GROUPS = ("authorize", "capture", "void", "refund", "lookup")
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
@@ -126,7 +126,7 @@ def test_call_ended_by_the_breaker_is_counted_per_operation(client, open_breaker
 
 
 def test_breaker_state_is_exported_per_group(client, open_breaker):
-    """payments_acquirer_breaker_state is 1 for open on authorize and closed on lookup only."""
+    """payments_acquirer_breaker_state is 1 for open on authorize and closed on the other groups."""
     samples = scrape(client)
     states = {
         (group, state): sample(samples, "payments_acquirer_breaker_state", group=group, state=state)
@@ -135,6 +135,9 @@ def test_breaker_state_is_exported_per_group(client, open_breaker):
     }
     assert {key for key, value in states.items() if value == 1} == {
         ("authorize", "open"),
+        ("capture", "closed"),
+        ("void", "closed"),
+        ("refund", "closed"),
         ("lookup", "closed"),
     }
     assert all(value == 0 for key, value in states.items() if key[1] not in ("open", "closed"))
@@ -391,8 +394,8 @@ def test_collector_error_exports_up_zero_and_keeps_the_scrape(client, monkeypatc
     assert not any(name == "payments_acquirer_breaker_state" for name, _ in samples)
 
 
-def test_scrape_reads_the_state_store_three_times_and_counts_nothing(client, monkeypatch):
-    """Two breaker reads and one limiter read per scrape; no refusal or permit recorded."""
+def test_scrape_reads_each_breaker_and_the_limiter_once_and_counts_nothing(client, monkeypatch):
+    """One read per breaker group and one limiter read per scrape; nothing recorded."""
     service = acquirer_client()
     service.breakers.force_open("authorize", actor="test", reason="drill")
     calls = []
@@ -404,9 +407,5 @@ def test_scrape_reads_the_state_store_three_times_and_counts_nothing(client, mon
 
     monkeypatch.setattr(service.store, "run", counting)
     scrape(client)
-    assert sorted(calls) == [
-        ("aimd_limiter", "read"),
-        ("circuit_breaker", "read"),
-        ("circuit_breaker", "read"),
-    ]
+    assert sorted(calls) == [("aimd_limiter", "read")] + [("circuit_breaker", "read")] * len(GROUPS)
     assert service.breaker_state("authorize").refused_calls == 0

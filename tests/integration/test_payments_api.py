@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PAYMENT_FIELDS = {
     "id", "object", "status", "amount", "currency", "payment_method", "reference", "description",
     "decline_code", "failure_code", "acquirer_reference", "created_at", "updated_at",
+    "capture_method", "amount_captured", "amount_refunded",
 }  # fmt: skip
 
 
@@ -28,6 +29,9 @@ def test_approved_payment_is_201_succeeded(merchant_a, sandbox):
     assert response["Location"] == f"/payments/{body['id']}"
     assert body["acquirer_reference"].startswith("ch_")
     assert body["created_at"].endswith("Z")
+    assert (body["capture_method"], body["amount_captured"], body["amount_refunded"]) == (
+        "automatic", 1999, 0
+    )
     assert sandbox.charges(body["id"])[0]["amount"] == 1999
 
 

@@ -642,12 +642,15 @@ def test_snapshot_reports_state_rate_counts_and_wait() -> None:
 
 
 def test_breaker_set_snapshot_has_every_group() -> None:
-    """One snapshot per group; the look-up group is unaffected by authorisation failures."""
+    """One snapshot per group; the other groups are unaffected by authorisation failures."""
     rig = Rig()
     rig.fail(5)
     snapshots = rig.client.breakers.snapshot()
     assert {group: s.state for group, s in snapshots.items()} == {
         "authorize": "open",
+        "capture": "closed",
+        "void": "closed",
+        "refund": "closed",
         "lookup": "closed",
     }
 
@@ -672,13 +675,17 @@ def test_admits_counts_no_refusal() -> None:
 # -- the client's options ----------------------------------------------------------------------
 
 
-def test_default_client_has_production_breakers_for_both_groups() -> None:
-    """AcquirerClient(config): authorize and lookup breakers with BreakerConfig()."""
+def test_default_client_has_production_breakers_for_every_group() -> None:
+    """AcquirerClient(config): authorize, capture, void, refund and lookup with BreakerConfig()."""
     client = AcquirerClient(AcquirerConfig(base_url="https://acquirer.test", api_key=API_KEY))
     assert {group: b.config for group, b in client.breakers.items()} == {
         "authorize": BreakerConfig(),
+        "capture": BreakerConfig(),
+        "void": BreakerConfig(),
+        "refund": BreakerConfig(),
         "lookup": BreakerConfig(),
     }
+    assert all(client.admits(group) == (True, 0.0) for group in client.breakers)
 
 
 def test_a_mapping_replaces_only_the_named_groups() -> None:

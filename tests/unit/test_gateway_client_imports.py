@@ -80,8 +80,9 @@ def test_import_loads_no_forbidden_module() -> None:
 
 PUBLIC = {
     "AcquirerClient", "AcquirerConfig", "AimdConfig", "Authorization", "AuthorizationRequest",
-    "BreakerConfig", "BreakerSnapshot", "Clock", "LimiterSnapshot", "ManualClock", "MemoryStore",
-    "RedisStore", "RetryPolicy", "StateStore",
+    "BreakerConfig", "BreakerSnapshot", "CaptureRequest", "Clock", "LimiterSnapshot",
+    "ManualClock", "MemoryStore", "RedisStore", "Refund", "RefundRequest", "RetryPolicy",
+    "StateStore", "VoidRequest",
 }  # fmt: skip
 
 

@@ -204,13 +204,16 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
             "management.commands.reconcile_payments",
         },
     ),
-    ("services: the create flow, reconciliation", {"services", "reconciliation"}),
+    (
+        "services: the create flow, the operations after it, reconciliation",
+        {"services", "lifecycle_services", "reconciliation", "operation_reconciliation"},
+    ),
     (
         "primitives: the state machine, the acquirer boundary, the answers",
         {
             "lifecycle", "responses", "crashpoints", "acquirer", "acquirer.client",
             "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
-            "acquirer.selectors", "acquirer.services",
+            "acquirer.selectors", "acquirer.services", "acquirer.operations",
         },
     ),
     (
@@ -227,6 +230,7 @@ PAYMENTS_UNLAYERED = {"", "management", "management.commands", "migrations"}
 PAYMENTS_UPWARD_ALLOWED = {
     # A Celery task is enqueued by importing its task object (``.apply_async`` after a 202).
     ("services", "tasks"),
+    ("lifecycle_services", "tasks"),
 }
 
 
@@ -275,5 +279,6 @@ def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
     """reconciliation and operations use lifecycle and acquirer, never services; tasks use
     reconciliation, never services."""
     modules = payments_modules(import_graph())
-    for name in ("reconciliation", "operations", "tasks"):
+    for name in ("reconciliation", "operation_reconciliation", "operations", "tasks"):
         assert "services" not in modules[name], name
+        assert "lifecycle_services" not in modules[name], name
