@@ -126,6 +126,7 @@ from .wire import (
 __all__ = ["AcquirerClient", "Admits"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 USER_AGENT = "payment-service-gateway-client/0.2"
 
@@ -450,17 +451,14 @@ class AcquirerClient:
 
         Raises the same GatewayError subclasses as `authorize`.
         """
-        if not isinstance(payment_reference, str) or not payment_reference:
-            raise ValueError("payment_reference must be a non-empty string")
-
-        def decode(answer: Answer) -> list[Authorization]:
-            authorizations = decode_charge_list(answer.body or b"")
-            if any(item.payment_reference != payment_reference for item in authorizations):
-                raise MalformedBody("a listed charge has another payment reference")
-            return authorizations
-
-        progress = self._start("lookup", payment_reference, None, policy, group="lookup")
-        return self._get(progress, self._charges_url, payment_reference, decode)
+        return self._lookup(
+            "lookup",
+            self._charges_url,
+            payment_reference,
+            decode_charge_list,
+            lambda charge: charge.payment_reference,
+            policy,
+        )
 
     def lookup_refunds(
         self, refund_reference: str, *, policy: RetryPolicy | None = None
@@ -472,17 +470,14 @@ class AcquirerClient:
         `lookup` (the read path reconciliation depends on; an outage of the writes leaves
         it alone). Raises the same GatewayError subclasses as `authorize`.
         """
-        if not isinstance(refund_reference, str) or not refund_reference:
-            raise ValueError("refund_reference must be a non-empty string")
-
-        def decode(answer: Answer) -> list[Refund]:
-            refunds = decode_refund_list(answer.body or b"")
-            if any(item.refund_reference != refund_reference for item in refunds):
-                raise MalformedBody("a listed refund has another refund reference")
-            return refunds
-
-        progress = self._start("lookup_refunds", refund_reference, None, policy, group="lookup")
-        return self._get(progress, self._refunds_url, refund_reference, decode)
+        return self._lookup(
+            "lookup_refunds",
+            self._refunds_url,
+            refund_reference,
+            decode_refund_list,
+            lambda refund: refund.refund_reference,
+            policy,
+        )
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -524,16 +519,32 @@ class AcquirerClient:
 
         return self._call(progress, build, decode, outcome)
 
-    def _get(
-        self, progress: Progress, url: str, reference: str, decode: Callable[[Answer], T]
-    ) -> T:
-        """A look-up: `GET url?reference=` (safe to repeat)."""
+    def _lookup(
+        self,
+        operation: str,
+        url: str,
+        reference: str,
+        decode_list: Callable[[bytes], list[V]],
+        echoed: Callable[[V], str],
+        policy: RetryPolicy | None,
+    ) -> list[V]:
+        """A look-up: `GET url?reference=` (safe to repeat), in breaker group `lookup`; every
+        listed item must carry `reference` back (`echoed`)."""
+        if not isinstance(reference, str) or not reference:
+            raise ValueError(f"the reference of {operation} must be a non-empty string")
 
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return self._http.build_request(
                 "GET", url, params={"reference": reference}, timeout=timeout
             )
 
+        def decode(answer: Answer) -> list[V]:
+            items = decode_list(answer.body or b"")
+            if any(echoed(item) != reference for item in items):
+                raise MalformedBody("a listed item has another reference")
+            return items
+
+        progress = self._start(operation, reference, None, policy, group="lookup")
         return self._call(progress, build, decode, lambda _: "ok")
 
     def _charge_url(self, acquirer_reference: str, action: str) -> str:

@@ -47,6 +47,9 @@ from gateway_client import (
     VoidRequest,
 )
 from gateway_client.metrics import CounterMetrics
+from tests.unit.test_gateway_client import answer as reply
+from tests.unit.test_gateway_client import failing as raising
+from tests.unit.test_gateway_retry import Acquirer, Step
 
 API_KEY = "sk_test_lifecycle_Zq81"
 BASE_URL = "https://acquirer.test/v1"
@@ -56,8 +59,6 @@ PAYMENT = "pay_0123456789abcdef01234567"
 REFUND_REFERENCE = "re_0f1e2d3c4b5a69788796a5b4"
 CREATED = "2026-11-29T17:00:00Z"
 LATER = "2026-11-29T17:05:00Z"
-
-Step = Callable[[httpx.Request], httpx.Response]
 
 #: The sandbox's rule refusals (docs/sandbox.md, "The acquirer's rules"), per operation.
 CAPTURE_RULES = (
@@ -173,39 +174,8 @@ def manual_request(**overrides: Any) -> AuthorizationRequest:
     return AuthorizationRequest(**fields)
 
 
-class Acquirer(httpx.MockTransport):
-    """Answers with `steps` in order (the last one repeats) and records every request."""
-
-    def __init__(self, *steps: Step) -> None:
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-        def handle(sent: httpx.Request) -> httpx.Response:
-            sent.read()
-            self.requests.append(sent)
-            return self.steps[min(len(self.requests), len(self.steps)) - 1](sent)
-
-        super().__init__(handle)
-
-    @property
-    def keys(self) -> list[str | None]:
-        return [request.headers.get("Idempotency-Key") for request in self.requests]
-
-
-def reply(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Step:
-    def step(_: httpx.Request) -> httpx.Response:
-        if isinstance(body, bytes):
-            return httpx.Response(status, content=body, headers=headers)
-        return httpx.Response(status, json=body, headers=headers)
-
-    return step
-
-
-def raising(exc: Exception) -> Step:
-    def step(_: httpx.Request) -> httpx.Response:
-        raise exc
-
-    return step
+def keys(transport: Acquirer) -> list[str | None]:
+    return [request.headers.get("Idempotency-Key") for request in transport.requests]
 
 
 def build(
@@ -215,7 +185,7 @@ def build(
     **config: Any,
 ) -> tuple[AcquirerClient, Acquirer]:
     clock = ManualClock(1000.0, wall=datetime(2026, 11, 29, 17, tzinfo=UTC).timestamp())
-    transport = Acquirer(*steps)
+    transport = Acquirer(clock, *steps)
     client = AcquirerClient(
         AcquirerConfig(base_url=BASE_URL, api_key=API_KEY, **config),
         transport=transport,
@@ -657,9 +627,9 @@ def test_503_twice_then_success_within_the_retries(name: str) -> None:
     assert len(transport.requests) == 3
     if name in WRITES:
         assert result.attempts == 3
-        assert len(set(transport.keys)) == 1 and transport.keys[0] is not None
+        assert len(set(keys(transport))) == 1 and keys(transport)[0] is not None
     else:
-        assert transport.keys == [None, None, None]
+        assert keys(transport) == [None, None, None]
 
 
 @pytest.mark.parametrize("name", WRITES)
@@ -673,7 +643,7 @@ def test_an_ambiguous_write_is_resent_with_the_same_key(name: str) -> None:
     )
     result = operation(client)
     assert result.replayed is True and result.attempts == 2
-    assert transport.keys[0] == transport.keys[1] is not None
+    assert keys(transport)[0] == keys(transport)[1] is not None
 
 
 @pytest.mark.parametrize("name", WRITES)
