@@ -69,12 +69,12 @@ __all__ = [
     "operation_lock_with_key",
     "operation_open",
     "operation_settle",
-    "refundable_amount",
     "payment_answer_store",
     "payment_event_record",
     "payment_lock",
     "payment_lock_with_key",
     "payment_transition",
+    "refundable_amount",
 ]
 
 #: The payment state machine: from-status -> statuses it may move to. Nothing else changes one.

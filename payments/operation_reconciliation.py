@@ -333,7 +333,7 @@ def operation_reconciliation_sweep(
             acquirer_policy=acquirer_policy,
             clock=clock,
             random=random,
-        )  # fmt: skip
+        )
         for oid in ids
     ]
 
