@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -486,26 +487,31 @@ def test_an_answer_that_is_not_the_documented_one_is_malformed(name: str, body: 
     assert isinstance(error, AmbiguousOutcomeError) and error.operation == name
 
 
+AMOUNT = "amount must be None or a positive integer in minor units"
+ACQUIRER_REFERENCE = "acquirer_reference must be 1 to 255 characters"
+IDEMPOTENCY_KEY = "idempotency_key must be 1 to 255 characters"
+
+
 @pytest.mark.parametrize(
-    "make",
+    ("make", "message"),
     [
-        lambda: CaptureRequest(CHARGE_ID, 0, "k"),
-        lambda: CaptureRequest(CHARGE_ID, -5, "k"),
-        lambda: CaptureRequest(CHARGE_ID, True, "k"),
-        lambda: CaptureRequest(CHARGE_ID, 1.5, "k"),
-        lambda: CaptureRequest("", None, "k"),
-        lambda: CaptureRequest("ch 1", None, "k"),
-        lambda: CaptureRequest(CHARGE_ID, None, ""),
-        lambda: VoidRequest(CHARGE_ID, "x" * 256),
-        lambda: VoidRequest(None, "k"),
-        lambda: RefundRequest(CHARGE_ID, "", 5, "k"),
-        lambda: RefundRequest(CHARGE_ID, REFUND_REFERENCE, 0, "k"),
-        lambda: manual_request(capture="false"),
-        lambda: manual_request(capture=None),
+        (lambda: CaptureRequest(CHARGE_ID, 0, "k"), AMOUNT),
+        (lambda: CaptureRequest(CHARGE_ID, -5, "k"), AMOUNT),
+        (lambda: CaptureRequest(CHARGE_ID, True, "k"), AMOUNT),
+        (lambda: CaptureRequest(CHARGE_ID, 1.5, "k"), AMOUNT),
+        (lambda: CaptureRequest("", None, "k"), ACQUIRER_REFERENCE),
+        (lambda: CaptureRequest("ch 1", None, "k"), ACQUIRER_REFERENCE),
+        (lambda: CaptureRequest(CHARGE_ID, None, ""), IDEMPOTENCY_KEY),
+        (lambda: VoidRequest(CHARGE_ID, "x" * 256), IDEMPOTENCY_KEY),
+        (lambda: VoidRequest(None, "k"), ACQUIRER_REFERENCE),
+        (lambda: RefundRequest(CHARGE_ID, "", 5, "k"), "refund_reference must be 1 to 255"),
+        (lambda: RefundRequest(CHARGE_ID, REFUND_REFERENCE, 0, "k"), AMOUNT),
+        (lambda: manual_request(capture="false"), "capture must be a bool"),
+        (lambda: manual_request(capture=None), "capture must be a bool"),
     ],
 )
-def test_bad_requests_are_refused_on_creation(make: Callable[[], Any]) -> None:
-    with pytest.raises(ValueError):
+def test_bad_requests_are_refused_on_creation(make: Callable[[], Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
         make()
 
 
@@ -517,7 +523,7 @@ def test_the_operations_check_their_argument_types() -> None:
         client.void(capture_request())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         client.refund(capture_request())  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be a non-empty string"):
         client.lookup_refunds("")
     assert transport.requests == []
 
