@@ -85,7 +85,7 @@ def _idempotency_key(request: Request) -> str:
 
 def _operation_body(request: Request, serializer: type) -> dict:
     """The validated body of an operation's POST; an empty body is ``{}``."""
-    empty = request.META.get("CONTENT_LENGTH") in (None, "", "0")
+    empty = request.headers.get("content-length") in (None, "", "0")
     data = {} if empty else request_json(request)
     body = serializer(data=data)
     body.is_valid(raise_exception=True)
