@@ -201,11 +201,14 @@ def prepare_database(db: Database, *, truncate: bool = True) -> None:
 
 
 def truncate_payments(db: Database) -> None:
-    """Empty the payment, event and idempotency-key tables of the benchmark database."""
+    """Empty the payment, event, operation and idempotency-key tables of the benchmark database."""
     import psycopg
 
     with psycopg.connect(db.conninfo(), autocommit=True) as conn:
-        conn.execute("TRUNCATE payments_paymentevent, payments_payment, idempotency_idempotencykey")
+        conn.execute(
+            "TRUNCATE payments_paymentevent, payments_paymentoperation, payments_payment, "
+            "idempotency_idempotencykey"
+        )
         conn.execute("VACUUM ANALYZE payments_payment")
 
 

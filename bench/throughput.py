@@ -89,8 +89,10 @@ _PAYMENT_COLUMNS = (
     '"payments_payment"."idempotency_key_id", "payments_payment"."amount", '
     '"payments_payment"."currency", "payments_payment"."payment_method", '
     '"payments_payment"."reference", "payments_payment"."description", '
-    '"payments_payment"."status", "payments_payment"."decline_code", '
-    '"payments_payment"."failure_code", "payments_payment"."acquirer_reference", '
+    '"payments_payment"."status", "payments_payment"."capture_method", '
+    '"payments_payment"."amount_captured", "payments_payment"."amount_refunded", '
+    '"payments_payment"."decline_code", "payments_payment"."failure_code", '
+    '"payments_payment"."acquirer_reference", '
     '"payments_payment"."acquirer_idempotency_key", "payments_payment"."created_at", '
     '"payments_payment"."updated_at", "payments_payment"."next_check_at", '
     '"payments_payment"."reconciliation_attempts", "payments_payment"."reconciliation_lease_until"'
@@ -140,11 +142,12 @@ def pgbench_script(merchant: int, key_hash: str) -> str:
         '"payments_payment"."idempotency_key_id" = :kid ORDER BY '
         '"payments_payment"."created_at" DESC, "payments_payment"."id" DESC LIMIT 1;',
         'INSERT INTO "payments_payment" ("id", "merchant_id", "idempotency_key_id", "amount", '
-        '"currency", "payment_method", "reference", "description", "status", "decline_code", '
-        '"failure_code", "acquirer_reference", "acquirer_idempotency_key", "created_at", '
-        '"updated_at", "next_check_at", "reconciliation_attempts", '
-        f"\"reconciliation_lease_until\") VALUES ('{pay}', {merchant}, :kid, 1999, 'EUR', "
-        f"'tok_visa', NULL, NULL, 'processing', NULL, NULL, NULL, 'authorize-{pay}', now(), "
+        '"currency", "payment_method", "reference", "description", "status", "capture_method", '
+        '"amount_captured", "amount_refunded", "decline_code", "failure_code", '
+        '"acquirer_reference", "acquirer_idempotency_key", "created_at", "updated_at", '
+        '"next_check_at", "reconciliation_attempts", "reconciliation_lease_until") VALUES '
+        f"('{pay}', {merchant}, :kid, 1999, 'EUR', 'tok_visa', NULL, NULL, 'processing', "
+        f"'automatic', 0, 0, NULL, NULL, NULL, 'authorize-{pay}', now(), "
         "now(), now() + interval '60 seconds', 0, NULL);",
         'INSERT INTO "payments_paymentevent" ("payment_id", "type", "from_status", "to_status", '
         f"\"data\", \"created_at\") VALUES ('{pay}', 'payment_created', 'processing', "
@@ -154,15 +157,15 @@ def pgbench_script(merchant: int, key_hash: str) -> str:
         "-- phase 2: record the outcome, store the answer, complete the key",
         "BEGIN;",
         f'SELECT {_PAYMENT_COLUMNS} FROM "payments_payment" WHERE '
-        f'"payments_payment"."id" = \'{pay}\' LIMIT 21 FOR UPDATE;',
+        f'"payments_payment"."id" = \'{pay}\' LIMIT 21 FOR NO KEY UPDATE;',
         f'SELECT {_KEY_COLUMNS} FROM "idempotency_idempotencykey" WHERE '
         '"idempotency_idempotencykey"."id" = :kid LIMIT 21 FOR UPDATE;',
         'INSERT INTO "payments_paymentevent" ("payment_id", "type", "from_status", "to_status", '
         f"\"data\", \"created_at\") VALUES ('{pay}', 'acquirer_attempt', 'processing', "
         f"'processing', '{_ATTEMPT}'::jsonb, now()) RETURNING \"payments_paymentevent\".\"id\";",
         'UPDATE "payments_payment" SET "status" = \'succeeded\', "acquirer_reference" = '
-        '\'ch_ZeSxCblyC4WcUwd5hc0tFUh6\', "updated_at" = now(), "next_check_at" = NULL '
-        f'WHERE "payments_payment"."id" = \'{pay}\';',
+        '\'ch_ZeSxCblyC4WcUwd5hc0tFUh6\', "amount_captured" = 1999, "updated_at" = now(), '
+        f'"next_check_at" = NULL WHERE "payments_payment"."id" = \'{pay}\';',
         'INSERT INTO "payments_paymentevent" ("payment_id", "type", "from_status", "to_status", '
         f"\"data\", \"created_at\") VALUES ('{pay}', 'authorization_approved', 'processing', "
         "'succeeded', '{}'::jsonb, now()) RETURNING \"payments_paymentevent\".\"id\";",
@@ -179,8 +182,8 @@ _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', re.IGNORECASE)
 
 
 def statement_shape(sql: str) -> str | None:
-    """``INSERT payments_payment``, ``SELECT payments_payment FOR UPDATE``, ``BEGIN``, ...;
-    None for what is not compared (comments, pgbench meta-commands, the health check)."""
+    """``INSERT payments_payment``, ``SELECT payments_payment FOR NO KEY UPDATE``, ``BEGIN``,
+    ...; None for what is not compared (comments, pgbench meta-commands, the health check)."""
     text = sql.strip().removesuffix(r"\gset").strip().rstrip(";").strip()
     if not text or text.startswith(("--", "\\")) or text.upper() == "SELECT 1":
         return None
@@ -189,7 +192,8 @@ def statement_shape(sql: str) -> str | None:
         return word
     match = _TABLE.search(text)
     shape = f"{word} {match.group(1) if match else '?'}"
-    return shape + (" FOR UPDATE" if re.search(r"\bFOR UPDATE\b", text, re.I) else "")
+    lock = re.search(r"\bFOR (NO KEY UPDATE|UPDATE|SHARE|KEY SHARE)\b", text, re.I)
+    return shape + (f" FOR {lock.group(1).upper()}" if lock else "")
 
 
 def script_shapes(script: str) -> list[str]:

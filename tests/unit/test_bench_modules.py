@@ -163,7 +163,7 @@ def test_pgbench_script_has_the_two_transactions_of_a_request():
         "INSERT payments_paymentevent",
         "COMMIT",
         "BEGIN",
-        "SELECT payments_payment FOR UPDATE",
+        "SELECT payments_payment FOR NO KEY UPDATE",
         "SELECT idempotency_idempotencykey FOR UPDATE",
         "INSERT payments_paymentevent",
         "UPDATE payments_payment",
@@ -184,6 +184,10 @@ def test_statement_shapes_of_django_sql():
     )
     assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x LIMIT 21 FOR UPDATE') == (
         "SELECT payments_payment FOR UPDATE"
+    )
+    # The payment row lock (payments/lifecycle.py) is told apart from a plain FOR UPDATE.
+    assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x FOR NO KEY UPDATE') == (
+        "SELECT payments_payment FOR NO KEY UPDATE"
     )
     assert shape("SELECT 1") is None
     assert shape(r"\set k random(1, 10)") is None
