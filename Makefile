@@ -18,14 +18,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 ## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
+## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
 run: install
-	@mkdir -p .celery/queue .celery/processed
+	@mkdir -p .celery
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
-## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server).
+## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
+## (REDIS_URL, or the embedded server).
 test: install
 	$(BIN)/python -m pytest
 
@@ -34,9 +36,10 @@ test: install
 lint: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 
-## Stop the embedded PostgreSQL started when DATABASE_URL is unset.
+## Stop the embedded PostgreSQL and the embedded Redis (started when their URLs are unset).
 db-stop: install
 	$(BIN)/python -m config.embedded_db stop
+	$(BIN)/python -m config.embedded_redis stop
 
 clean:
 	rm -rf $(VENV) .celery staticfiles
@@ -66,8 +69,8 @@ bench: install $(VENV)/.bench-stamp
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the
-## secrets grep, on the stack started as subprocesses; the ledger audit is the oracle. Needs
-## Redis (REDIS_URL, default 127.0.0.1:6379); the database is <DATABASE_URL's name>_campaigns
+## secrets grep, on the stack started as subprocesses; the ledger audit is the oracle. Redis:
+## REDIS_URL, or the embedded server; the database is <DATABASE_URL's name>_campaigns
 ## (or CAMPAIGN_DATABASE_URL), recreated. make campaign-short: the short versions (about 4
 ## minutes, soak 60 s). CAMPAIGN_ARGS="storms crash --out DIR" picks campaigns and options.
 .PHONY: campaign campaign-short

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from merchants.models import Merchant
 from merchants.services import merchant_create
 from payments.acquirer.client import acquirer_clients_reset
+from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
 
 PAYMENT_BODY: dict[str, Any] = {
@@ -60,6 +61,13 @@ def merchant_a(db) -> MerchantClient:
 @pytest.fixture
 def merchant_b(db) -> MerchantClient:
     return _merchant_client("merchant-b")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis of every test that needs one (redis-py URL): ``REDIS_URL`` when set, else the
+    embedded server (tests/support/redis.py). Tests use throw-away namespaces and queues."""
+    return suite_redis_url()
 
 
 @pytest.fixture(scope="session")

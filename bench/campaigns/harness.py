@@ -36,10 +36,11 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
+from config.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 SANDBOX_READY = "sandbox acquirer listening on "
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: Settings the stack runs with. The campaigns need the ledger app (``audit_acquirer``); this
 #: module adds it to config.settings.local when config does not list it yet.
 DEFAULT_SETTINGS = "bench.campaigns.settings"
@@ -372,11 +373,17 @@ class Web(Process):
 # --- the stack ------------------------------------------------------------------------------
 
 
+def default_redis_url() -> str:
+    """``REDIS_URL``, or the embedded server's tools database (started if needed)."""
+    return os.environ.get("REDIS_URL") or embedded_redis().url(TOOLS_DB)
+
+
 @dataclass
 class StackOptions:
     out_dir: Path
     database_url: str = field(default_factory=default_campaign_database_url)
-    redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
+    #: redis-py URL; unset ``REDIS_URL``: the project's embedded Redis (config/embedded_redis.py).
+    redis_url: str = field(default_factory=default_redis_url)
     settings_module: str = field(
         default_factory=lambda: os.environ.get("CAMPAIGN_DJANGO_SETTINGS", DEFAULT_SETTINGS)
     )
@@ -431,7 +438,7 @@ class Stack:
             "ACQUIRER_API_KEY": self.acquirer_api_key,
             "ACQUIRER_STATE_REDIS_URL": self.options.redis_url,
             "ACQUIRER_STATE_NAMESPACE": self.namespace,
-            "CELERY_BROKER_URL": self.options.redis_url,
+            "CELERY_BROKER_URL": celery_broker_url(self.options.redis_url),
             "CELERY_DEFAULT_QUEUE": self.queue,
             "LEDGER_AUDIT_CSV_DIR": str(self.out_dir / "audits"),
             **self.options.env,

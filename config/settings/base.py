@@ -167,7 +167,8 @@ ACQUIRER_CONCURRENCY_WAIT_SECONDS = env.float("ACQUIRER_CONCURRENCY_WAIT_SECONDS
 RECONCILIATION_CONCURRENCY_WAIT_SECONDS = env.float(
     "RECONCILIATION_CONCURRENCY_WAIT_SECONDS", default=5.0
 )
-# Shared wait state (rate gate, retry budget): Redis in production, in-memory when unset.
+# Shared wait state (rate gate, retry budget, breakers): Redis in production; under
+# config.settings.local the embedded Redis when unset; in-memory (per process) when empty.
 ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL", default="")
 ACQUIRER_STATE_NAMESPACE = env("ACQUIRER_STATE_NAMESPACE", default="payments:gateway")
 
@@ -215,20 +216,12 @@ LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
 LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 
 # --- Celery ---------------------------------------------------------------------------------
-# Without CELERY_BROKER_URL, kombu's filesystem transport: no server needed (make run).
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
-_celery_dir = Path(env("CELERY_FILESYSTEM_DIR", default=str(BASE_DIR / ".celery")))
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {
-        "data_folder_in": str(_celery_dir / "queue"),
-        "data_folder_out": str(_celery_dir / "queue"),
-        "processed_folder": str(_celery_dir / "processed"),
-        "control_folder": str(_celery_dir / "control"),
-        "store_processed": False,
-    }
-    if CELERY_BROKER_URL.startswith("filesystem://")
-    else {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)}
-)
+# Required in production; config.settings.local falls back on the embedded Redis
+# (config/embedded_redis.py), the test settings on kombu's in-memory transport.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)
+}
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True

@@ -1,8 +1,12 @@
-"""Settings for a developer's machine (`make run`): the embedded PostgreSQL by default."""
+"""Settings for a developer's machine (`make run`): the embedded PostgreSQL and Redis by default."""
 
 from config.embedded_db import database_settings
+from config.embedded_redis import local_redis_urls
 from config.settings.base import *  # noqa: F403
 from config.settings.base import env
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 DATABASES = database_settings(env, allow_embedded=True)
+# Unset URLs: the embedded Redis, so every process of `make run` shares one broker and one
+# acquirer state, as a deployment's processes do.
+CELERY_BROKER_URL, ACQUIRER_STATE_REDIS_URL = local_redis_urls()

@@ -21,9 +21,10 @@ SHORT = PROFILES["short"]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[Stack]:
+def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
     options = StackOptions(
         out_dir=tmp_path_factory.mktemp("campaigns"),
+        redis_url=redis_url,
         drop_database_at_exit=not os.environ.get("CAMPAIGN_KEEP_DATABASE"),
         env=dict(SHORT["stack"]),
     )

@@ -1,24 +1,23 @@
-"""A real Celery worker runs the project's tasks: with no broker configured (kombu's filesystem
-transport, what `make run` uses) and with Redis (production)."""
+"""A real Celery worker runs the project's tasks: with no broker configured (the embedded Redis,
+what `make run` uses) and with the suite's Redis URL set (as in production)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from django.utils import timezone
 
+from config.embedded_redis import embedded_redis
 from idempotency.models import IdempotencyKey
 from tests.factories import MerchantFactory
 from tests.support.processes import CELERY_WORKER, ROOT, service_env, wait_until
+from tests.support.redis import suite_broker_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def expired_key(name: str) -> None:
@@ -30,19 +29,26 @@ def expired_key(name: str) -> None:
     )  # fmt: skip
 
 
-@pytest.fixture(params=["filesystem", "redis"])
-def broker_env(request, tmp_path) -> Iterator[dict[str, str]]:
-    """The environment of a worker and a producer sharing one broker."""
-    if request.param == "filesystem":
-        yield service_env(CELERY_FILESYSTEM_DIR=str(tmp_path / "celery"))
-    else:
-        yield service_env(CELERY_BROKER_URL=REDIS_URL, CELERY_DEFAULT_QUEUE=f"test-{tmp_path.name}")
+@pytest.fixture(params=["embedded", "redis_url"])
+def broker(request, redis_url, tmp_path) -> tuple[dict[str, str], str]:
+    """The environment of a worker and a producer sharing one broker and one queue, and the
+    start of the broker URL the worker's banner must show."""
+    queue = f"test-{tmp_path.name}"
+    if request.param == "embedded":
+        # No CELERY_BROKER_URL at all: the settings start or reuse the project's embedded Redis.
+        env = service_env(CELERY_BROKER_URL=None, CELERY_DEFAULT_QUEUE=queue)
+        return env, f"redis+socket://{embedded_redis().socket_path}"
+    broker_url = suite_broker_url(redis_url)
+    env = service_env(CELERY_BROKER_URL=broker_url, CELERY_DEFAULT_QUEUE=queue)
+    parts = urlsplit(broker_url)  # the banner masks the password: compare the address only
+    if parts.scheme == "redis+socket":
+        return env, parts.path
+    return env, f"{parts.hostname}:{parts.port or 6379}"
 
 
-def test_worker_runs_the_purge_task(broker_env, tmp_path):
+def test_worker_runs_the_purge_task(broker, tmp_path):
     """A task sent through the broker is executed by a separate worker process."""
-    (tmp_path / "celery" / "queue").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "celery" / "processed").mkdir(parents=True, exist_ok=True)
+    broker_env, transport = broker
     expired_key("to-purge")
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
@@ -67,4 +73,6 @@ def test_worker_runs_the_purge_task(broker_env, tmp_path):
         except subprocess.TimeoutExpired:
             worker.kill()
         log.close()
-    assert "purged 1 expired idempotency keys" in (tmp_path / "worker.log").read_text()
+    log_text = (tmp_path / "worker.log").read_text()
+    assert "purged 1 expired idempotency keys" in log_text
+    assert transport in log_text  # the worker's banner names the broker it used

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -23,11 +22,10 @@ from tests.support.processes import (
     service_env,
     wait_until,
 )
+from tests.support.redis import suite_broker_url
 from tests.support.sandbox import SandboxProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @contextmanager
@@ -46,7 +44,7 @@ def process(command: list[str], env: dict[str, str], log_path) -> Iterator[subpr
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path) -> Iterator[dict]:
+def stack(transactional_db, redis_url, tmp_path) -> Iterator[dict]:
     """Sandbox, gunicorn and a Celery worker sharing a Redis queue of their own."""
     with ExitStack() as stack:
         sandbox = stack.enter_context(SandboxProcess.start())
@@ -58,7 +56,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             ACQUIRER_API_KEY=sandbox.api_key,
             ACQUIRER_RETRY_MAX_ATTEMPTS="1",  # one attempt: ambiguous answers stay 202 here
             ACQUIRER_READ_TIMEOUT_SECONDS="1",
-            CELERY_BROKER_URL=REDIS_URL,
+            CELERY_BROKER_URL=suite_broker_url(redis_url),
             CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
             RECONCILIATION_FIRST_CHECK_SECONDS="1",
         )
@@ -98,7 +96,7 @@ def test_worker_resolves_timeout_after_commit(stack, merchant_a):
 
 
 def test_worker_killed_mid_task_resolves_the_payment_exactly_once(
-    transactional_db, merchant_a, tmp_path
+    transactional_db, merchant_a, redis_url, tmp_path
 ):
     """SIGKILL of the worker process while its re-send is at the acquirer: the task is
     re-queued, the lease keeps a second run off until it ends, then the sweep resolves the
@@ -112,7 +110,7 @@ def test_worker_killed_mid_task_resolves_the_payment_exactly_once(
         env = service_env(
             ACQUIRER_BASE_URL=sandbox.url,
             ACQUIRER_API_KEY=sandbox.api_key,
-            CELERY_BROKER_URL=REDIS_URL,
+            CELERY_BROKER_URL=suite_broker_url(redis_url),
             CELERY_DEFAULT_QUEUE=f"test-{uuid.uuid4().hex}",
             RECONCILIATION_LEASE_SECONDS="8",
             CELERY_TASK_TIME_LIMIT_SECONDS="7",

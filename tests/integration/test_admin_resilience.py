@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group, User
 from gateway_client import RedisStore
 from gateway_client.breaker import BreakerSet
 from payments.acquirer.client import acquirer_client
+from tests.support.redis import suite_redis_url
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,6 @@ LIST_URL = "/admin/payments/payment/"
 GROUPS = ("authorize", "capture", "void", "refund", "lookup")
 ROLES_MIGRATION = importlib.import_module("payments.migrations.0004_operations_roles")
 BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def action_url(group: str, action: str) -> str:
@@ -61,23 +61,14 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
-
-
 @pytest.fixture
 def shared_store(settings):
     """The acquirer state in a real Redis, under a namespace of this test only."""
-    if not redis_up():
-        pytest.skip("no Redis at 127.0.0.1:6379")
     namespace = f"test-resilience-{uuid.uuid4().hex}"
-    settings.ACQUIRER_STATE_REDIS_URL = REDIS_URL
+    settings.ACQUIRER_STATE_REDIS_URL = suite_redis_url()
     settings.ACQUIRER_STATE_NAMESPACE = namespace
     yield namespace
-    connection = redis.Redis.from_url(REDIS_URL)
+    connection = redis.Redis.from_url(suite_redis_url())
     for key in connection.scan_iter(f"{namespace}:*"):
         connection.delete(key)
 
@@ -278,7 +269,9 @@ def test_unknown_group_or_action_is_404(operator, url):
 def test_action_on_the_shared_store_reaches_every_process(operator, shared_store):
     """With Redis, the override is written there: a second client on the store sees it."""
     operator.post(action_url("authorize", "force_open"), {"note": "INC-42"})
-    other = BreakerSet(RedisStore.from_url(REDIS_URL, namespace=shared_store), name="sandbox")
+    other = BreakerSet(
+        RedisStore.from_url(suite_redis_url(), namespace=shared_store), name="sandbox"
+    )
     assert other.snapshot()["authorize"].state == "forced_open"
 
 

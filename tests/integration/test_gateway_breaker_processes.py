@@ -31,10 +31,10 @@ import redis
 
 from gateway_client import RedisStore
 from gateway_client.breaker import FAILURE, BreakerSet, CircuitBreaker
+from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[2]
 C_FIELDS = {
     "window_size": 10,
@@ -44,15 +44,6 @@ C_FIELDS = {
     "half_open_permits": 3,
 }
 
-
-def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379")
 
 # One worker process: builds a client on the shared Redis namespace (and the shared test clock
 # when `clock_key` is set), then runs `mode`:
@@ -146,7 +137,7 @@ def namespace() -> Iterator[str]:
     """A fresh key namespace, deleted afterwards."""
     name = f"test_fleet_{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(suite_redis_url())
     for key in client.scan_iter(f"{name}:*"):
         client.delete(key)
 
@@ -156,7 +147,7 @@ class SharedClock:
 
     def __init__(self, namespace: str, start: float) -> None:
         self.key = f"{namespace}:test_clock"
-        self._redis = redis.Redis.from_url(REDIS_URL)
+        self._redis = redis.Redis.from_url(suite_redis_url())
         self.set(start)
 
     def set(self, seconds: float) -> None:
@@ -177,7 +168,7 @@ def spawn(
     clock: SharedClock | None = None,
 ) -> subprocess.Popen[str]:
     spec = {
-        "redis_url": REDIS_URL,
+        "redis_url": suite_redis_url(),
         "namespace": namespace,
         "sandbox_url": sandbox.url,
         "api_key": sandbox.api_key,
@@ -215,7 +206,7 @@ def acquirer_requests(sandbox: SandboxProcess) -> int:
 
 
 def breaker_on(namespace: str, clock: SharedClock | None = None) -> CircuitBreaker:
-    store = RedisStore.from_url(REDIS_URL, namespace=namespace, clock=clock)
+    store = RedisStore.from_url(suite_redis_url(), namespace=namespace, clock=clock)
     return CircuitBreaker(store, "authorize", CONFIG_C, name="sandbox")
 
 
@@ -297,7 +288,7 @@ def test_an_operators_forced_open_is_seen_by_every_process(
 ) -> None:
     """force_open here: other processes are refused (pre-check too); after reset, calls pass."""
     breakers = BreakerSet(
-        RedisStore.from_url(REDIS_URL, namespace=namespace),
+        RedisStore.from_url(suite_redis_url(), namespace=namespace),
         {"authorize": CONFIG_C},
         name="sandbox",
     )

@@ -1,5 +1,5 @@
 """
-The circuit breaker and the AIMD limiter on a real Redis (127.0.0.1:6379).
+The circuit breaker and the AIMD limiter on a real Redis (REDIS_URL or the embedded server).
 
 - docs/reference/circuit-breaker.md vectors: the tests of tests/unit/test_gateway_breaker_vectors.py
   with the `make_store` fixture overridden to a RedisStore (injected ManualClock), and the AIMD
@@ -43,6 +43,7 @@ from gateway_client.aimd import DROP, IGNORE, AimdLimiter
 from gateway_client.aimd import SUCCESS as SLOT_SUCCESS
 from gateway_client.breaker import FAILURE, IGNORED, SUCCESS, CircuitBreaker
 from gateway_client.metrics import CounterMetrics
+from tests.support.redis import suite_redis_url
 from tests.unit.test_gateway_aimd import (  # noqa: F401 - collected here, on Redis
     test_aimd_slot_of_a_killed_caller_expires_with_its_lease,
     test_aimd_vector_decrease_1_stays_1,
@@ -68,25 +69,13 @@ from tests.unit.test_gateway_breaker_vectors import (  # noqa: F401 - collected 
     test_vector_10_a_refused_call_sends_nothing_and_says_when,
 )
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379")
-
 
 @pytest.fixture
 def namespace() -> Iterator[str]:
     """A fresh key namespace, deleted afterwards."""
     name = f"test_breaker_{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(suite_redis_url())
     for key in client.scan_iter(f"{name}:*"):
         client.delete(key)
 
@@ -94,7 +83,9 @@ def namespace() -> Iterator[str]:
 @pytest.fixture
 def make_store(namespace: str) -> Callable[[ManualClock], StateStore]:
     """The backend under test for the imported vectors: Redis, on the test's clock."""
-    return lambda clock: RedisStore.from_url(REDIS_URL, namespace=namespace, clock=clock.monotonic)
+    return lambda clock: RedisStore.from_url(
+        suite_redis_url(), namespace=namespace, clock=clock.monotonic
+    )
 
 
 # -- Lua and Python twins agree ---------------------------------------------------------------
@@ -131,7 +122,7 @@ def test_lua_and_python_breaker_give_the_same_answers(
     clock = ManualClock(start=5000.0)
     memory = CircuitBreaker(MemoryStore(clock.monotonic), "authorize", config)
     shared = CircuitBreaker(
-        RedisStore.from_url(REDIS_URL, namespace=namespace, clock=clock.monotonic),
+        RedisStore.from_url(suite_redis_url(), namespace=namespace, clock=clock.monotonic),
         "authorize",
         config,
     )
@@ -175,7 +166,7 @@ def test_lua_and_python_limiter_give_the_same_answers(namespace: str) -> None:
     config = AimdConfig(initial_limit=6, max_limit=8)
     memory = AimdLimiter(MemoryStore(clock.monotonic), config)
     shared = AimdLimiter(
-        RedisStore.from_url(REDIS_URL, namespace=namespace, clock=clock.monotonic), config
+        RedisStore.from_url(suite_redis_url(), namespace=namespace, clock=clock.monotonic), config
     )
     rng = random.Random(7)
     held = []
@@ -202,7 +193,9 @@ def test_lua_and_python_limiter_give_the_same_answers(namespace: str) -> None:
 def test_breaker_runs_on_the_redis_clock_by_default(namespace: str) -> None:
     """No injected clock: the open period is measured on Redis TIME (0.3 s, then a probe)."""
     config = BreakerConfig(window_size=10, minimum_calls=5, open_duration=0.3, half_open_permits=1)
-    breaker = CircuitBreaker(RedisStore.from_url(REDIS_URL, namespace=namespace), "g", config)
+    breaker = CircuitBreaker(
+        RedisStore.from_url(suite_redis_url(), namespace=namespace), "g", config
+    )
     for _ in range(5):
         breaker.record(breaker.acquire(), FAILURE)
     refused = breaker.acquire()
@@ -215,10 +208,15 @@ def test_breaker_runs_on_the_redis_clock_by_default(namespace: str) -> None:
 def test_breaker_state_is_one_hash_per_group(namespace: str) -> None:
     """The state lives in `<namespace>:breaker:<name>:<group>`, one key per group."""
     breaker = CircuitBreaker(
-        RedisStore.from_url(REDIS_URL, namespace=namespace), "authorize", CONFIG_C, name="acq"
+        RedisStore.from_url(suite_redis_url(), namespace=namespace),
+        "authorize",
+        CONFIG_C,
+        name="acq",
     )
     breaker.record(breaker.acquire(), FAILURE)
-    keys = {key.decode() for key in redis.Redis.from_url(REDIS_URL).scan_iter(f"{namespace}:*")}
+    keys = {
+        key.decode() for key in redis.Redis.from_url(suite_redis_url()).scan_iter(f"{namespace}:*")
+    }
     assert keys == {f"{namespace}:breaker:acq:authorize"}
 
 

@@ -7,7 +7,6 @@ covers which file: tests/unit/test_gateway_lua_files.py.)
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from collections.abc import Iterator
@@ -19,18 +18,7 @@ from gateway_client.budget import BUDGET_SCRIPT
 from gateway_client.clock import ManualClock
 from gateway_client.gate import GATE_CLOSE, GATE_READ
 from gateway_client.store import MemoryStore, RedisStore
-
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason=f"no Redis at {REDIS_URL}")
+from tests.support.redis import suite_redis_url
 
 
 @pytest.fixture
@@ -38,14 +26,14 @@ def namespace() -> Iterator[str]:
     """A fresh key namespace, deleted afterwards."""
     name = f"test_twins_{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(suite_redis_url())
     for key in client.scan_iter(f"{name}:*"):
         client.delete(key)
 
 
 def _stores(namespace: str) -> tuple[ManualClock, MemoryStore, RedisStore]:
     clock = ManualClock(start=5000.0)
-    shared = RedisStore.from_url(REDIS_URL, namespace=namespace, clock=clock.monotonic)
+    shared = RedisStore.from_url(suite_redis_url(), namespace=namespace, clock=clock.monotonic)
     return clock, MemoryStore(clock.monotonic), shared
 
 

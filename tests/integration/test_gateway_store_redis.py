@@ -1,6 +1,7 @@
 """
-The Redis state store on a real Redis (127.0.0.1:6379): the Lua scripts mean what the Python ones
-mean, the gate is shared by two OS processes, and an unreachable Redis falls back to memory.
+The Redis state store on a real Redis (REDIS_URL or the embedded server): the Lua scripts mean
+what the Python ones mean, the gate is shared by two OS processes, and an unreachable Redis
+falls back to memory.
 """
 
 from __future__ import annotations
@@ -21,19 +22,9 @@ from gateway_client import ManualClock, RedisStore
 from gateway_client.budget import RetryBudget
 from gateway_client.gate import RateGate
 from gateway_client.metrics import CounterMetrics
+from tests.support.redis import suite_redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379")
 
 
 @pytest.fixture
@@ -41,14 +32,14 @@ def namespace() -> Iterator[str]:
     """A fresh key namespace, deleted afterwards."""
     name = f"test_gateway_{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(suite_redis_url())
     for key in client.scan_iter(f"{name}:*"):
         client.delete(key)
 
 
 def store(namespace: str, clock: ManualClock | None = None, **kwargs: object) -> RedisStore:
     return RedisStore.from_url(
-        REDIS_URL,
+        suite_redis_url(),
         namespace=namespace,
         clock=clock.monotonic if clock is not None else None,
         **kwargs,  # type: ignore[arg-type]
@@ -78,7 +69,7 @@ def test_gate_uses_the_redis_clock_by_default(namespace: str) -> None:
 def test_gate_key_expires_after_the_wait(namespace: str) -> None:
     """The gate's key carries a TTL, so closed gates do not accumulate in Redis."""
     RateGate(store(namespace)).close("s", 3.0)
-    ttl = redis.Redis.from_url(REDIS_URL).pttl(f"{namespace}:gate:s")
+    ttl = redis.Redis.from_url(suite_redis_url()).pttl(f"{namespace}:gate:s")
     assert 3000 < ttl <= 4000
 
 
@@ -155,7 +146,7 @@ PROCESS = textwrap.dedent(
 
 def run_process(namespace: str, status: int, retry_after: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-c", PROCESS, REDIS_URL, namespace, str(status), retry_after],
+        [sys.executable, "-c", PROCESS, suite_redis_url(), namespace, str(status), retry_after],
         capture_output=True,
         text=True,
         timeout=30,

@@ -6,11 +6,14 @@ import os
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
 from django.db import connection
+
+from tests.support.redis import suite_broker_url, suite_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,9 +45,19 @@ def database_url_for_subprocess() -> str:
     return f"postgresql://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def service_env(**overrides: str) -> dict[str, str]:
-    """The environment for a subprocess of the service pointed at the test database."""
-    return {
+def service_env(**overrides: str | None) -> dict[str, str]:
+    """The environment for a subprocess of the service pointed at the test database.
+
+    Unless the environment or ``overrides`` say otherwise, its Celery broker is the suite's
+    Redis (tests/support/redis.py) with a queue of its own, and its acquirer state is in
+    memory, per process (``ACQUIRER_STATE_REDIS_URL`` empty), so no test reaches the broker or
+    state of a ``make run`` on this machine. An override of ``None`` removes the variable
+    (``CELERY_BROKER_URL=None``: the subprocess falls back on the embedded Redis).
+    """
+    env = {
+        "CELERY_BROKER_URL": suite_broker_url(suite_redis_url()),
+        "CELERY_DEFAULT_QUEUE": f"test-{uuid.uuid4().hex}",
+        "ACQUIRER_STATE_REDIS_URL": "",
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
         "DJANGO_DEBUG": "false",
@@ -52,6 +65,7 @@ def service_env(**overrides: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         **overrides,
     }
+    return {name: value for name, value in env.items() if value is not None}
 
 
 def wait_until(
