@@ -12,18 +12,27 @@ the payment's append-only event log:
   with a ``resolved_by_operator`` event; the answer stored for the merchant's idempotency key is
   refreshed, so a retry of the original request replays the final outcome.
 
-Neither action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
+* :func:`payment_refund` ("Refund", ``payments.refund_payment``): a refund through the API's
+  own service (``payments.lifecycle_services.refund_create``, the same phases, checks under the
+  payment's lock and acquirer idempotency key), under the merchant's idempotency key that the
+  admin's form carries (:func:`admin_refund_key`, one per rendered form: a double submit
+  replays instead of refunding twice). The ``operator_refund_requested`` event (operator, note,
+  the key, the refund id and amount) is written in the transaction that creates the refund.
+
+No action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
+from gateway_client import AcquirerClient
 from payments.lifecycle import (
     UnexpectedStatus,
     payment_answer_store,
@@ -32,7 +41,9 @@ from payments.lifecycle import (
     payment_lock_with_key,
     payment_transition,
 )
-from payments.models import Payment, PaymentEventType, PaymentStatus
+from payments.lifecycle_services import refund_create
+from payments.models import Payment, PaymentEventType, PaymentStatus, RefundReason
+from payments.responses import CreateResult
 from payments.tasks import payment_reconcile_task
 
 __all__ = [
@@ -41,7 +52,9 @@ __all__ = [
     "RECONCILABLE_STATUSES",
     "RESOLUTIONS",
     "OperationRefused",
+    "admin_refund_key",
     "payment_reconcile_request",
+    "payment_refund",
     "payment_resolve",
 ]
 
@@ -55,6 +68,8 @@ NOTE_MAX_LENGTH = 1000
 CODE_PATTERN = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
 #: The failure code of a payment resolved as failed when the operator gives none.
 DEFAULT_FAILURE_CODE = "not_authorized_at_acquirer"
+#: The merchant idempotency keys of the admin's refunds: ``admin-refund-`` + 32 hex characters.
+ADMIN_REFUND_KEY_PATTERN = re.compile(r"^admin-refund-[0-9a-f]{32}$")
 
 
 class OperationRefused(Exception):
@@ -179,3 +194,51 @@ def payment_resolve(
         )
         payment_answer_store(payment, key=key, now=now)
     return payment
+
+
+def admin_refund_key() -> str:
+    """A new idempotency key for one admin refund form: ``admin-refund-`` + 32 lower-case hex
+    characters (128 random bits), rendered with the form and sent back with it."""
+    return "admin-refund-" + secrets.token_hex(16)
+
+
+def payment_refund(
+    *,
+    payment_id: str,
+    operator: str,
+    note: str,
+    idempotency_key: str,
+    client: AcquirerClient,
+    amount: int | None = None,
+    reason: str | None = None,
+    clock: Callable[[], datetime] = timezone.now,
+) -> CreateResult:
+    """Refund ``amount`` minor units (default all that remains refundable) of a ``succeeded``
+    payment for an operator, through ``refund_create`` under the payment's merchant and
+    ``idempotency_key`` (an :func:`admin_refund_key`): a second call with the same key and
+    values replays the first outcome and refunds nothing more.
+
+    Returns ``refund_create``'s result (``Answered`` 201/202/502, ``Unavailable`` 503,
+    ``Replayed``). Raises :class:`OperationRefused` (no operator or note, a malformed key or
+    reason, no such payment), and ``refund_create``'s errors: ``OperationConflict`` (409),
+    ``IdempotencyKeyReused`` (the key with other values), ``IdempotencyKeyInUse`` (that form's
+    refund is still running).
+    """
+    note = _clean_note(operator=operator, note=note)
+    if not ADMIN_REFUND_KEY_PATTERN.match(idempotency_key or ""):
+        raise OperationRefused("The form's refund key is malformed; open the refund page again.")
+    if reason is not None and reason not in RefundReason.values:
+        raise OperationRefused(f"{reason!r} is not a refund reason.")
+    payment = Payment.objects.select_related("merchant").filter(pk=payment_id).first()
+    if payment is None:
+        raise OperationRefused("No such payment.")
+    return refund_create(
+        merchant=payment.merchant,
+        payment_id=payment.pk,
+        idempotency_key=idempotency_key,
+        amount=amount,
+        reason=reason,
+        client=client,
+        clock=clock,
+        audit={"operator": operator, "note": note, "how": "admin"},
+    )
