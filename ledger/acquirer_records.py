@@ -186,11 +186,16 @@ class SandboxAcquirerRecords:
             raise AcquirerRecordsError("The acquirer's listing is not JSON.") from exc
 
 
+def _created_at(row: dict) -> datetime:
+    created_at = datetime.fromisoformat(row["created_at"])
+    if created_at.tzinfo is None:
+        raise ValueError("naive created_at")
+    return created_at
+
+
 def _record(row: dict) -> AcquirerRecord:
     try:
-        created_at = datetime.fromisoformat(row["created_at"])
-        if created_at.tzinfo is None:
-            raise ValueError("naive created_at")
+        created_at = _created_at(row)
         if row["status"] not in ("approved", "declined"):
             raise ValueError("unknown status")
         return AcquirerRecord(
@@ -228,9 +233,7 @@ def _optional_bool(row: dict, name: str) -> bool | None:
 
 def _refund_record(row: dict) -> AcquirerRefundRecord:
     try:
-        created_at = datetime.fromisoformat(row["created_at"])
-        if created_at.tzinfo is None:
-            raise ValueError("naive created_at")
+        created_at = _created_at(row)
         if row["status"] not in ("succeeded", "failed"):
             raise ValueError("unknown status")
         return AcquirerRefundRecord(

@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -337,6 +338,26 @@ _PAYMENT_FIELDS = (
 _REFUND_FIELDS = ("id", "payment_id", "status", "amount", "acquirer_reference", "created_at")
 
 
+_R = TypeVar("_R", AcquirerRecord, AcquirerRefundRecord)
+
+
+def _by_reference(records: Iterable[_R], since: datetime) -> tuple[dict[str, list[_R]], int]:
+    """The acquirer's records grouped by their reference (our id), and how many fall in the
+    window (the others were read only because of the skew margin)."""
+    grouped: dict[str, list[_R]] = defaultdict(list)
+    in_window = 0
+    for record in records:
+        grouped[record.reference].append(record)
+        in_window += record.created_at >= since
+    return grouped, in_window
+
+
+def _chunks(ids: list[str]) -> Iterable[list[str]]:
+    """``ids`` in lists of at most ``_ID_CHUNK`` (one ``IN (...)`` query each)."""
+    for start in range(0, len(ids), _ID_CHUNK):
+        yield ids[start : start + _ID_CHUNK]
+
+
 def _payments(queryset) -> Iterable[_Payment]:
     for values in queryset.values_list(*_PAYMENT_FIELDS).iterator(chunk_size=2000):
         yield _Payment(*values)
@@ -549,26 +570,16 @@ def audit_acquirer(
     source = records if records is not None else acquirer_records_from_settings()
     report = AuditReport(since=since, ran_at=clock(), source=source.name)
 
-    by_reference: dict[str, list[AcquirerRecord]] = defaultdict(list)
-    for record in source.records_since(since - skew):
-        by_reference[record.reference].append(record)
-    report.records_checked = sum(
-        1 for records_ in by_reference.values() for r in records_ if r.created_at >= since
-    )
+    by_reference, report.records_checked = _by_reference(source.records_since(since - skew), since)
 
     payments: dict[str, _Payment] = {
         p.id: p for p in _payments(Payment.objects.filter(created_at__gte=since))
     }
-    outside = [reference for reference in by_reference if reference not in payments]
-    for start in range(0, len(outside), _ID_CHUNK):
-        chunk = outside[start : start + _ID_CHUNK]
+    for chunk in _chunks([reference for reference in by_reference if reference not in payments]):
         payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
 
-    refund_records: dict[str, list[AcquirerRefundRecord]] = defaultdict(list)
-    for refund_record in source.refunds_since(since - skew):
-        refund_records[refund_record.reference].append(refund_record)
-    report.refund_records_checked = sum(
-        1 for rows in refund_records.values() for r in rows if r.created_at >= since
+    refund_records, report.refund_records_checked = _by_reference(
+        source.refunds_since(since - skew), since
     )
     # Our refunds: those of the audited payments, those created in the window, and those the
     # acquirer's refund records name (a late re-send of an older refund).
@@ -580,13 +591,9 @@ def audit_acquirer(
             )
         )
     }
-    outside = [reference for reference in refund_records if reference not in refunds]
-    for start in range(0, len(outside), _ID_CHUNK):
-        chunk = outside[start : start + _ID_CHUNK]
+    for chunk in _chunks([reference for reference in refund_records if reference not in refunds]):
         refunds.update((r.id, r) for r in _refunds(PaymentOperation.objects.filter(id__in=chunk)))
-    missing = [r.payment_id for r in refunds.values() if r.payment_id not in payments]
-    for start in range(0, len(missing), _ID_CHUNK):
-        chunk = missing[start : start + _ID_CHUNK]
+    for chunk in _chunks([r.payment_id for r in refunds.values() if r.payment_id not in payments]):
         payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
     _audit_refunds(report, payments, refunds, refund_records, since)
     refunds_unresolved = {
@@ -685,10 +692,9 @@ def _list_unresolved_operations(
 ) -> None:
     """List the audited payments' pending and needs_review captures, voids and refunds as
     unresolved (not discrepancies), a refund with the acquirer's records of it."""
-    ids = list(payments)
-    for start in range(0, len(ids), _ID_CHUNK):
+    for chunk in _chunks(list(payments)):
         rows = PaymentOperation.objects.filter(
-            payment_id__in=ids[start : start + _ID_CHUNK],
+            payment_id__in=chunk,
             status__in=UNRESOLVED_OPERATION_STATUSES,
         ).values_list("id", "payment_id", "kind", "status", "created_at")
         for operation_id, payment_id, kind, status, created_at in rows:

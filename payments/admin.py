@@ -13,8 +13,9 @@ and act on them. Nobody edits an amount or a status by hand.
 * A payment's page lists its captures, voids and refunds (each with status, amounts in the
   currency's units, acquirer reference, failure code, and what reconciliation knows of a pending
   or ``needs_review`` one). "Refund" (``payments.refund_payment``, ``operator`` only, migration
-  0007) issues a refund through the API's own service (``payments.operations.payment_refund``)
-  under a one-time idempotency key rendered with the form, so a double submit refunds once.
+  0007) issues a refund through the API's own service
+  (``payments.lifecycle_services.refund_create``, the operator and note as its ``audit``) under
+  a one-time idempotency key rendered with the form, so a double submit refunds once.
 * :class:`RefundAdmin`: the read-only refunds list (``/admin/payments/refund/``), built like the
   payments list (capped count, index-backed filters, exact searches).
 * The list warns of a circuit breaker that is not closed (``payments.acquirer.selectors``) and
@@ -40,10 +41,10 @@ from django.utils.html import format_html, format_html_join
 from console.admin import CappedCountPaginator, ReadOnlyAdminMixin
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
-from payments.acquirer.client import acquirer_client
-from payments.acquirer.selectors import breakers_not_closed
+from payments.acquirer.selectors import acquirer_client_or_none, breakers_not_closed
 from payments.forms import NoteForm, RefundForm, ResolveForm
 from payments.lifecycle import OperationConflict, refundable_amount
+from payments.lifecycle_services import refund_create
 from payments.models import (
     OperationKind,
     OperationStatus,
@@ -60,8 +61,8 @@ from payments.operations import (
     RESOLUTIONS,
     OperationRefused,
     admin_refund_key,
+    clean_note,
     payment_reconcile_request,
-    payment_refund,
     payment_resolve,
 )
 from payments.responses import Answered, Replayed, Unavailable
@@ -173,6 +174,12 @@ class CurrencyListFilter(admin.SimpleListFilter):
         if self.value() in CURRENCY_EXPONENTS:
             return queryset.filter(currency=self.value())
         return queryset
+
+
+def _capped_count(queryset) -> int:
+    """Rows of ``queryset``, counted up to ``CappedCountPaginator.cap + 1`` (more than the cap
+    reads "cap+"): a banner never runs a full ``COUNT(*)``."""
+    return queryset.order_by()[: CappedCountPaginator.cap + 1].count()
 
 
 def _fmt_amount(amount: int, currency: str) -> str:
@@ -341,15 +348,9 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
-        needs_review = (
-            Payment.objects.filter(status=PaymentStatus.NEEDS_REVIEW)
-            .order_by()[: CappedCountPaginator.cap + 1]
-            .count()
-        )
-        operations_review = (
+        needs_review = _capped_count(Payment.objects.filter(status=PaymentStatus.NEEDS_REVIEW))
+        operations_review = _capped_count(
             PaymentOperation.objects.filter(status=OperationStatus.NEEDS_REVIEW)
-            .order_by()[: CappedCountPaginator.cap + 1]
-            .count()
         )
         extra_context = {
             **(extra_context or {}),
@@ -661,8 +662,9 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def refund_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """ "Refund" for one ``succeeded`` payment: amount (default what remains refundable),
-        reason and a required note, then ``payment_refund`` under the form's one-time key;
-        every outcome becomes a message on the payment's page."""
+        reason and a required note, then ``refund_create`` (the API's service) for the
+        payment's merchant under the form's one-time key, the operator and note recorded by it
+        as an ``operator_refund_requested`` event; every outcome becomes a message."""
         payment = self._payment_or_404(request, object_id)
         if not self.has_refund_permission(request):
             raise PermissionDenied
@@ -674,15 +676,22 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         )
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
+            client = acquirer_client_or_none()
             try:
-                result = payment_refund(
+                operator = request.user.get_username()
+                note = clean_note(operator=operator, note=data["note"])
+                if client is None:
+                    raise OperationRefused(
+                        "The acquirer client cannot be built (see the logs); nothing was sent."
+                    )
+                result = refund_create(
+                    merchant=payment.merchant,
                     payment_id=payment.pk,
-                    operator=request.user.get_username(),
-                    note=data["note"],
                     idempotency_key=data["idempotency_key"],
                     amount=data["amount"],
                     reason=data["reason"],
-                    client=acquirer_client(),
+                    client=client,
+                    audit={"operator": operator, "note": note, "how": "admin"},
                 )
             except OperationRefused as exc:
                 form.add_error(None, str(exc))
@@ -933,11 +942,7 @@ class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
-        needs_review = (
-            Refund.objects.filter(status=OperationStatus.NEEDS_REVIEW)
-            .order_by()[: CappedCountPaginator.cap + 1]
-            .count()
-        )
+        needs_review = _capped_count(Refund.objects.filter(status=OperationStatus.NEEDS_REVIEW))
         extra_context = {
             **(extra_context or {}),
             "needs_review_count": needs_review,

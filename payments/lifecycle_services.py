@@ -138,7 +138,7 @@ def refund_create(
     """Refund ``amount`` minor units (default all that remains refundable) of the merchant's
     ``succeeded`` payment, idempotently; ``reason`` one of ``RefundReason``.
 
-    ``audit`` (an operator's refund from the admin, ``payments.operations.payment_refund``):
+    ``audit`` (an operator's refund from the admin's "Refund", ``payments.admin``):
     JSON data (operator, note) recorded as an ``operator_refund_requested`` event, with the
     refund's id, amount and ``idempotency_key``, in the phase-1 transaction that creates the
     refund: once per refund, never for a replay.

@@ -12,12 +12,11 @@ the payment's append-only event log:
   with a ``resolved_by_operator`` event; the answer stored for the merchant's idempotency key is
   refreshed, so a retry of the original request replays the final outcome.
 
-* :func:`payment_refund` ("Refund", ``payments.refund_payment``): a refund through the API's
-  own service (``payments.lifecycle_services.refund_create``, the same phases, checks under the
-  payment's lock and acquirer idempotency key), under the merchant's idempotency key that the
-  admin's form carries (:func:`admin_refund_key`, one per rendered form: a double submit
-  replays instead of refunding twice). The ``operator_refund_requested`` event (operator, note,
-  the key, the refund id and amount) is written in the transaction that creates the refund.
+* "Refund" (``payments.refund_payment``) is not here: it is the API's own service
+  (``payments.lifecycle_services.refund_create``, which this module must not stand on), called
+  by the admin with the operator and note as its ``audit`` data, under the merchant idempotency
+  key :func:`admin_refund_key` makes for each rendered form (a double submit replays instead
+  of refunding twice).
 
 No action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
 """
@@ -32,7 +31,6 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from gateway_client import AcquirerClient
 from payments.lifecycle import (
     UnexpectedStatus,
     payment_answer_store,
@@ -41,9 +39,7 @@ from payments.lifecycle import (
     payment_lock_with_key,
     payment_transition,
 )
-from payments.lifecycle_services import refund_create
-from payments.models import Payment, PaymentEventType, PaymentStatus, RefundReason
-from payments.responses import CreateResult
+from payments.models import Payment, PaymentEventType, PaymentStatus
 from payments.tasks import payment_reconcile_task
 
 __all__ = [
@@ -52,9 +48,10 @@ __all__ = [
     "RECONCILABLE_STATUSES",
     "RESOLUTIONS",
     "OperationRefused",
+    "clean_note",
+    "ADMIN_REFUND_KEY_PATTERN",
     "admin_refund_key",
     "payment_reconcile_request",
-    "payment_refund",
     "payment_resolve",
 ]
 
@@ -76,7 +73,9 @@ class OperationRefused(Exception):
     """The action does not apply to this payment (its status changed, or a bad argument)."""
 
 
-def _clean_note(*, operator: str, note: str) -> str:
+def clean_note(*, operator: str, note: str) -> str:
+    """``note`` stripped; raises :class:`OperationRefused` without an operator or a note, or
+    for a note longer than :data:`NOTE_MAX_LENGTH` characters."""
     note = (note or "").strip()
     if not operator:
         raise OperationRefused("The operator is required.")
@@ -100,7 +99,7 @@ def payment_reconcile_request(
     otherwise, or without an operator or a note. The task claims the payment before touching it
     (a payment held by a running reconciliation is left to it), so asking twice is harmless.
     """
-    note = _clean_note(operator=operator, note=note)
+    note = clean_note(operator=operator, note=note)
     now = clock()
     with transaction.atomic():
         try:
@@ -147,7 +146,7 @@ def payment_resolve(
     the same transaction. Raises :class:`OperationRefused` when the payment is not in
     ``needs_review`` (for example resolved meanwhile) or an argument is invalid.
     """
-    note = _clean_note(operator=operator, note=note)
+    note = clean_note(operator=operator, note=note)
     if to_status not in RESOLUTIONS:
         raise OperationRefused(f"{to_status!r} is not a resolution.")
     code = (code or "").strip() or None
@@ -200,45 +199,3 @@ def admin_refund_key() -> str:
     """A new idempotency key for one admin refund form: ``admin-refund-`` + 32 lower-case hex
     characters (128 random bits), rendered with the form and sent back with it."""
     return "admin-refund-" + secrets.token_hex(16)
-
-
-def payment_refund(
-    *,
-    payment_id: str,
-    operator: str,
-    note: str,
-    idempotency_key: str,
-    client: AcquirerClient,
-    amount: int | None = None,
-    reason: str | None = None,
-    clock: Callable[[], datetime] = timezone.now,
-) -> CreateResult:
-    """Refund ``amount`` minor units (default all that remains refundable) of a ``succeeded``
-    payment for an operator, through ``refund_create`` under the payment's merchant and
-    ``idempotency_key`` (an :func:`admin_refund_key`): a second call with the same key and
-    values replays the first outcome and refunds nothing more.
-
-    Returns ``refund_create``'s result (``Answered`` 201/202/502, ``Unavailable`` 503,
-    ``Replayed``). Raises :class:`OperationRefused` (no operator or note, a malformed key or
-    reason, no such payment), and ``refund_create``'s errors: ``OperationConflict`` (409),
-    ``IdempotencyKeyReused`` (the key with other values), ``IdempotencyKeyInUse`` (that form's
-    refund is still running).
-    """
-    note = _clean_note(operator=operator, note=note)
-    if not ADMIN_REFUND_KEY_PATTERN.match(idempotency_key or ""):
-        raise OperationRefused("The form's refund key is malformed; open the refund page again.")
-    if reason is not None and reason not in RefundReason.values:
-        raise OperationRefused(f"{reason!r} is not a refund reason.")
-    payment = Payment.objects.select_related("merchant").filter(pk=payment_id).first()
-    if payment is None:
-        raise OperationRefused("No such payment.")
-    return refund_create(
-        merchant=payment.merchant,
-        payment_id=payment.pk,
-        idempotency_key=idempotency_key,
-        amount=amount,
-        reason=reason,
-        client=client,
-        clock=clock,
-        audit={"operator": operator, "note": note, "how": "admin"},
-    )
