@@ -1,11 +1,15 @@
-"""The acquirer's records of our authorizations, as the ledger audit reads them.
+"""The acquirer's records of our authorizations and refunds, as the ledger audit reads them.
 
 :class:`AcquirerRecords` is the interface: "every authorization the acquirer recorded for us
 since T", each as an :class:`AcquirerRecord` (what the acquirer says happened: its id, our
-reference, approved or declined, amount and currency). An audit never needs more.
+reference, approved or declined, amount and currency, and its capture state now: captured and
+refunded totals, voided), and "every refund it recorded since T", each as an
+:class:`AcquirerRefundRecord` (its id, the charge, our refund id as reference, amount,
+succeeded or failed). An audit never needs more.
 
-:class:`SandboxAcquirerRecords` fills it from the sandbox acquirer's settlement listing
-(``GET /_sandbox/charges?since=``, paged, no lookup lag). A real acquirer's daily settlement
+:class:`SandboxAcquirerRecords` fills it from the sandbox acquirer's settlement listings
+(``GET /_sandbox/charges?since=`` and ``GET /_sandbox/refunds?since=``, paged, no lookup lag).
+A real acquirer's daily settlement
 report (a file or an API) fills the same interface: map each line to an
 :class:`AcquirerRecord` and name the class in ``LEDGER_ACQUIRER_RECORDS``.
 
@@ -15,10 +19,10 @@ API key or a response body.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import httpx
 from django.conf import settings
@@ -28,11 +32,14 @@ __all__ = [
     "AcquirerRecord",
     "AcquirerRecords",
     "AcquirerRecordsError",
+    "AcquirerRefundRecord",
     "SandboxAcquirerRecords",
     "acquirer_records_from_settings",
 ]
 
 DEFAULT_RECORDS_CLASS = "ledger.acquirer_records.SandboxAcquirerRecords"
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,9 @@ class AcquirerRecord:
     ``reference`` is what we sent as the reference, our payment id; ``status`` is
     ``approved`` or ``declined``; ``amount`` in minor units of ``currency``; ``created_at``
     when the acquirer recorded it (aware). ``idempotency_key`` when the source knows it.
+    The capture state as it is now, when the source reports it (None: not reported, the audit
+    then compares presence, status and amount only): ``amount_captured`` and
+    ``amount_refunded`` (the sum of the succeeded refunds) in minor units, ``voided``.
     """
 
     acquirer_reference: str
@@ -52,6 +62,30 @@ class AcquirerRecord:
     currency: str
     created_at: datetime
     decline_code: str | None = None
+    idempotency_key: str | None = None
+    amount_captured: int | None = None
+    amount_refunded: int | None = None
+    voided: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcquirerRefundRecord:
+    """One refund as the acquirer recorded it.
+
+    ``acquirer_reference`` is the acquirer's refund id (our refund's ``acquirer_reference``);
+    ``charge`` the acquirer's id of the refunded charge; ``reference`` what we sent, our refund
+    id (``re_...``); ``status`` ``succeeded`` or ``failed`` (``failure_code`` then); ``amount``
+    in minor units of ``currency``; ``created_at`` when the acquirer recorded it (aware).
+    """
+
+    acquirer_reference: str
+    charge: str
+    reference: str
+    status: Literal["succeeded", "failed"]
+    amount: int
+    currency: str
+    created_at: datetime
+    failure_code: str | None = None
     idempotency_key: str | None = None
 
 
@@ -73,9 +107,15 @@ class AcquirerRecords(Protocol):
         """
         ...
 
+    def refunds_since(self, since: datetime) -> Iterator[AcquirerRefundRecord]:
+        """Every refund record (succeeded and failed) with ``created_at >= since``, oldest
+        first. Raises :class:`AcquirerRecordsError` as :meth:`records_since`."""
+        ...
+
 
 class SandboxAcquirerRecords:
-    """The sandbox acquirer's settlement listing, ``GET /_sandbox/charges``, read page by page.
+    """The sandbox acquirer's settlement listings, ``GET /_sandbox/charges`` and
+    ``GET /_sandbox/refunds``, read page by page.
 
     ``base_url`` and ``api_key`` are the acquirer's (the listing is scoped to our account);
     ``transport`` lets unit tests use ``httpx.MockTransport``.
@@ -98,6 +138,12 @@ class SandboxAcquirerRecords:
         self._transport = transport
 
     def records_since(self, since: datetime) -> Iterator[AcquirerRecord]:
+        return self._listing("/_sandbox/charges", since, _record)
+
+    def refunds_since(self, since: datetime) -> Iterator[AcquirerRefundRecord]:
+        return self._listing("/_sandbox/refunds", since, _refund_record)
+
+    def _listing(self, path: str, since: datetime, parse: Callable[[dict], _T]) -> Iterator[_T]:
         if since.tzinfo is None:
             raise ValueError("since must be timezone-aware")
         query = {
@@ -112,19 +158,19 @@ class SandboxAcquirerRecords:
             trust_env=False,
         ) as http:
             while True:
-                page = self._page(http, query)
+                page = self._page(http, path, query)
                 rows = page.get("data")
                 if not isinstance(rows, list):
                     raise AcquirerRecordsError("The acquirer's listing has no 'data' list.")
                 for row in rows:
-                    yield _record(row)
+                    yield parse(row)
                 if not page.get("has_more") or not rows:
                     return
                 query = {**query, "starting_after": rows[-1]["id"]}
 
-    def _page(self, http: httpx.Client, query: dict[str, str]) -> dict:
+    def _page(self, http: httpx.Client, path: str, query: dict[str, str]) -> dict:
         try:
-            response = http.get("/_sandbox/charges", params=query)
+            response = http.get(path, params=query)
         except httpx.HTTPError as exc:
             raise AcquirerRecordsError(
                 f"Could not read the acquirer's records from {self._base_url}: "
@@ -140,11 +186,16 @@ class SandboxAcquirerRecords:
             raise AcquirerRecordsError("The acquirer's listing is not JSON.") from exc
 
 
+def _created_at(row: dict) -> datetime:
+    created_at = datetime.fromisoformat(row["created_at"])
+    if created_at.tzinfo is None:
+        raise ValueError("naive created_at")
+    return created_at
+
+
 def _record(row: dict) -> AcquirerRecord:
     try:
-        created_at = datetime.fromisoformat(row["created_at"])
-        if created_at.tzinfo is None:
-            raise ValueError("naive created_at")  # noqa: TRY301 - one except below for every malformation
+        created_at = _created_at(row)
         if row["status"] not in ("approved", "declined"):
             raise ValueError("unknown status")  # noqa: TRY301 - one except below for every malformation
         return AcquirerRecord(
@@ -156,9 +207,48 @@ def _record(row: dict) -> AcquirerRecord:
             created_at=created_at,
             decline_code=row.get("decline_code"),
             idempotency_key=row.get("idempotency_key"),
+            amount_captured=_optional_int(row, "amount_captured"),
+            amount_refunded=_optional_int(row, "amount_refunded"),
+            voided=_optional_bool(row, "voided"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise AcquirerRecordsError("A record in the acquirer's listing is malformed.") from exc
+
+
+def _optional_int(row: dict, name: str) -> int | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is not a non-negative integer")
+    return value
+
+
+def _optional_bool(row: dict, name: str) -> bool | None:
+    value = row.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{name} is not a boolean")
+    return value
+
+
+def _refund_record(row: dict) -> AcquirerRefundRecord:
+    try:
+        created_at = _created_at(row)
+        if row["status"] not in ("succeeded", "failed"):
+            raise ValueError("unknown status")
+        return AcquirerRefundRecord(
+            acquirer_reference=str(row["id"]),
+            charge=str(row["charge"]),
+            reference=str(row["reference"]),
+            status=row["status"],
+            amount=int(row["amount"]),
+            currency=str(row["currency"]),
+            created_at=created_at,
+            failure_code=row.get("failure_code"),
+            idempotency_key=row.get("idempotency_key"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AcquirerRecordsError("A refund in the acquirer's listing is malformed.") from exc
 
 
 def acquirer_records_from_settings() -> AcquirerRecords:

@@ -16,7 +16,15 @@ from django.utils.html import format_html, format_html_join
 from ledger.models import AuditRun
 from ledger.services import CATEGORY_LABELS, CSV_COLUMNS, Category
 
-UNRESOLVED_COLUMNS = ("payment_id", "status", "created_at", "acquirer_records", "acquirer_statuses")
+UNRESOLVED_COLUMNS = (
+    "payment_id",
+    "kind",
+    "operation_id",
+    "status",
+    "created_at",
+    "acquirer_records",
+    "acquirer_statuses",
+)
 
 
 def _table(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -58,6 +66,8 @@ class AuditRunAdmin(admin.ModelAdmin):
         "duration_seconds",
         "payments_checked",
         "records_checked",
+        "refunds_checked",
+        "refund_records_checked",
         "counts",
         "unresolved_total",
         "csv_path",
@@ -85,7 +95,7 @@ class AuditRunAdmin(admin.ModelAdmin):
     def discrepancy_table(self, run: AuditRun) -> str:
         return _table(run.discrepancies, CSV_COLUMNS)
 
-    @admin.display(description="unresolved payments (not discrepancies)")
+    @admin.display(description="unresolved payments and operations (not discrepancies)")
     def unresolved_table(self, run: AuditRun) -> str:
         return _table(run.unresolved, UNRESOLVED_COLUMNS)
 

@@ -39,6 +39,29 @@ class AuditRun(models.Model):
         default=0, help_text="Amount or currency differs."
     )
     acquirer_reference_mismatch = models.PositiveIntegerField(default=0)
+    # Amounts and refunds (issue 12, migration 0003).
+    captured_amount_mismatch = models.PositiveIntegerField(
+        default=0, help_text="The acquirer's captured total is not ours."
+    )
+    refunded_amount_mismatch = models.PositiveIntegerField(
+        default=0, help_text="The acquirer's refunded total is not ours."
+    )
+    void_mismatch = models.PositiveIntegerField(
+        default=0, help_text="Voided at the acquirer and not canceled here, or the reverse."
+    )
+    refund_unknown_to_us = models.PositiveIntegerField(
+        default=0, help_text="Acquirer refunds whose reference is none of our refunds."
+    )
+    refund_unknown_to_acquirer = models.PositiveIntegerField(
+        default=0, help_text="Succeeded refunds the acquirer has no record of."
+    )
+    refund_mismatch = models.PositiveIntegerField(
+        default=0, help_text="Refund status, amount, acquirer id or count differs."
+    )
+    refunds_checked = models.PositiveIntegerField(default=0, help_text="Our refunds compared.")
+    refund_records_checked = models.PositiveIntegerField(
+        default=0, help_text="Refunds recorded by the acquirer in the window."
+    )
     discrepancies_total = models.PositiveIntegerField(default=0)
     unresolved_total = models.PositiveIntegerField(
         default=0, help_text="Processing or needs_review payments: not discrepancies."

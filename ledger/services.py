@@ -15,6 +15,28 @@ payment id, sent as the acquirer's ``reference``) and reports, by :class:`Catego
 * ``amount_mismatch``: a record whose amount or currency is not the payment's;
 * ``acquirer_reference_mismatch``: the acquirer id we stored is not the id of its record.
 
+Amounts, not just presence (issue 12), per payment with one record of the right amount:
+
+* ``captured_amount_mismatch``: the acquirer's ``amount_captured`` is not ours (``succeeded``:
+  what we captured; ``requires_capture`` and ``canceled``: 0);
+* ``refunded_amount_mismatch``: the acquirer's ``amount_refunded`` (its succeeded refunds) is not
+  our ``amount_refunded`` (checked when none of the payment's refunds is unresolved);
+* ``void_mismatch``: voided at the acquirer but not ``canceled`` here, or ``canceled`` here and
+  not voided there;
+
+and per refund, matched by our refund id (the refund's ``reference`` at the acquirer):
+
+* ``refund_unknown_to_us``: a refund at the acquirer whose reference is none of our refunds;
+* ``refund_unknown_to_acquirer``: a refund we record as ``succeeded`` that the acquirer has no
+  record of;
+* ``refund_mismatch``: the acquirer has it, but not as we do: ``succeeded`` here and ``failed``
+  there (or the reverse: money returned that we count as not refunded), another amount or
+  currency, more than one succeeded record, or another acquirer id than the one we stored.
+
+Captures, voids and refunds still ``pending`` or in ``needs_review`` are unresolved, like
+payments: listed with the operation's id and kind, not discrepancies (a payment in
+``capture_pending`` / ``void_pending`` is not compared on its capture state).
+
 Payments still ``processing`` or in ``needs_review`` are not discrepancies: their outcome is
 not known yet (reconciliation, or a human, decides it). They are listed as *unresolved*, with
 what the acquirer holds for them, so an operator resolving one sees it. The two checks that do
@@ -37,17 +59,30 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from ledger.acquirer_records import AcquirerRecord, AcquirerRecords, acquirer_records_from_settings
+from ledger.acquirer_records import (
+    AcquirerRecord,
+    AcquirerRecords,
+    AcquirerRefundRecord,
+    acquirer_records_from_settings,
+)
 from ledger.models import STORED_ROWS_LIMIT, AuditRun
-from payments.models import Payment, PaymentStatus
+from payments.models import (
+    OperationKind,
+    OperationStatus,
+    Payment,
+    PaymentOperation,
+    PaymentStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +101,12 @@ class Category(enum.StrEnum):
     STATUS_MISMATCH = "status_mismatch"
     AMOUNT_MISMATCH = "amount_mismatch"
     ACQUIRER_REFERENCE_MISMATCH = "acquirer_reference_mismatch"
+    CAPTURED_AMOUNT_MISMATCH = "captured_amount_mismatch"
+    REFUNDED_AMOUNT_MISMATCH = "refunded_amount_mismatch"
+    VOID_MISMATCH = "void_mismatch"
+    REFUND_UNKNOWN_TO_US = "refund_unknown_to_us"
+    REFUND_UNKNOWN_TO_ACQUIRER = "refund_unknown_to_acquirer"
+    REFUND_MISMATCH = "refund_mismatch"
 
 
 #: What each category means, for summaries and the admin.
@@ -76,15 +117,35 @@ CATEGORY_LABELS: dict[Category, str] = {
     Category.STATUS_MISMATCH: "status differs",
     Category.AMOUNT_MISMATCH: "amount or currency differs",
     Category.ACQUIRER_REFERENCE_MISMATCH: "stored acquirer reference differs",
+    Category.CAPTURED_AMOUNT_MISMATCH: "captured total differs",
+    Category.REFUNDED_AMOUNT_MISMATCH: "refunded total differs",
+    Category.VOID_MISMATCH: "voided there, not canceled here (or the reverse)",
+    Category.REFUND_UNKNOWN_TO_US: "acquirer refunds of no refund of ours",
+    Category.REFUND_UNKNOWN_TO_ACQUIRER: "succeeded refunds the acquirer does not know",
+    Category.REFUND_MISMATCH: "refund status, amount or count differs",
 }
 
-#: The acquirer status each final status of ours must have (None: no record at all).
+#: The acquirer status each status of ours must have (None: no record at all). A manual
+#: payment's authorization was approved whatever happened to it later.
 EXPECTED_RECORD_STATUS: dict[str, str | None] = {
     PaymentStatus.SUCCEEDED: "approved",
     PaymentStatus.DECLINED: "declined",
     PaymentStatus.FAILED: None,
+    PaymentStatus.REQUIRES_CAPTURE: "approved",
+    PaymentStatus.CAPTURE_PENDING: "approved",
+    PaymentStatus.VOID_PENDING: "approved",
+    PaymentStatus.CANCELED: "approved",
 }
 UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
+#: A capture or void was sent and its outcome is not known: the capture state is not compared.
+OPERATION_PENDING_STATUSES = (PaymentStatus.CAPTURE_PENDING, PaymentStatus.VOID_PENDING)
+#: Statuses whose capture state is compared: what the acquirer must show captured and voided.
+EXPECTED_CAPTURE_STATE = {
+    PaymentStatus.SUCCEEDED: ("amount_captured", False),
+    PaymentStatus.REQUIRES_CAPTURE: (0, False),
+    PaymentStatus.CANCELED: (0, True),
+}
+UNRESOLVED_OPERATION_STATUSES = (OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW)
 
 CSV_COLUMNS = (
     "category",
@@ -100,6 +161,7 @@ CSV_COLUMNS = (
     "acquirer_statuses",
     "acquirer_amounts",
     "detail",
+    "refund_id",
 )
 
 
@@ -113,11 +175,29 @@ class _Payment:
     acquirer_reference: str | None
     failure_code: str | None
     created_at: datetime
+    amount_captured: int
+    amount_refunded: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Refund:
+    id: str
+    payment_id: str
+    status: str
+    amount: int
+    acquirer_reference: str | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)
 class Discrepancy:
-    """One finding. Fields of ours are None for a record unknown to us."""
+    """One finding. Fields of ours are None for a record unknown to us.
+
+    ``our_amount`` and ``acquirer_amounts`` hold the amounts compared: the authorized amount,
+    or for ``captured_amount_mismatch`` / ``refunded_amount_mismatch`` the totals. For the
+    refund categories ``refund_id`` is our refund id (the acquirer's reference for one unknown
+    to us) and ``our_status``, ``our_amount`` and ``our_acquirer_reference`` are the refund's.
+    """
 
     category: Category
     payment_id: str | None
@@ -131,6 +211,7 @@ class Discrepancy:
     acquirer_references: tuple[str, ...] = ()
     acquirer_statuses: tuple[str, ...] = ()
     acquirer_amounts: tuple[str, ...] = ()
+    refund_id: str | None = None
 
     def as_row(self) -> dict:
         """A flat, JSON- and CSV-ready dict (lists joined with ``;``)."""
@@ -144,13 +225,17 @@ class Discrepancy:
 
 @dataclass(frozen=True)
 class Unresolved:
-    """A payment whose outcome is not known yet, with what the acquirer holds for it."""
+    """A payment, or a capture, void or refund of one (``operation_id``, ``kind``), whose
+    outcome is not known yet, with what the acquirer holds for it (for a refund: its refund
+    records)."""
 
     payment_id: str
     status: str
     created_at: str
     acquirer_records: int
     acquirer_statuses: tuple[str, ...] = ()
+    operation_id: str = ""
+    kind: str = ""
 
     def as_row(self) -> dict:
         row = asdict(self)
@@ -167,6 +252,8 @@ class AuditReport:
     source: str
     payments_checked: int = 0
     records_checked: int = 0
+    refunds_checked: int = 0
+    refund_records_checked: int = 0
     payments_by_status: dict[str, int] = field(default_factory=dict)
     discrepancies: list[Discrepancy] = field(default_factory=list)
     unresolved: list[Unresolved] = field(default_factory=list)
@@ -194,6 +281,8 @@ class AuditReport:
             + ", ".join(f"{k} {v}" for k, v in sorted(self.payments_by_status.items()))
             + ")",
             f"acquirer records checked: {self.records_checked}",
+            f"refunds checked: {self.refunds_checked}, "
+            f"acquirer refund records checked: {self.refund_records_checked}",
         ]
         for category, count in self.counts.items():
             lines.append(f"  {category.value:<28} {count:>6}  {CATEGORY_LABELS[category]}")
@@ -219,6 +308,8 @@ class AuditReport:
             "duration_seconds": round(self.duration_seconds, 3),
             "payments_checked": self.payments_checked,
             "records_checked": self.records_checked,
+            "refunds_checked": self.refunds_checked,
+            "refund_records_checked": self.refund_records_checked,
             "payments_by_status": dict(sorted(self.payments_by_status.items())),
             "counts": {category.value: count for category, count in self.counts.items()},
             "discrepancies_total": len(self.discrepancies),
@@ -241,7 +332,30 @@ _PAYMENT_FIELDS = (
     "acquirer_reference",
     "failure_code",
     "created_at",
+    "amount_captured",
+    "amount_refunded",
 )
+_REFUND_FIELDS = ("id", "payment_id", "status", "amount", "acquirer_reference", "created_at")
+
+
+_R = TypeVar("_R", AcquirerRecord, AcquirerRefundRecord)
+
+
+def _by_reference(records: Iterable[_R], since: datetime) -> tuple[dict[str, list[_R]], int]:
+    """The acquirer's records grouped by their reference (our id), and how many fall in the
+    window (the others were read only because of the skew margin)."""
+    grouped: dict[str, list[_R]] = defaultdict(list)
+    in_window = 0
+    for record in records:
+        grouped[record.reference].append(record)
+        in_window += record.created_at >= since
+    return grouped, in_window
+
+
+def _chunks(ids: list[str]) -> Iterable[list[str]]:
+    """``ids`` in lists of at most ``_ID_CHUNK`` (one ``IN (...)`` query each)."""
+    for start in range(0, len(ids), _ID_CHUNK):
+        yield ids[start : start + _ID_CHUNK]
 
 
 def _payments(queryset) -> Iterable[_Payment]:
@@ -249,8 +363,18 @@ def _payments(queryset) -> Iterable[_Payment]:
         yield _Payment(*values)
 
 
-def _compare(payment: _Payment, records: list[AcquirerRecord]) -> list[Discrepancy]:
-    """The discrepancies of one payment of ours with its records (maybe none)."""
+def _refunds(queryset) -> Iterable[_Refund]:
+    queryset = queryset.filter(kind=OperationKind.REFUND).values_list(*_REFUND_FIELDS)
+    for values in queryset.iterator(chunk_size=2000):
+        yield _Refund(*values)
+
+
+def _compare(
+    payment: _Payment, records: list[AcquirerRecord], *, refunds_unresolved: bool = False
+) -> list[Discrepancy]:
+    """The discrepancies of one payment of ours with its records (maybe none).
+    ``refunds_unresolved``: one of its refunds is pending or in review (its refunded total is
+    then not compared)."""
 
     def finding(category: Category, detail: str) -> Discrepancy:
         return Discrepancy(
@@ -322,7 +446,109 @@ def _compare(payment: _Payment, records: list[AcquirerRecord]) -> list[Discrepan
                 "the id of the acquirer's record",
             )
         )
+    if len(records) == 1 and not wrong_amount and statuses == {expected}:
+        found.extend(_compare_capture_state(payment, records[0], refunds_unresolved, finding))
     return found
+
+
+def _compare_capture_state(
+    payment: _Payment,
+    record: AcquirerRecord,
+    refunds_unresolved: bool,
+    finding: Callable[..., Discrepancy],
+) -> list[Discrepancy]:
+    """Captured and refunded totals and the void, for a payment with its one record of the
+    right amount (the record's capture state as reported; None: not reported, not compared)."""
+    found: list[Discrepancy] = []
+    expected = EXPECTED_CAPTURE_STATE.get(payment.status)
+    if expected is None:  # declined, or a capture or void still pending
+        return found
+    captured, voided = expected
+    captured = payment.amount_captured if captured == "amount_captured" else captured
+    currency = payment.currency
+    if record.voided is not None and record.voided != voided:
+        there = "voided" if record.voided else "not voided"
+        found.append(finding(Category.VOID_MISMATCH, f"{payment.status} here, {there} there"))
+    if record.amount_captured is not None and record.amount_captured != captured:
+        found.append(
+            replace(
+                finding(
+                    Category.CAPTURED_AMOUNT_MISMATCH,
+                    f"captured {captured} {currency} here, "
+                    f"{record.amount_captured} {currency} at the acquirer",
+                ),
+                our_amount=captured,
+                acquirer_amounts=(f"{record.amount_captured} {currency}",),
+            )
+        )
+    if (
+        not refunds_unresolved
+        and record.amount_refunded is not None
+        and record.amount_refunded != payment.amount_refunded
+    ):
+        found.append(
+            replace(
+                finding(
+                    Category.REFUNDED_AMOUNT_MISMATCH,
+                    f"refunded {payment.amount_refunded} {currency} here, "
+                    f"{record.amount_refunded} {currency} at the acquirer",
+                ),
+                our_amount=payment.amount_refunded,
+                acquirer_amounts=(f"{record.amount_refunded} {currency}",),
+            )
+        )
+    return found
+
+
+def _compare_refund(
+    refund: _Refund, payment: _Payment | None, records: list[AcquirerRefundRecord]
+) -> list[Discrepancy]:
+    """The discrepancies of one refund of ours with the acquirer's refund records that carry
+    its id as their reference (maybe none)."""
+    currency = payment.currency if payment is not None else None
+
+    def finding(category: Category, detail: str) -> Discrepancy:
+        return Discrepancy(
+            category=category,
+            payment_id=refund.payment_id,
+            detail=detail,
+            merchant_id=payment.merchant_id if payment is not None else None,
+            our_status=refund.status,
+            our_amount=refund.amount,
+            our_currency=currency,
+            our_acquirer_reference=refund.acquirer_reference,
+            payment_created_at=_iso(payment.created_at) if payment is not None else None,
+            acquirer_references=tuple(r.acquirer_reference for r in records),
+            acquirer_statuses=tuple(r.status for r in records),
+            acquirer_amounts=tuple(f"{r.amount} {r.currency}" for r in records),
+            refund_id=refund.id,
+        )
+
+    succeeded = [r for r in records if r.status == "succeeded"]
+    if len(succeeded) > 1:
+        return [finding(Category.REFUND_MISMATCH, f"refunded {len(succeeded)} times there")]
+    if refund.status in UNRESOLVED_OPERATION_STATUSES:
+        return []
+    if refund.status == OperationStatus.FAILED:
+        if succeeded:
+            return [finding(Category.REFUND_MISMATCH, "failed here, succeeded at the acquirer")]
+        return []
+    if not records:
+        return [finding(Category.REFUND_UNKNOWN_TO_ACQUIRER, "succeeded here, no record there")]
+    if not succeeded:
+        return [finding(Category.REFUND_MISMATCH, "succeeded here, failed at the acquirer")]
+    (record,) = succeeded
+    problems = []
+    if (record.amount, record.currency) != (refund.amount, currency):
+        problems.append(
+            f"amount {refund.amount} {currency} here, {record.amount} {record.currency} there"
+        )
+    if refund.acquirer_reference != record.acquirer_reference:
+        problems.append(
+            f"stored acquirer reference {refund.acquirer_reference or '(none)'} is not the "
+            "acquirer's refund id"
+        )
+    return [finding(Category.REFUND_MISMATCH, "; ".join(problems))] if problems else []
 
 
 def audit_acquirer(
@@ -344,26 +570,44 @@ def audit_acquirer(
     source = records if records is not None else acquirer_records_from_settings()
     report = AuditReport(since=since, ran_at=clock(), source=source.name)
 
-    by_reference: dict[str, list[AcquirerRecord]] = defaultdict(list)
-    for record in source.records_since(since - skew):
-        by_reference[record.reference].append(record)
-    report.records_checked = sum(
-        1 for records_ in by_reference.values() for r in records_ if r.created_at >= since
-    )
+    by_reference, report.records_checked = _by_reference(source.records_since(since - skew), since)
 
     payments: dict[str, _Payment] = {
         p.id: p for p in _payments(Payment.objects.filter(created_at__gte=since))
     }
-    outside = [reference for reference in by_reference if reference not in payments]
-    for start in range(0, len(outside), _ID_CHUNK):
-        chunk = outside[start : start + _ID_CHUNK]
+    for chunk in _chunks([reference for reference in by_reference if reference not in payments]):
         payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
+
+    refund_records, report.refund_records_checked = _by_reference(
+        source.refunds_since(since - skew), since
+    )
+    # Our refunds: those of the audited payments, those created in the window, and those the
+    # acquirer's refund records name (a late re-send of an older refund).
+    refunds: dict[str, _Refund] = {
+        r.id: r
+        for r in _refunds(
+            PaymentOperation.objects.filter(
+                Q(created_at__gte=since) | Q(payment__created_at__gte=since)
+            )
+        )
+    }
+    for chunk in _chunks([reference for reference in refund_records if reference not in refunds]):
+        refunds.update((r.id, r) for r in _refunds(PaymentOperation.objects.filter(id__in=chunk)))
+    for chunk in _chunks([r.payment_id for r in refunds.values() if r.payment_id not in payments]):
+        payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
+    _audit_refunds(report, payments, refunds, refund_records, since)
+    refunds_unresolved = {
+        r.payment_id for r in refunds.values() if r.status in UNRESOLVED_OPERATION_STATUSES
+    }
+    _list_unresolved_operations(report, payments, refund_records)
 
     by_status: dict[str, int] = defaultdict(int)
     for payment in payments.values():
         records_ = by_reference.get(payment.id, [])
         by_status[payment.status] += 1
-        report.discrepancies.extend(_compare(payment, records_))
+        report.discrepancies.extend(
+            _compare(payment, records_, refunds_unresolved=payment.id in refunds_unresolved)
+        )
         if payment.status in UNRESOLVED_STATUSES:
             report.unresolved.append(
                 Unresolved(
@@ -398,6 +642,76 @@ def audit_acquirer(
     return report
 
 
+def _audit_refunds(
+    report: AuditReport,
+    payments: dict[str, _Payment],
+    refunds: dict[str, _Refund],
+    refund_records: dict[str, list[AcquirerRefundRecord]],
+    since: datetime,
+) -> None:
+    """Compare each refund of ours with its records; report the records of no refund of ours
+    (in the window) as ``refund_unknown_to_us``, with the payment whose charge they refunded
+    when we know it."""
+    report.refunds_checked = len(refunds)
+    for refund in refunds.values():
+        payment = payments.get(refund.payment_id)
+        report.discrepancies.extend(
+            _compare_refund(refund, payment, refund_records.get(refund.id, []))
+        )
+    unknown = {
+        reference: [r for r in rows if r.created_at >= since]
+        for reference, rows in refund_records.items()
+        if reference not in refunds
+    }
+    unknown = {reference: rows for reference, rows in unknown.items() if rows}
+    charges = {r.charge for rows in unknown.values() for r in rows}
+    payment_of_charge = dict(
+        Payment.objects.filter(acquirer_reference__in=charges).values_list(
+            "acquirer_reference", "id"
+        )
+    )
+    for reference, rows in unknown.items():
+        report.discrepancies.append(
+            Discrepancy(
+                category=Category.REFUND_UNKNOWN_TO_US,
+                payment_id=payment_of_charge.get(rows[0].charge),
+                detail=f"refund reference {reference!r} of charge {rows[0].charge} is none of "
+                "our refunds",
+                acquirer_references=tuple(r.acquirer_reference for r in rows),
+                acquirer_statuses=tuple(r.status for r in rows),
+                acquirer_amounts=tuple(f"{r.amount} {r.currency}" for r in rows),
+                refund_id=reference,
+            )
+        )
+
+
+def _list_unresolved_operations(
+    report: AuditReport,
+    payments: dict[str, _Payment],
+    refund_records: dict[str, list[AcquirerRefundRecord]],
+) -> None:
+    """List the audited payments' pending and needs_review captures, voids and refunds as
+    unresolved (not discrepancies), a refund with the acquirer's records of it."""
+    for chunk in _chunks(list(payments)):
+        rows = PaymentOperation.objects.filter(
+            payment_id__in=chunk,
+            status__in=UNRESOLVED_OPERATION_STATUSES,
+        ).values_list("id", "payment_id", "kind", "status", "created_at")
+        for operation_id, payment_id, kind, status, created_at in rows:
+            held = refund_records.get(operation_id, []) if kind == OperationKind.REFUND else []
+            report.unresolved.append(
+                Unresolved(
+                    payment_id=payment_id,
+                    status=status,
+                    created_at=_iso(created_at),
+                    acquirer_records=len(held),
+                    acquirer_statuses=tuple(r.status for r in held),
+                    operation_id=operation_id,
+                    kind=kind,
+                )
+            )
+
+
 def audit_write_csv(report: AuditReport, path: Path) -> Path:
     """Write the discrepancies of ``report`` to ``path`` as CSV (a header row, then one row per
     discrepancy; just the header when clean). Creates the parent directory."""
@@ -424,6 +738,8 @@ def audit_run_record(
             triggered_by=triggered_by,
             payments_checked=report.payments_checked,
             records_checked=report.records_checked,
+            refunds_checked=report.refunds_checked,
+            refund_records_checked=report.refund_records_checked,
             discrepancies_total=len(report.discrepancies),
             unresolved_total=len(report.unresolved),
             discrepancies=[d.as_row() for d in report.discrepancies[:STORED_ROWS_LIMIT]],

@@ -10,6 +10,14 @@ and act on them. Nobody edits an amount or a status by hand.
   group may only look; the ``operator`` group has both permissions (data migration 0004).
 * Built for millions of rows: no full COUNT (capped paginator), no facet counts, filters that
   each have an index, exact searches resolved through indexes (never ``UPPER(...) LIKE``).
+* A payment's page lists its captures, voids and refunds (each with status, amounts in the
+  currency's units, acquirer reference, failure code, and what reconciliation knows of a pending
+  or ``needs_review`` one). "Refund" (``payments.refund_payment``, ``operator`` only, migration
+  0007) issues a refund through the API's own service
+  (``payments.lifecycle_services.refund_create``, the operator and note as its ``audit``) under
+  a one-time idempotency key rendered with the form, so a double submit refunds once.
+* :class:`RefundAdmin`: the read-only refunds list (``/admin/payments/refund/``), built like the
+  payments list (capped count, index-backed filters, exact searches).
 * The list warns of a circuit breaker that is not closed (``payments.acquirer.selectors``) and
   links the acquirer resilience page (``/admin/payments/resilience/``,
   :mod:`payments.resilience_admin`). The action forms are :mod:`payments.forms`.
@@ -31,18 +39,33 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from console.admin import CappedCountPaginator, ReadOnlyAdminMixin
+from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
-from payments.acquirer.selectors import breakers_not_closed
-from payments.forms import NoteForm, ResolveForm
-from payments.models import Payment, PaymentEvent, PaymentEventType, PaymentStatus
+from payments.acquirer.selectors import acquirer_client_or_none, breakers_not_closed
+from payments.forms import NoteForm, RefundForm, ResolveForm
+from payments.lifecycle import OperationConflict, refundable_amount
+from payments.lifecycle_services import refund_create
+from payments.models import (
+    OperationKind,
+    OperationStatus,
+    Payment,
+    PaymentEvent,
+    PaymentEventType,
+    PaymentOperation,
+    PaymentStatus,
+    Refund,
+)
 from payments.money import CURRENCY_EXPONENTS, format_minor_units
 from payments.operations import (
     RECONCILABLE_STATUSES,
     RESOLUTIONS,
     OperationRefused,
+    admin_refund_key,
+    clean_note,
     payment_reconcile_request,
     payment_resolve,
 )
+from payments.responses import Answered, Replayed, Unavailable
 
 #: A ``processing`` payment older than this is listed under "Processing, stuck".
 STUCK_AFTER = timedelta(minutes=15)
@@ -50,8 +73,22 @@ STUCK_AFTER = timedelta(minutes=15)
 BULK_RECONCILE_LIMIT = 500
 #: Events shown on a payment's page (the newest ones when there are more).
 TIMELINE_LIMIT = 500
+#: Operations (captures, voids, refunds) shown on a payment's page.
+OPERATIONS_LIMIT = 200
 #: Event types that record one call to the acquirer (rendered in the attempts table).
-ATTEMPT_EVENT_TYPES = (PaymentEventType.ACQUIRER_ATTEMPT, PaymentEventType.RECONCILIATION_ATTEMPT)
+ATTEMPT_EVENT_TYPES = (
+    PaymentEventType.ACQUIRER_ATTEMPT,
+    PaymentEventType.RECONCILIATION_ATTEMPT,
+    PaymentEventType.OPERATION_ATTEMPT,
+    PaymentEventType.OPERATION_RECONCILIATION_ATTEMPT,
+)
+#: Event types that say what is known of an operation still unresolved (its last check, why it
+#: was handed to a human), shown next to it.
+OPERATION_KNOWN_EVENT_TYPES = (
+    PaymentEventType.OPERATION_OUTCOME_UNKNOWN,
+    PaymentEventType.OPERATION_RECONCILIATION_ATTEMPT,
+    PaymentEventType.OPERATION_NEEDS_REVIEW,
+)
 
 #: What "Reconcile now" does, by status (shown on its page).
 RECONCILE_EXPLANATIONS = {
@@ -71,6 +108,19 @@ RECONCILE_EXPLANATIONS = {
 
 RECONCILE_PERMISSION = "payments.reconcile_payment"
 RESOLVE_PERMISSION = "payments.resolve_payment"
+#: "Refund" on a payment's page: the ``operator`` group (migration 0007), never ``support``.
+REFUND_PERMISSION = "payments.refund_payment"
+#: Reading the refunds list: whoever may view payments (``support`` and ``operator``).
+REFUND_VIEW_PERMISSION = "payments.view_payment"
+
+REFUND_EXPLANATION = (
+    "Refunds this payment at the acquirer through the same service as POST "
+    "/payments/{id}/refunds: the amount is checked under the payment's lock against what "
+    "remains refundable (the captured amount minus every refund that has not failed, pending "
+    "ones included), and the refund is sent with its own acquirer idempotency key. This form "
+    "carries a one-time key: submitting it twice refunds once. Your name and note are recorded "
+    "in the payment's events."
+)
 
 
 class StatusListFilter(admin.SimpleListFilter):
@@ -83,10 +133,15 @@ class StatusListFilter(admin.SimpleListFilter):
         return (
             (PaymentStatus.NEEDS_REVIEW, "⚠ Needs review"),
             ("stuck", f"⚠ Processing, stuck (over {int(STUCK_AFTER.total_seconds() // 60)} min)"),
+            ("operation_needs_review", "⚠ A capture, void or refund needs review"),
             (PaymentStatus.PROCESSING, "Processing"),
             (PaymentStatus.SUCCEEDED, "Succeeded"),
             (PaymentStatus.DECLINED, "Declined"),
             (PaymentStatus.FAILED, "Failed"),
+            (PaymentStatus.REQUIRES_CAPTURE, "Requires capture"),
+            (PaymentStatus.CAPTURE_PENDING, "Capture pending"),
+            (PaymentStatus.VOID_PENDING, "Void pending"),
+            (PaymentStatus.CANCELED, "Canceled"),
         )
 
     def queryset(self, request, queryset):
@@ -94,6 +149,12 @@ class StatusListFilter(admin.SimpleListFilter):
         if value == "stuck":
             return queryset.filter(
                 status=PaymentStatus.PROCESSING, created_at__lt=timezone.now() - STUCK_AFTER
+            )
+        if value == "operation_needs_review":  # the partial index operation_needs_review
+            return queryset.filter(
+                pk__in=PaymentOperation.objects.filter(status=OperationStatus.NEEDS_REVIEW).values(
+                    "payment_id"
+                )
             )
         if value in PaymentStatus.values:
             return queryset.filter(status=value)
@@ -113,6 +174,49 @@ class CurrencyListFilter(admin.SimpleListFilter):
         if self.value() in CURRENCY_EXPONENTS:
             return queryset.filter(currency=self.value())
         return queryset
+
+
+def _capped_count(queryset) -> int:
+    """Rows of ``queryset``, counted up to ``CappedCountPaginator.cap + 1`` (more than the cap
+    reads "cap+"): a banner never runs a full ``COUNT(*)``."""
+    return queryset.order_by()[: CappedCountPaginator.cap + 1].count()
+
+
+def _fmt_amount(amount: int, currency: str) -> str:
+    """``amount`` minor units as the currency's units: 1999 EUR -> "19.99 EUR"."""
+    try:
+        return f"{format_minor_units(amount, currency)} {currency}"
+    except KeyError:  # a currency no longer in the table: show the minor units as stored
+        return f"{amount} (minor units) {currency}"
+
+
+def _operation_known(operation: PaymentOperation, events: list[PaymentEvent]) -> str:
+    """What is known of a pending or needs_review ``operation``: its reconciliation attempts
+    and the last recorded check or escalation (from the payment's events)."""
+    if operation.status not in (OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW):
+        return ""
+    known = [
+        e
+        for e in events
+        if e.type in OPERATION_KNOWN_EVENT_TYPES and e.data.get("operation") == operation.id
+    ]
+    parts = [f"reconciliation attempts: {operation.reconciliation_attempts}"]
+    if operation.next_check_at is not None:
+        parts.append(f"next check {operation.next_check_at.isoformat(timespec='seconds')}")
+    if known:
+        last = known[-1]
+        detail = last.data.get("reason") or last.data.get("result") or ""
+        if last.data.get("detail"):
+            detail = f"{detail}: {last.data['detail']}"
+        if last.data.get("error"):
+            detail = f"{detail} ({last.data['error']})"
+        parts.append(f"last: {last.type} {detail}".rstrip())
+    if operation.status == OperationStatus.NEEDS_REVIEW:
+        parts.append(
+            f"check it at the acquirer by our reference {operation.id} "
+            f"(acquirer key {operation.acquirer_idempotency_key})"
+        )
+    return "; ".join(parts)
 
 
 def _fmt_seconds(value) -> str:
@@ -167,6 +271,9 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "status",
                     "display_amount",
                     "currency",
+                    "capture_method",
+                    "display_amount_captured",
+                    "display_amount_refunded",
                     "payment_method",
                     "reference",
                     "description",
@@ -190,6 +297,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             {"fields": ("next_check_at", "reconciliation_attempts", "reconciliation_lease_until")},
         ),
         ("Times", {"fields": ("created_at", "updated_at")}),
+        ("Captures, voids and refunds", {"fields": ("operations_table",)}),
         ("Acquirer attempts", {"fields": ("attempts_table",)}),
         ("Event timeline", {"fields": ("timeline_table",)}),
     )
@@ -203,14 +311,22 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def has_resolve_permission(self, request) -> bool:
         return request.user.has_perm(RESOLVE_PERMISSION)
 
+    def has_refund_permission(self, request) -> bool:
+        return request.user.has_perm(REFUND_PERMISSION)
+
     # --- list ------------------------------------------------------------------------------
 
     @admin.display(description="amount")
     def display_amount(self, payment: Payment) -> str:
-        try:
-            return f"{format_minor_units(payment.amount, payment.currency)} {payment.currency}"
-        except KeyError:  # a currency no longer in the table: show the minor units as stored
-            return f"{payment.amount} (minor units) {payment.currency}"
+        return _fmt_amount(payment.amount, payment.currency)
+
+    @admin.display(description="amount captured")
+    def display_amount_captured(self, payment: Payment) -> str:
+        return _fmt_amount(payment.amount_captured, payment.currency)
+
+    @admin.display(description="amount refunded")
+    def display_amount_refunded(self, payment: Payment) -> str:
+        return _fmt_amount(payment.amount_refunded, payment.currency)
 
     @admin.display(description="decline / failure code")
     def code(self, payment: Payment) -> str:
@@ -232,15 +348,16 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
-        needs_review = (
-            Payment.objects.filter(status=PaymentStatus.NEEDS_REVIEW)
-            .order_by()[: CappedCountPaginator.cap + 1]
-            .count()
+        needs_review = _capped_count(Payment.objects.filter(status=PaymentStatus.NEEDS_REVIEW))
+        operations_review = _capped_count(
+            PaymentOperation.objects.filter(status=OperationStatus.NEEDS_REVIEW)
         )
         extra_context = {
             **(extra_context or {}),
             "needs_review_count": needs_review,
             "needs_review_capped": needs_review > CappedCountPaginator.cap,
+            "operations_review_count": operations_review,
+            "operations_review_capped": operations_review > CappedCountPaginator.cap,
             "breakers_not_closed": breakers_not_closed(),
         }
         return super().changelist_view(request, extra_context=extra_context)
@@ -264,6 +381,51 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             newest = list(payment.events.order_by("-created_at", "-id")[:TIMELINE_LIMIT])
             cache = payment._admin_events = newest[::-1]
         return cache
+
+    def _operations(self, payment: Payment) -> list[PaymentOperation]:
+        cache = getattr(payment, "_admin_operations", None)
+        if cache is None:
+            cache = payment._admin_operations = list(
+                payment.operations.order_by("created_at", "id")[:OPERATIONS_LIMIT]
+            )
+        return cache
+
+    @admin.display(description="operations")
+    def operations_table(self, payment: Payment) -> str:
+        """Each capture, void and refund, oldest first: status, amount, acquirer reference,
+        failure code, and what is known of a pending or needs_review one."""
+        operations = self._operations(payment)
+        if not operations:
+            return "No capture, void or refund."
+        events = self._events(payment)
+        body = format_html_join(
+            "",
+            '<tr class="operation-{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    op.status,
+                    op.created_at.isoformat(timespec="milliseconds"),
+                    op.kind,
+                    op.id,
+                    ("⚠ " if op.status == OperationStatus.NEEDS_REVIEW else "") + op.status,
+                    _fmt_amount(op.amount, payment.currency),
+                    op.reason or "",
+                    op.acquirer_reference or "",
+                    op.failure_code or "",
+                    op.acquirer_idempotency_key,
+                    _operation_known(op, events),
+                )
+                for op in operations
+            ),
+        )
+        return format_html(
+            '<table class="payment-operations"><thead><tr><th>at</th><th>kind</th><th>id</th>'
+            "<th>status</th><th>amount</th><th>reason</th><th>acquirer reference</th>"
+            "<th>failure code</th><th>acquirer idempotency key</th><th>what is known</th>"
+            "</tr></thead><tbody>{}</tbody></table>",
+            body,
+        )
 
     @admin.display(description="attempts")
     def attempts_table(self, payment: Payment) -> str:
@@ -363,6 +525,10 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                         reverse("admin:payments_payment_resolve", args=[quote(payment.pk), status]),
                     )
                 )
+        if payment.status == PaymentStatus.SUCCEEDED and self.has_refund_permission(request):
+            links.append(
+                ("Refund", reverse("admin:payments_payment_refund", args=[quote(payment.pk)]))
+            )
         return {"payment_actions": links}
 
     # --- actions ---------------------------------------------------------------------------
@@ -379,6 +545,11 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "<path:object_id>/resolve/<str:to_status>/",
                 wrap(self.resolve_view),
                 name="payments_payment_resolve",
+            ),
+            path(
+                "<path:object_id>/refund/",
+                wrap(self.refund_view),
+                name="payments_payment_refund",
             ),
             *super().get_urls(),
         ]
@@ -489,6 +660,83 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             ),
         )
 
+    def refund_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Refund" for one ``succeeded`` payment: amount (default what remains refundable),
+        reason and a required note, then ``refund_create`` (the API's service) for the
+        payment's merchant under the form's one-time key, the operator and note recorded by it
+        as an ``operator_refund_requested`` event; every outcome becomes a message."""
+        payment = self._payment_or_404(request, object_id)
+        if not self.has_refund_permission(request):
+            raise PermissionDenied
+        form = RefundForm(
+            request.POST or None,
+            initial={"idempotency_key": admin_refund_key()},
+            currency=payment.currency,
+            refundable=max(0, refundable_amount(payment)),
+        )
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            client = acquirer_client_or_none()
+            try:
+                operator = request.user.get_username()
+                note = clean_note(operator=operator, note=data["note"])
+                if client is None:
+                    raise OperationRefused(
+                        "The acquirer client cannot be built (see the logs); nothing was sent."
+                    )
+                result = refund_create(
+                    merchant=payment.merchant,
+                    payment_id=payment.pk,
+                    idempotency_key=data["idempotency_key"],
+                    amount=data["amount"],
+                    reason=data["reason"],
+                    client=client,
+                    audit={"operator": operator, "note": note, "how": "admin"},
+                )
+            except OperationRefused as exc:
+                form.add_error(None, str(exc))
+            except OperationConflict as exc:
+                self.message_user(
+                    request, f"Not refunded ({exc.code}): {exc.detail}", messages.ERROR
+                )
+                return HttpResponseRedirect(self._change_url(payment))
+            except IdempotencyKeyInUse:
+                self.message_user(
+                    request,
+                    "This refund form was already submitted and its refund is still being "
+                    "sent; nothing more was refunded. Its outcome appears below.",
+                    messages.WARNING,
+                )
+                return HttpResponseRedirect(self._change_url(payment))
+            except IdempotencyKeyReused:
+                self.message_user(
+                    request,
+                    "This refund form was already submitted with other values; nothing more "
+                    "was refunded. Open the refund page again for another refund.",
+                    messages.ERROR,
+                )
+                return HttpResponseRedirect(self._change_url(payment))
+            else:
+                level, text = _refund_message(payment, result)
+                if not isinstance(result, Replayed):
+                    self.log_change(request, payment, "Refund: " + data["note"])
+                self.message_user(request, text, level)
+                return HttpResponseRedirect(self._change_url(payment))
+        if payment.status != PaymentStatus.SUCCEEDED and request.method == "GET":
+            self.message_user(
+                request,
+                f"Only a succeeded payment can be refunded; {payment.pk} is {payment.status}.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._change_url(payment))
+        return self._render_action(
+            request,
+            title=f"Refund {payment.pk}",
+            form=form,
+            payments=[payment],
+            explanation=REFUND_EXPLANATION,
+        )
+
     @admin.action(description="Reconcile now", permissions=["reconcile"])
     def reconcile_selected(self, request, queryset):
         """Bulk "Reconcile now": an intermediate page asks for the note, then enqueues each."""
@@ -537,3 +785,167 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             ),
             extra={"bulk_action": "reconcile_selected"},
         )
+
+
+def _refund_message(payment: Payment, result: Answered | Unavailable | Replayed) -> tuple[int, str]:
+    """The admin message (level, text) for the outcome of an admin refund: the API's 201
+    succeeded / failed, 202 pending, 502 refused, 503 unavailable, or a replay (the form was
+    already submitted)."""
+    if isinstance(result, Unavailable):
+        wait = f" (the acquirer asks to wait {result.retry_after} s)" if result.retry_after else ""
+        return messages.ERROR, (
+            "The acquirer could not be reached: the refund was not sent and nothing was "
+            f"refunded{wait}. Try again later."
+        )
+    record = result.record if isinstance(result, Replayed) else None
+    if record is not None:
+        operation = PaymentOperation.objects.filter(idempotency_key=record).first()
+        shown = f"refund {operation.id} is {operation.status}" if operation else "its refund"
+        return messages.WARNING, (
+            f"This refund form was already submitted ({shown}); nothing more was refunded."
+        )
+    body = json.loads(result.response.body)
+    refund_id = body.get("id") or body.get("refund_id", "")
+    operation = PaymentOperation.objects.filter(pk=refund_id).first()
+    amount = _fmt_amount(operation.amount, payment.currency) if operation else ""
+    status_code = result.response.status_code
+    if status_code == 202:
+        return messages.WARNING, (
+            f"Refund {refund_id} of {amount} was sent, but the acquirer's answer is not known "
+            "yet: it is pending, and reconciliation resolves it (it may already be applied). "
+            "Do not refund again; its outcome appears below."
+        )
+    if status_code == 502:
+        return messages.ERROR, (
+            f"The acquirer refused refund {refund_id}; it was not applied and nothing was refunded."
+        )
+    if operation is not None and operation.status == OperationStatus.FAILED:
+        return messages.ERROR, (
+            f"The acquirer declined refund {refund_id} of {amount} "
+            f"({operation.failure_code or 'no code'}); nothing was refunded."
+        )
+    reference = operation.acquirer_reference if operation else ""
+    return messages.SUCCESS, (
+        f"Refund {refund_id} of {amount} succeeded at the acquirer (reference {reference})."
+    )
+
+
+class RefundStatusListFilter(admin.SimpleListFilter):
+    """A refund's status, ``needs_review`` and ``pending`` first (index operation_kind_status)."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return (
+            (OperationStatus.NEEDS_REVIEW, "⚠ Needs review"),
+            (OperationStatus.PENDING, "Pending"),
+            (OperationStatus.SUCCEEDED, "Succeeded"),
+            (OperationStatus.FAILED, "Failed"),
+        )
+
+    def queryset(self, request, queryset):
+        if self.value() in OperationStatus.values:
+            return queryset.filter(status=self.value())
+        return queryset
+
+
+@admin.register(Refund)
+class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The refunds list (``/admin/payments/refund/``), read-only, for whoever may view payments.
+
+    Built for millions of rows like the payments list: a capped count, no facets, filters with
+    an index each (status: ``operation_kind_status``; created: ``operation_kind_created``),
+    exact searches by refund id, payment id or acquirer reference. Refunds are issued from the
+    payment's page ("Refund"), never here.
+    """
+
+    list_display = (
+        "id",
+        "payment_link",
+        "display_amount",
+        "status",
+        "reason",
+        "failure_code",
+        "acquirer_reference",
+        "created_at",
+        "updated_at",
+    )
+    list_filter = (RefundStatusListFilter, ("created_at", admin.DateFieldListFilter))
+    # Documentation only: get_search_results resolves a term through these fields' indexes.
+    search_fields = ("id__exact", "payment__id__exact", "acquirer_reference__exact")
+    search_help_text = "Exact refund id (re_...), payment id (pay_...) or acquirer reference."
+    list_select_related = ("payment",)
+    ordering = ("-created_at", "-id")
+    sortable_by = ("created_at",)
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedCountPaginator
+    list_per_page = 50
+    actions = None
+    fields = (
+        "id",
+        "payment_link",
+        "status",
+        "display_amount",
+        "reason",
+        "failure_code",
+        "acquirer_reference",
+        "acquirer_idempotency_key",
+        "idempotency_key",
+        "what_is_known",
+        "next_check_at",
+        "reconciliation_attempts",
+        "reconciliation_lease_until",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm(REFUND_VIEW_PERMISSION)
+
+    def has_module_permission(self, request) -> bool:
+        return self.has_view_permission(request)
+
+    @admin.display(description="payment")
+    def payment_link(self, refund: PaymentOperation) -> str:
+        url = reverse("admin:payments_payment_change", args=[quote(refund.payment_id)])
+        return format_html('<a href="{}">{}</a>', url, refund.payment_id)
+
+    @admin.display(description="amount")
+    def display_amount(self, refund: PaymentOperation) -> str:
+        return _fmt_amount(refund.amount, refund.payment.currency)
+
+    @admin.display(description="what is known (pending or needs review)")
+    def what_is_known(self, refund: PaymentOperation) -> str:
+        if refund.status not in (OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW):
+            return "-"
+        events = list(
+            refund.payment.events.filter(
+                type__in=OPERATION_KNOWN_EVENT_TYPES, data__operation=refund.id
+            ).order_by("-created_at", "-id")[:TIMELINE_LIMIT]
+        )[::-1]
+        return _operation_known(refund, events)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(kind=OperationKind.REFUND)
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact matches on the refund id, the payment id or the acquirer reference: one OR of
+        equalities, each answered by an index (the primary key, the payment foreign key,
+        ``operation_acquirer_reference``)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(id=term) | Q(payment_id=term) | Q(acquirer_reference=term)
+        return queryset.filter(match), False
+
+    def changelist_view(self, request, extra_context=None):
+        needs_review = _capped_count(Refund.objects.filter(status=OperationStatus.NEEDS_REVIEW))
+        extra_context = {
+            **(extra_context or {}),
+            "needs_review_count": needs_review,
+            "needs_review_capped": needs_review > CappedCountPaginator.cap,
+        }
+        return super().changelist_view(request, extra_context=extra_context)

@@ -133,16 +133,22 @@ def refund_create(
     reason: str | None = None,
     client: AcquirerClient,
     clock: Callable[[], datetime] = timezone.now,
+    audit: dict | None = None,
 ) -> CreateResult:
     """Refund ``amount`` minor units (default all that remains refundable) of the merchant's
     ``succeeded`` payment, idempotently; ``reason`` one of ``RefundReason``.
+
+    ``audit`` (an operator's refund from the admin's "Refund", ``payments.admin``):
+    JSON data (operator, note) recorded as an ``operator_refund_requested`` event, with the
+    refund's id, amount and ``idempotency_key``, in the phase-1 transaction that creates the
+    refund: once per refund, never for a replay.
 
     Returns as :func:`payment_capture` (201 the refund, 202 pending, 502, 503); raises the same
     errors (409 ``invalid_payment_state`` / ``amount_exceeds_refundable``).
     """
     body = {name: value for name, value in (("amount", amount), ("reason", reason)) if value}
     return _operate(
-        OperationKind.REFUND, merchant, payment_id, idempotency_key, body, client, clock
+        OperationKind.REFUND, merchant, payment_id, idempotency_key, body, client, clock, audit
     )
 
 
@@ -154,6 +160,7 @@ def _operate(
     body: dict,
     client: AcquirerClient,
     clock: Callable[[], datetime],
+    audit: dict | None = None,
 ) -> CreateResult:
     now = clock()
     if not Payment.objects.filter(merchant=merchant, pk=payment_id).exists():
@@ -162,7 +169,7 @@ def _operate(
     if not admitted and not key_replayable(merchant, idempotency_key, now):
         # The breaker is open: answer at once, before anything is written; the key stays free.
         return Unavailable(retry_after=max(1, math.ceil(retry_after)))
-    claimed = _claim(kind, merchant, payment_id, idempotency_key, body, now)
+    claimed = _claim(kind, merchant, payment_id, idempotency_key, body, now, audit)
     if isinstance(claimed, Replayed):
         record_idempotency_replay()
         return claimed
@@ -173,7 +180,13 @@ def _operate(
 
 
 def _claim(
-    kind: str, merchant: Merchant, payment_id: str, idempotency_key: str, body: dict, now: datetime
+    kind: str,
+    merchant: Merchant,
+    payment_id: str,
+    idempotency_key: str,
+    body: dict,
+    now: datetime,
+    audit: dict | None = None,
 ) -> Replayed | _Claimed:
     """Phase 1: lock the payment, claim the key, check, create the operation (or resume it)."""
     lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
@@ -211,6 +224,18 @@ def _claim(
                     now=now,
                     check_at=now + lock_timeout,
                 )
+                if audit is not None:
+                    payment_event_record(
+                        payment=payment,
+                        event_type=PaymentEventType.OPERATOR_REFUND_REQUESTED,
+                        now=now,
+                        data=audit
+                        | {
+                            "operation": operation.id,
+                            "amount": amount,
+                            "idempotency_key": idempotency_key,
+                        },
+                    )
                 return _Claimed(payment, operation, first_attempt=True)
             else:
                 resumed = PaymentEventType.KEY_TAKEN_OVER

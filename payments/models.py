@@ -154,6 +154,9 @@ class PaymentEventType(models.TextChoices):
     OPERATION_NEEDS_REVIEW = "operation_needs_review", "Operation needs review"
     #: A requires_capture payment older than AUTHORIZATION_HOLD_SECONDS: its void is started.
     AUTHORIZATION_HOLD_EXPIRED = "authorization_hold_expired", "Authorization hold expired"
+    #: An operator issued a refund from the admin (data: operator, note, operation, amount,
+    #: idempotency_key). Recorded in the transaction that creates the refund, so once per refund.
+    OPERATOR_REFUND_REQUESTED = "operator_refund_requested", "Operator requested a refund"
 
 
 class Payment(models.Model):
@@ -309,6 +312,17 @@ class PaymentOperation(models.Model):
                 condition=models.Q(status="pending"),
             ),
             models.Index(fields=["acquirer_reference"], name="operation_acquirer_reference"),
+            # The operations console's refunds list (payments/admin.py, migration 0007): its
+            # ordering, its status filter, and the needs_review banner and filter.
+            models.Index(fields=["kind", "-created_at", "-id"], name="operation_kind_created"),
+            models.Index(
+                fields=["kind", "status", "-created_at", "-id"], name="operation_kind_status"
+            ),
+            models.Index(
+                fields=["payment"],
+                name="operation_needs_review",
+                condition=models.Q(status="needs_review"),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -326,6 +340,26 @@ class PaymentOperation(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class RefundManager(models.Manager):
+    """The ``refund`` operations only."""
+
+    def get_queryset(self):
+        return super().get_queryset().filter(kind=OperationKind.REFUND)
+
+
+class Refund(PaymentOperation):
+    """A refund: the ``refund`` rows of :class:`PaymentOperation` (a proxy, no table of its
+    own), for the operations console's refunds list. Created only by
+    ``payments.lifecycle_services.refund_create``."""
+
+    objects = RefundManager()
+
+    class Meta:
+        proxy = True
+        ordering = ["-created_at", "-id"]
+        verbose_name = "refund"
 
 
 class PaymentEvent(models.Model):

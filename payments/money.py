@@ -6,7 +6,7 @@ Amounts are integers in the minor unit of their currency: 1999 EUR is 19.99, 500
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 #: ISO 4217 alphabetic code -> exponent (number of digits after the decimal separator).
 CURRENCY_EXPONENTS: dict[str, int] = {
@@ -54,3 +54,25 @@ def format_minor_units(amount: int, currency: str) -> str:
     """
     exponent = currency_exponent(currency)
     return f"{Decimal(amount).scaleb(-exponent):.{exponent}f}"
+
+
+def parse_major_units(text: str, currency: str) -> int:
+    """Parse an amount typed in major units of ``currency`` into minor units, exactly.
+
+    ("19.99", "EUR") -> 1999, ("500", "JPY") -> 500, ("1.234", "KWD") -> 1234, ("20", "EUR")
+    -> 2000. Plain decimal digits with at most the currency's exponent of fraction digits
+    (ISO 4217); no sign, exponent, grouping or float rounding. Raises ``ValueError`` for
+    anything else and ``KeyError`` for an unknown currency.
+    """
+    exponent = currency_exponent(currency)
+    text = text.strip()
+    whole, _, fraction = text.partition(".")
+    if not whole.isascii() or not whole.isdigit() or (fraction and not fraction.isdigit()):
+        raise ValueError("not a plain decimal amount")
+    if not fraction.isascii() or len(fraction) > exponent or (_ and not fraction):
+        raise ValueError(f"at most {exponent} digits after the decimal point")
+    try:
+        value = Decimal(text).scaleb(exponent)
+    except InvalidOperation as exc:  # pragma: no cover - the checks above exclude it
+        raise ValueError("not a decimal amount") from exc
+    return int(value)

@@ -12,12 +12,19 @@ the payment's append-only event log:
   with a ``resolved_by_operator`` event; the answer stored for the merchant's idempotency key is
   refreshed, so a retry of the original request replays the final outcome.
 
-Neither action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
+* "Refund" (``payments.refund_payment``) is not here: it is the API's own service
+  (``payments.lifecycle_services.refund_create``, which this module must not stand on), called
+  by the admin with the operator and note as its ``audit`` data, under the merchant idempotency
+  key :func:`admin_refund_key` makes for each rendered form (a double submit replays instead
+  of refunding twice).
+
+No action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 from datetime import datetime
 
@@ -41,6 +48,9 @@ __all__ = [
     "RECONCILABLE_STATUSES",
     "RESOLUTIONS",
     "OperationRefused",
+    "clean_note",
+    "ADMIN_REFUND_KEY_PATTERN",
+    "admin_refund_key",
     "payment_reconcile_request",
     "payment_resolve",
 ]
@@ -55,13 +65,17 @@ NOTE_MAX_LENGTH = 1000
 CODE_PATTERN = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
 #: The failure code of a payment resolved as failed when the operator gives none.
 DEFAULT_FAILURE_CODE = "not_authorized_at_acquirer"
+#: The merchant idempotency keys of the admin's refunds: ``admin-refund-`` + 32 hex characters.
+ADMIN_REFUND_KEY_PATTERN = re.compile(r"^admin-refund-[0-9a-f]{32}$")
 
 
 class OperationRefused(Exception):
     """The action does not apply to this payment (its status changed, or a bad argument)."""
 
 
-def _clean_note(*, operator: str, note: str) -> str:
+def clean_note(*, operator: str, note: str) -> str:
+    """``note`` stripped; raises :class:`OperationRefused` without an operator or a note, or
+    for a note longer than :data:`NOTE_MAX_LENGTH` characters."""
     note = (note or "").strip()
     if not operator:
         raise OperationRefused("The operator is required.")
@@ -85,7 +99,7 @@ def payment_reconcile_request(
     otherwise, or without an operator or a note. The task claims the payment before touching it
     (a payment held by a running reconciliation is left to it), so asking twice is harmless.
     """
-    note = _clean_note(operator=operator, note=note)
+    note = clean_note(operator=operator, note=note)
     now = clock()
     with transaction.atomic():
         try:
@@ -132,7 +146,7 @@ def payment_resolve(
     the same transaction. Raises :class:`OperationRefused` when the payment is not in
     ``needs_review`` (for example resolved meanwhile) or an argument is invalid.
     """
-    note = _clean_note(operator=operator, note=note)
+    note = clean_note(operator=operator, note=note)
     if to_status not in RESOLUTIONS:
         raise OperationRefused(f"{to_status!r} is not a resolution.")
     code = (code or "").strip() or None
@@ -179,3 +193,9 @@ def payment_resolve(
         )
         payment_answer_store(payment, key=key, now=now)
     return payment
+
+
+def admin_refund_key() -> str:
+    """A new idempotency key for one admin refund form: ``admin-refund-`` + 32 lower-case hex
+    characters (128 random bits), rendered with the form and sent back with it."""
+    return "admin-refund-" + secrets.token_hex(16)

@@ -26,6 +26,11 @@ class PaymentFactory(factory.django.DjangoModelFactory):
     currency = "EUR"
     payment_method = "tok_visa"
     status = PaymentStatus.SUCCEEDED
+    # A succeeded payment was captured (in full unless a test says otherwise), as the API and
+    # migration 0006 make it; nothing is captured in any other status.
+    amount_captured = factory.LazyAttribute(
+        lambda p: p.amount if p.status == PaymentStatus.SUCCEEDED else 0
+    )
     acquirer_idempotency_key = factory.LazyAttribute(lambda p: f"authorize-{p.id}")
     created_at = factory.LazyFunction(timezone.now)
     updated_at = factory.LazyAttribute(lambda p: p.created_at)

@@ -16,6 +16,7 @@ MIGRATION = "0004_operations_roles"
 ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
 BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
 LEDGER_MIGRATION = importlib.import_module("ledger.migrations.0002_audit_view_roles")
+REFUND_MIGRATION = importlib.import_module("payments.migrations.0007_refunds_console")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -32,6 +33,8 @@ ACTION_PERMISSIONS = {
 }
 #: Granted to operator by migration 0005 (the resilience page's breaker actions).
 BREAKER_PERMISSIONS = {"payments.operate_breaker"}
+#: Granted to operator by migration 0007 ("Refund" on a payment's page); never to support.
+REFUND_PERMISSIONS = {"payments.refund_payment"}
 
 
 def run_migration_function() -> None:
@@ -41,6 +44,7 @@ def run_migration_function() -> None:
     ROLES_MIGRATION.create_roles(state.apps, None)
     BREAKER_MIGRATION.grant_operate_breaker(apps, None)
     LEDGER_MIGRATION.grant_view(apps, None)
+    REFUND_MIGRATION.grant_refund(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:
@@ -56,9 +60,13 @@ def test_support_may_only_view():
 
 
 def test_operator_may_view_and_act():
-    """operator: the view permissions plus reconcile, resolve, rotate and operate_breaker."""
+    """operator: the view permissions plus reconcile, resolve, rotate, operate_breaker and
+    refund."""
     run_migration_function()
-    assert permissions_of("operator") == VIEW_PERMISSIONS | ACTION_PERMISSIONS | BREAKER_PERMISSIONS
+    assert (
+        permissions_of("operator")
+        == VIEW_PERMISSIONS | ACTION_PERMISSIONS | BREAKER_PERMISSIONS | REFUND_PERMISSIONS
+    )
 
 
 def test_no_role_may_change_or_delete_payments_or_keys():
@@ -91,3 +99,14 @@ def test_a_user_without_a_role_is_refused_the_console(client):
     user = User.objects.create_user("staff-only", is_staff=True)
     client.force_login(user)
     assert client.get("/admin/payments/payment/").status_code == 403
+
+
+def test_refund_is_granted_to_operator_only_and_revocable():
+    """0007: payments.refund_payment for operator, never support; reversing it removes it."""
+    run_migration_function()
+    assert "payments.refund_payment" not in permissions_of("support")
+    assert "payments.refund_payment" in permissions_of("operator")
+    REFUND_MIGRATION.revoke_refund(apps, None)
+    operator = User.objects.create_user("operator-after")
+    operator.groups.add(Group.objects.get(name="operator"))
+    assert not operator.has_perm("payments.refund_payment")
