@@ -577,7 +577,7 @@ def operation_attempt_record(
         payment=payment,
         event_type=PaymentEventType.OPERATION_ATTEMPT,
         now=now,
-        data={"operation": operation.id} | attempt.as_event_data(),
+        data=attempt.as_event_data() | {"operation": operation.id, "kind": operation.kind},
     )
     unknown = False
     if operation.status != OperationStatus.PENDING:

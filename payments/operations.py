@@ -43,14 +43,14 @@ from payments.models import Payment, PaymentEventType, PaymentStatus
 from payments.tasks import payment_reconcile_task
 
 __all__ = [
+    "ADMIN_REFUND_KEY_PATTERN",
     "CODE_PATTERN",
     "NOTE_MAX_LENGTH",
     "RECONCILABLE_STATUSES",
     "RESOLUTIONS",
     "OperationRefused",
-    "clean_note",
-    "ADMIN_REFUND_KEY_PATTERN",
     "admin_refund_key",
+    "clean_note",
     "payment_reconcile_request",
     "payment_resolve",
 ]

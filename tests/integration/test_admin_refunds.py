@@ -338,7 +338,7 @@ def make_refunds(
             acquirer_idempotency_key=f"refund-re_{i:024x}",
             created_at=now - timedelta(seconds=i),
             updated_at=now,
-        )  # fmt: skip
+        )
         for i in range(start, start + count)
     ]
 

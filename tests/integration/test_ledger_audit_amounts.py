@@ -207,7 +207,7 @@ def test_refund_rows_in_the_csv_and_the_stored_counts(merchant_a, sandbox, tmp_p
     payment_id = payment(merchant_a)
     charge = Payment.objects.get(pk=payment_id).acquirer_reference
     acquirer_refund(sandbox, charge, 700, "re_" + "8" * 24)
-    report, run = audit_acquirer_run(
+    _report, run = audit_acquirer_run(
         since=since(), triggered_by="test", csv_path=tmp_path / "r.csv"
     )
     with (tmp_path / "r.csv").open(newline="") as handle:

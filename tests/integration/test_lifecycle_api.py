@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from idempotency.models import IdempotencyKey
-from payments.models import PaymentOperation
+from payments.models import PaymentEvent, PaymentOperation
 from tests.conftest import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,6 +59,16 @@ def test_capture_whole_amount_is_200_succeeded(merchant_a, sandbox):
     capture = PaymentOperation.objects.get(kind="capture")
     assert capture.acquirer_idempotency_key == f"capture-{capture.id}"
     assert capture.id.startswith("op_") and capture.status == "succeeded"
+
+
+def test_an_operation_attempt_event_names_its_operation(merchant_a, sandbox):
+    """The attempt event carries the operation's id (the attempt's own fields never replace
+    it), so the admin can list each attempt under its operation."""
+    payment = manual_payment(merchant_a)
+    assert post(merchant_a, f"/payments/{payment['id']}/capture").status_code == 200
+    capture = PaymentOperation.objects.get(kind="capture")
+    attempt = PaymentEvent.objects.get(payment_id=payment["id"], type="operation_attempt")
+    assert (attempt.data["operation"], attempt.data["kind"]) == (capture.id, "capture")
 
 
 def test_partial_capture_releases_the_rest(merchant_a, sandbox):
