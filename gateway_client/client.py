@@ -46,7 +46,8 @@ idempotency key; the look-ups `lookup`, `lookup_refunds`), under a RetryPolicy (
 Order before each attempt: breaker, rate gate, (first attempt: budget deposit), concurrency
 slot, send.
 
-Where the rest lives: one exchange (send, read within the deadline, map failures to
+Where the rest lives: the retry loop that applies these rules in _retry_loop.py (`RetryLoop`,
+which `AcquirerClient` extends with its operations); one exchange (send, read within the deadline, map failures to
 GatewayError) in _exchange.py; the running state of a call and the errors the client ends it
 with in _call.py; the one log event per attempt (`gateway_client` logger, `gateway_*` extras)
 in _attempt_log.py; what an attempt means to the breaker and the limiter in classify.py.
@@ -54,53 +55,31 @@ in _attempt_log.py; what an attempt means to the breaker and the limiter in clas
 
 from __future__ import annotations
 
-import dataclasses
 import random as _random
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from . import aimd as _aimd
 from . import deadline as _deadline
 from ._attempt_log import AttemptLog
 from ._call import (
     Answer,
-    Attempt,
-    CallLabel,
     Progress,
-    Stop,
-    budget_error,
-    circuit_error,
-    concurrency_error,
-    final_error,
-    gate_error,
-    set_wait,
 )
 from ._exchange import Exchange
-from .aimd import AimdConfig, AimdLimiter, Slot
-from .backoff import full_jitter
+from ._retry_loop import RetryLoop
+from .aimd import AimdConfig, AimdLimiter
 from .breaker import BreakerSet
 from .breaker_types import DEFAULT_GROUPS, BreakerConfig, BreakerSnapshot
 from .budget import RetryBudget
-from .classify import breaker_outcome, limiter_outcome
 from .clock import Clock, SystemClock
-from .errors import (
-    AcquirerUnavailableError,
-    AmbiguousOutcomeError,
-    CircuitOpenError,
-    GatewayError,
-    MalformedResponseError,
-    PermanentError,
-    RateLimitedError,
-)
 from .gate import RateGate, scope_for
 from .metrics import CounterMetrics, Metrics
 from .policy import RetryPolicy
-from .quota import QUOTA_HEADER, RETRY_AFTER, ServerWait
 from .store import MemoryStore, StateStore
 from .types import (
     AcquirerConfig,
@@ -130,29 +109,6 @@ V = TypeVar("V")
 
 USER_AGENT = "payment-service-gateway-client/0.2"
 
-#: Wait sources, as logged in `gateway_wait_source`.
-BACKOFF = "backoff"
-GATE = "gate"
-
-# Waits for the gate before one attempt, at most (each is a floor another process may extend;
-# a bound keeps a clock that does not move with `sleep` from looping forever).
-_MAX_GATE_WAITS = 3
-
-# Two waits closer than this (seconds) are the same wait read twice (the answer's and the gate
-# it just closed), not a longer gate set by another process.
-_SAME_WAIT = 0.001
-
-# A breaker permit or a concurrency slot is leased for the call's time left plus this margin
-# (seconds): a caller killed mid-call frees it soon after its deadline.
-_LEASE_MARGIN = 1.0
-
-#: The wait suggested when no concurrency slot was free (seconds).
-CONCURRENCY_RETRY_AFTER = 1.0
-
-#: Wait sources of the breaker and the concurrency limiter.
-BREAKER = "breaker"
-CONCURRENCY = "concurrency"
-
 
 class Admits(NamedTuple):
     """`AcquirerClient.admits`' answer: `allowed`, else `retry_after` seconds until probes."""
@@ -161,7 +117,7 @@ class Admits(NamedTuple):
     retry_after: float
 
 
-class AcquirerClient:
+class AcquirerClient(RetryLoop):
     """
     Client for the upstream card acquirer: `authorize` (`POST /charges`), `capture`
     (`POST /charges/{id}/capture`), `void` (`POST /charges/{id}/void`), `refund`
@@ -563,290 +519,6 @@ class AcquirerClient:
         if charge.captured is None:
             raise MalformedBody("the charge carries no capture state")
         return charge
-
-    # -- the retry loop ----------------------------------------------------------------------
-
-    def _start(
-        self,
-        operation: str,
-        reference: str,
-        key: str | None,
-        policy: RetryPolicy | None,
-        *,
-        group: str | None = None,
-    ) -> Progress:
-        """A write (`key` set) in the breaker group named like its operation, or a GET."""
-        if policy is not None and not isinstance(policy, RetryPolicy):
-            raise TypeError("policy must be a RetryPolicy")
-        chosen = policy or self._policy
-        started = self._clock.monotonic()
-        return Progress(
-            operation,
-            group or operation,
-            key is None,
-            reference,
-            key,
-            chosen,
-            started,
-            started + chosen.deadline,
-        )
-
-    def _call(
-        self,
-        progress: Progress,
-        build: Callable[[httpx.Timeout], httpx.Request],
-        decode: Callable[[Answer], T],
-        outcome: Callable[[T], str],
-    ) -> T:
-        last: GatewayError | None = None
-        try:
-            while True:
-                progress.log = {}
-                attempt = self._guarded_attempt(progress, build, decode, last)
-                if attempt.error is None:
-                    self._log.attempt(progress, attempt, outcome(attempt.result), "return")
-                    result = attempt.result
-                    if isinstance(result, Authorization | Refund):
-                        result = dataclasses.replace(result, attempts=progress.attempts)
-                    return result  # type: ignore[no-any-return]
-                error = last = attempt.error
-                if isinstance(error, AmbiguousOutcomeError):
-                    progress.ambiguous = error
-                reason = self._stop_reason(progress, error)
-                if reason is not None:
-                    raise Stop(final_error(progress, error), reason, attempt)  # noqa: TRY301 - Stop: the loop's exit, handled below
-                if attempt.breaker is not None and attempt.breaker.refusing:
-                    # The breaker opened (here or elsewhere): no sleep, no retry.
-                    refused = self._circuit_error(
-                        progress, attempt.breaker.state, attempt.breaker.retry_after, error
-                    )
-                    raise Stop(final_error(progress, refused), "circuit_open", attempt)  # noqa: TRY301
-                wait, source = self._next_wait(progress, attempt)
-                progress.log.update(wait=wait, wait_source=source)
-                allowed, progress.budget = self.budget.try_withdraw()
-                if not allowed:
-                    self.metrics.increment("budget_exhausted", operation=progress.operation)
-                    raise Stop(budget_error(progress, error, self._config.name), "budget", attempt)  # noqa: TRY301
-                self.metrics.increment(
-                    "retries", operation=progress.operation, reason=type(error).__name__
-                )
-                self._log.attempt(progress, attempt, type(error).__name__, "retry")
-                self._sleep(wait)
-        except Stop as stop:
-            if stop.attempt is not None:
-                outcome_name = type(stop.attempt.error).__name__
-                self._log.attempt(progress, stop.attempt, outcome_name, "raise", stop.reason)
-            else:
-                self._log.stop(progress, stop)
-            raise stop.error from stop.error.__cause__
-
-    def _guarded_attempt(
-        self,
-        progress: Progress,
-        build: Callable[[httpx.Timeout], httpx.Request],
-        decode: Callable[[Answer], Any],
-        last: GatewayError | None,
-    ) -> Attempt:
-        """Breaker, gate, budget deposit (first attempt), concurrency slot, then one attempt."""
-        breaker = self.breakers.get(progress.group)
-        admission = None
-        if breaker is not None:
-            admission = breaker.acquire(lease=self._lease(progress))
-            progress.log["breaker"] = admission.state
-            if not admission.admitted:
-                refused = self._circuit_error(
-                    progress, admission.state, admission.retry_after, last
-                )
-                raise Stop(final_error(progress, refused), "circuit_open")
-        settled = False
-        try:
-            self._wait_for_gate(progress, last=last)
-            if progress.attempts == 0:
-                progress.budget = self.budget.record_request()
-            elif last is not None and self._elapsed(progress) >= progress.policy.deadline:
-                raise Stop(final_error(progress, last), "deadline")  # a slow sleep
-            slot = self._take_slot(progress, last)
-            try:
-                attempt = self._attempt(progress, build, decode)
-            except BaseException:
-                self.limiter.release(slot, _aimd.IGNORE)  # cancelled or a bug: no verdict
-                raise
-            self.limiter.release(slot, limiter_outcome(attempt.error))
-            settled = True
-            if breaker is not None and admission is not None:
-                attempt.breaker = breaker.record(
-                    admission,
-                    breaker_outcome(attempt.error),
-                    duration=self._clock.monotonic() - attempt.started,
-                )
-                progress.log["breaker"] = attempt.breaker.state
-            return attempt
-        finally:
-            if not settled and breaker is not None and admission is not None:
-                breaker.release(admission)  # nothing sent, or cancelled: the permit goes back
-
-    def _lease(self, progress: Progress) -> float:
-        return max(0.0, progress.deadline - self._clock.monotonic()) + _LEASE_MARGIN
-
-    def _take_slot(self, progress: Progress, last: GatewayError | None) -> Slot:
-        """A concurrency slot of the scope, waiting briefly; raises Stop if none is free."""
-        policy = progress.policy
-        left = progress.deadline - self._clock.monotonic() - policy.min_attempt_time
-        wait = max(0.0, min(policy.concurrency_wait, left))
-        slot = self.limiter.acquire(self.scope, wait=wait, lease=self._lease(progress))
-        if slot is not None:
-            return slot
-        limit = self.limiter.snapshot(self.scope).limit
-        error = concurrency_error(progress, self._config.name, self.scope, limit)
-        set_wait(error, CONCURRENCY_RETRY_AFTER, CONCURRENCY, self._exchange.not_before)
-        if last is not None:
-            error.__cause__ = last
-        self.metrics.increment("concurrency_refused_calls", operation=progress.operation)
-        raise Stop(final_error(progress, error), "concurrency")
-
-    def _circuit_error(
-        self, progress: Progress, state: str, retry_after: float, cause: GatewayError | None
-    ) -> CircuitOpenError:
-        error = circuit_error(progress, self._config.name, state, retry_after)
-        set_wait(error, retry_after, BREAKER, self._exchange.not_before)
-        if cause is not None:
-            error.__cause__ = cause
-        self.metrics.increment("circuit_open", operation=progress.operation)
-        return error
-
-    def _attempt(
-        self,
-        progress: Progress,
-        build: Callable[[httpx.Timeout], httpx.Request],
-        decode: Callable[[Answer], Any],
-    ) -> Attempt:
-        progress.attempts += 1
-        call = CallLabel(
-            progress.operation,
-            progress.reference,
-            progress.idempotency_key,
-            progress.attempts,
-        )
-        started = self._clock.monotonic()
-        left = max(0.0, progress.deadline - started)
-        policy = progress.policy
-        timeout = httpx.Timeout(
-            connect=min(policy.connect_timeout, left),
-            read=min(policy.read_timeout, left),
-            write=min(policy.read_timeout, left),
-            pool=min(policy.connect_timeout, left),
-        )
-        status_code: int | None = None
-        server_wait: ServerWait | None = None
-        try:
-            answer = self._exchange.send(call, build(timeout), progress.deadline)
-            status_code = answer.status_code
-            server_wait = self._exchange.server_wait(answer)
-            if not 200 <= status_code <= 299:
-                error = self._exchange.status_error(call, answer, server_wait)
-                if (
-                    isinstance(error, RateLimitedError | AcquirerUnavailableError)
-                    and server_wait is not None
-                    and server_wait.seconds is not None
-                ):
-                    self.gate.close(self.scope, server_wait.seconds)  # for every process
-                raise error
-            try:
-                result = decode(answer)
-            except MalformedBody as exc:
-                raise self._exchange.error(
-                    MalformedResponseError,
-                    call,
-                    f"HTTP {status_code} with a body that is not the documented JSON: {exc}",
-                    status_code=status_code,
-                ) from None
-        except GatewayError as error:
-            self.metrics.increment(
-                "attempts", operation=progress.operation, outcome=type(error).__name__
-            )
-            return Attempt(error, error.status_code, started, server_wait)
-        self.metrics.increment("attempts", operation=progress.operation, outcome="ok")
-        if server_wait is not None and server_wait.source == QUOTA_HEADER and server_wait.seconds:
-            # The answer spent the last of the quota: close the gate before anyone gets a 429.
-            self.gate.close(self.scope, server_wait.seconds)
-        return Attempt(None, status_code, started, server_wait, result)
-
-    def _stop_reason(self, progress: Progress, error: GatewayError) -> str | None:
-        """Why the call ends after this error, or None to try again."""
-        if isinstance(error, PermanentError):
-            return "permanent"
-        if isinstance(error, AmbiguousOutcomeError) and not self._may_resend_ambiguous(progress):
-            return "ambiguous"
-        if progress.attempts >= progress.policy.max_attempts:
-            return "max_attempts"
-        return None
-
-    def _may_resend_ambiguous(self, progress: Progress) -> bool:
-        if progress.safe:
-            return True  # a GET is safe to repeat
-        return (
-            progress.policy.retry_ambiguous
-            and progress.idempotency_key is not None
-            and self._config.honours_idempotency_keys
-        )
-
-    def _next_wait(self, progress: Progress, attempt: Attempt) -> tuple[float, str]:
-        """The sleep before the next attempt, and its source; raises Stop if none fits."""
-        error = attempt.error
-        assert error is not None
-        floor, source = 0.0, BACKOFF
-        server = attempt.server_wait
-        if server is not None and server.seconds is not None:
-            floor, source = server.seconds, server.source or RETRY_AFTER
-        gate = self.gate.remaining(self.scope)
-        progress.log["gate"] = gate
-        if gate > floor + _SAME_WAIT:
-            floor, source = gate, GATE
-        elapsed = self._elapsed(progress)
-        policy = progress.policy
-        if source != BACKOFF and (
-            floor > policy.max_server_wait
-            or elapsed + floor + policy.min_attempt_time > policy.deadline
-        ):
-            set_wait(error, floor, source, self._exchange.not_before)
-            self.metrics.increment("server_wait_too_long", operation=progress.operation)
-            raise Stop(final_error(progress, error), "server_wait_too_long", attempt)
-        jitter = full_jitter(
-            progress.attempts - 1, policy.backoff_base, policy.backoff_cap, self._random
-        )
-        wait = floor + jitter
-        if elapsed + wait + policy.min_attempt_time > policy.deadline:
-            if source != BACKOFF:
-                set_wait(error, floor, source, self._exchange.not_before)
-            self.metrics.increment("deadline_stops", operation=progress.operation)
-            raise Stop(final_error(progress, error), "deadline", attempt)
-        return wait, source
-
-    def _wait_for_gate(self, progress: Progress, last: GatewayError | None) -> None:
-        """Before sending: wait for the scope's gate, or raise Stop if it does not fit."""
-        policy = progress.policy
-        waits = 0
-        while (remaining := self.gate.remaining(self.scope)) > 0:
-            # The gate's instant is a floor; jitter after it spreads the processes waking at T.
-            jitter = full_jitter(0, policy.backoff_base, policy.backoff_cap, self._random)
-            if (
-                remaining > policy.max_server_wait
-                or self._elapsed(progress) + remaining + jitter + policy.min_attempt_time
-                > policy.deadline
-                or waits == _MAX_GATE_WAITS
-            ):
-                self.metrics.increment("gate_refused", operation=progress.operation)
-                error = last if last is not None else gate_error(progress, self._config.name)
-                set_wait(error, remaining, GATE, self._exchange.not_before)
-                progress.log["gate"] = remaining
-                raise Stop(final_error(progress, error), "gate")
-            self.metrics.increment("gate_waits", operation=progress.operation)
-            waits += 1
-            progress.gate_waited += remaining + jitter
-            self._sleep(remaining + jitter)
-
-    def _elapsed(self, progress: Progress) -> float:
-        return self._clock.monotonic() - progress.started
 
 
 def _authorization_outcome(authorization: Authorization) -> str:
