@@ -8,6 +8,8 @@ error is an RFC 9457 problem (``payments.problems``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -21,7 +23,7 @@ from payments.lifecycle import OperationConflict
 from payments.lifecycle_services import payment_capture, payment_void, refund_create
 from payments.parsers import request_json
 from payments.problems import Problem
-from payments.responses import create_answer, json_bytes, operation_answer
+from payments.responses import CreateResult, create_answer, json_bytes, operation_answer
 from payments.selectors import (
     PaymentNotFound,
     RefundNotFound,
@@ -72,8 +74,14 @@ CONFLICT_TITLES = {
 }
 
 
-def _payment_not_found(exc: Exception) -> Problem:
-    return Problem("No payment with this id.", code="not_found", title="Not found", status_code=404)
+def _not_found(noun: str) -> Problem:
+    """The 404 problem for a ``noun`` (payment, refund) the merchant does not have."""
+    return Problem(f"No {noun} with this id.", code="not_found", title="Not found", status_code=404)
+
+
+def _json(document: object) -> HttpResponse:
+    """A 200 ``application/json`` answer of ``document`` (a serializer's data)."""
+    return HttpResponse(json_bytes(document), content_type="application/json")
 
 
 def _idempotency_key(request: Request) -> str:
@@ -83,17 +91,76 @@ def _idempotency_key(request: Request) -> str:
     return key
 
 
-def _operation_body(request: Request, serializer: type) -> dict:
-    """The validated body of an operation's POST; an empty body is ``{}``."""
+def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
+    unknown = sorted(set(request.query_params) - set(serializer().fields))
+    if unknown:
+        raise Problem(
+            "Unknown query parameter.",
+            code="validation_error",
+            title="The query is invalid",
+            errors=[
+                {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
+                for n in unknown
+            ],
+        )
+
+
+def _list_answer(
+    request: Request,
+    query_serializer: type,
+    fetch: Callable[[dict], tuple[Sequence[object], bool]],
+    item_serializer: type,
+    *,
+    cursor_not_found: type[Exception],
+    cursor_detail: str,
+    cursor_message: str,
+) -> HttpResponse:
+    """A list GET: refuse unknown parameters, validate the query, ``fetch`` one page (items,
+    has_more) and answer ``{"object": "list", "data": [...], "has_more": ...}``. A
+    ``starting_after`` that ``fetch`` does not find (``cursor_not_found``) is a 400 problem
+    saying ``cursor_detail`` and ``cursor_message``."""
+    _refuse_unknown_parameters(request, query_serializer)
+    query = query_serializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    try:
+        items, has_more = fetch(dict(query.validated_data))
+    except cursor_not_found as exc:
+        raise Problem(
+            cursor_detail,
+            code="validation_error",
+            title="The query is invalid",
+            errors=[{"field": "starting_after", "code": "not_found", "message": cursor_message}],
+        ) from exc
+    document = {
+        "object": "list",
+        "data": item_serializer(items, many=True).data,
+        "has_more": has_more,
+    }
+    return _json(document)
+
+
+def _operation_schema(
+    operation_id: str, summary: str, body: type, ok: int, answer: type
+) -> Callable:
+    """The OpenAPI schema of an operation's POST: ``body``, the Idempotency-Key header, ``ok``
+    (the final answer) and 202 (pending) with ``answer``, and its problems."""
+    return extend_schema(
+        operation_id=operation_id,
+        summary=summary,
+        request=body,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
+    )
+
+
+def _operate(
+    service: Callable[..., CreateResult], body_serializer: type, request: Request, payment_id: str
+) -> HttpResponse:
+    """An operation's POST: validate the body (an empty body is ``{}``), run the ``service``
+    under the request's idempotency key and answer; 404 and the 409 conflicts as problems."""
     empty = request.META.get("CONTENT_LENGTH") in (None, "", "0")
-    data = {} if empty else request_json(request)
-    body = serializer(data=data)
+    body = body_serializer(data={} if empty else request_json(request))
     body.is_valid(raise_exception=True)
-    return dict(body.validated_data)
-
-
-def _operate(service, request: Request, payment_id: str, **body) -> HttpResponse:
-    """Run an operation's service and answer; 404 and the 409 conflicts as problems."""
     key = _idempotency_key(request)
     try:
         result = service(
@@ -101,10 +168,10 @@ def _operate(service, request: Request, payment_id: str, **body) -> HttpResponse
             payment_id=payment_id,
             idempotency_key=key,
             client=acquirer_client(),
-            **body,
+            **body.validated_data,
         )
     except PaymentNotFound as exc:
-        raise _payment_not_found(exc) from exc
+        raise _not_found("payment") from exc
     except OperationConflict as exc:
         raise Problem(
             exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
@@ -145,26 +212,19 @@ class PaymentListCreateApi(APIView):
         responses={200: PaymentListSerializer, **problems(400, 401)},
     )
     def get(self, request: Request) -> HttpResponse:
-        _refuse_unknown_parameters(request, PaymentListQuerySerializer)
-        query = PaymentListQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        try:
-            page = payment_list(merchant=request.user, **query.validated_data)
-        except PaymentNotFound as exc:
-            raise Problem(
-                "starting_after is not the id of one of your payments.",
-                code="validation_error",
-                title="The query is invalid",
-                errors=[
-                    {"field": "starting_after", "code": "not_found", "message": "No such payment."}
-                ],
-            ) from exc
-        document = {
-            "object": "list",
-            "data": PaymentSerializer(page.payments, many=True).data,
-            "has_more": page.has_more,
-        }
-        return HttpResponse(json_bytes(document), content_type="application/json")
+        def fetch(query: dict) -> tuple[Sequence[object], bool]:
+            page = payment_list(merchant=request.user, **query)
+            return page.payments, page.has_more
+
+        return _list_answer(
+            request,
+            PaymentListQuerySerializer,
+            fetch,
+            PaymentSerializer,
+            cursor_not_found=PaymentNotFound,
+            cursor_detail="starting_after is not the id of one of your payments.",
+            cursor_message="No such payment.",
+        )
 
 
 class PaymentDetailApi(APIView):
@@ -179,67 +239,50 @@ class PaymentDetailApi(APIView):
         try:
             payment = payment_get(merchant=request.user, payment_id=payment_id)
         except PaymentNotFound as exc:
-            raise _payment_not_found(exc) from exc
-        return HttpResponse(
-            json_bytes(PaymentSerializer(payment).data), content_type="application/json"
-        )
+            raise _not_found("payment") from exc
+        return _json(PaymentSerializer(payment).data)
 
 
 class PaymentCaptureApi(APIView):
     """``POST /payments/{id}/capture``: capture a ``requires_capture`` payment, idempotent."""
 
-    @extend_schema(
-        operation_id="payments_capture",
-        summary="Capture an authorized payment (all of it, or a part: the rest is released)",
-        request=CaptureInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            200: PaymentSerializer,
-            202: PaymentSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
+    @_operation_schema(
+        "payments_capture",
+        "Capture an authorized payment (all of it, or a part: the rest is released)",
+        CaptureInputSerializer,
+        200,
+        PaymentSerializer,
     )
     def post(self, request: Request, payment_id: str) -> HttpResponse:
-        body = _operation_body(request, CaptureInputSerializer)
-        return _operate(payment_capture, request, payment_id, **body)
+        return _operate(payment_capture, CaptureInputSerializer, request, payment_id)
 
 
 class PaymentVoidApi(APIView):
     """``POST /payments/{id}/void``: release a ``requires_capture`` payment, idempotent."""
 
-    @extend_schema(
-        operation_id="payments_void",
-        summary="Void an authorized, uncaptured payment",
-        request=VoidInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            200: PaymentSerializer,
-            202: PaymentSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
+    @_operation_schema(
+        "payments_void",
+        "Void an authorized, uncaptured payment",
+        VoidInputSerializer,
+        200,
+        PaymentSerializer,
     )
     def post(self, request: Request, payment_id: str) -> HttpResponse:
-        _operation_body(request, VoidInputSerializer)
-        return _operate(payment_void, request, payment_id)
+        return _operate(payment_void, VoidInputSerializer, request, payment_id)
 
 
 class PaymentRefundsApi(APIView):
     """``POST /payments/{id}/refunds`` (idempotent) and ``GET /payments/{id}/refunds``."""
 
-    @extend_schema(
-        operation_id="refunds_create",
-        summary="Refund a succeeded payment (all that remains, or a part)",
-        request=RefundInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            201: RefundSerializer,
-            202: RefundSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
+    @_operation_schema(
+        "refunds_create",
+        "Refund a succeeded payment (all that remains, or a part)",
+        RefundInputSerializer,
+        201,
+        RefundSerializer,
     )
     def post(self, request: Request, payment_id: str) -> HttpResponse:
-        body = _operation_body(request, RefundInputSerializer)
-        return _operate(refund_create, request, payment_id, **body)
+        return _operate(refund_create, RefundInputSerializer, request, payment_id)
 
     @extend_schema(
         operation_id="refunds_list",
@@ -248,30 +291,23 @@ class PaymentRefundsApi(APIView):
         responses={200: RefundListSerializer, **problems(400, 401, 404)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
-        _refuse_unknown_parameters(request, RefundListQuerySerializer)
-        query = RefundListQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        try:
-            payment = payment_get(merchant=request.user, payment_id=payment_id)
-        except PaymentNotFound as exc:
-            raise _payment_not_found(exc) from exc
-        try:
-            page = refund_list(payment=payment, **query.validated_data)
-        except RefundNotFound as exc:
-            raise Problem(
-                "starting_after is not the id of one of this payment's refunds.",
-                code="validation_error",
-                title="The query is invalid",
-                errors=[
-                    {"field": "starting_after", "code": "not_found", "message": "No such refund."}
-                ],
-            ) from exc
-        document = {
-            "object": "list",
-            "data": RefundSerializer(page.refunds, many=True).data,
-            "has_more": page.has_more,
-        }
-        return HttpResponse(json_bytes(document), content_type="application/json")
+        def fetch(query: dict) -> tuple[Sequence[object], bool]:
+            try:
+                payment = payment_get(merchant=request.user, payment_id=payment_id)
+            except PaymentNotFound as exc:
+                raise _not_found("payment") from exc
+            page = refund_list(payment=payment, **query)
+            return page.refunds, page.has_more
+
+        return _list_answer(
+            request,
+            RefundListQuerySerializer,
+            fetch,
+            RefundSerializer,
+            cursor_not_found=RefundNotFound,
+            cursor_detail="starting_after is not the id of one of this payment's refunds.",
+            cursor_message="No such refund.",
+        )
 
 
 class RefundDetailApi(APIView):
@@ -286,26 +322,8 @@ class RefundDetailApi(APIView):
         try:
             refund = refund_get(merchant=request.user, refund_id=refund_id)
         except RefundNotFound as exc:
-            raise Problem(
-                "No refund with this id.", code="not_found", title="Not found", status_code=404
-            ) from exc
-        return HttpResponse(
-            json_bytes(RefundSerializer(refund).data), content_type="application/json"
-        )
-
-
-def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
-    unknown = sorted(set(request.query_params) - set(serializer().fields))
-    if unknown:
-        raise Problem(
-            "Unknown query parameter.",
-            code="validation_error",
-            title="The query is invalid",
-            errors=[
-                {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
-                for n in unknown
-            ],
-        )
+            raise _not_found("refund") from exc
+        return _json(RefundSerializer(refund).data)
 
 
 def healthz(request) -> JsonResponse:
