@@ -158,7 +158,7 @@ def _operate(
 ) -> HttpResponse:
     """An operation's POST: validate the body (an empty body is ``{}``), run the ``service``
     under the request's idempotency key and answer; 404 and the 409 conflicts as problems."""
-    empty = request.META.get("CONTENT_LENGTH") in (None, "", "0")
+    empty = request.headers.get("content-length") in (None, "", "0")
     body = body_serializer(data={} if empty else request_json(request))
     body.is_valid(raise_exception=True)
     key = _idempotency_key(request)

@@ -180,7 +180,7 @@ class Payment(models.Model):
         max_length=16, choices=PaymentStatus, default=PaymentStatus.PROCESSING
     )
     capture_method = models.CharField(
-        max_length=16, choices=CaptureMethod.choices, default=CaptureMethod.AUTOMATIC
+        max_length=16, choices=CaptureMethod, default=CaptureMethod.AUTOMATIC
     )
     amount_captured = models.BigIntegerField(
         default=0, help_text="Minor units captured at the acquirer (0 before a capture)."
@@ -272,11 +272,11 @@ class PaymentOperation(models.Model):
 
     id = models.CharField(primary_key=True, max_length=32, editable=False)
     payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="operations")
-    kind = models.CharField(max_length=16, choices=OperationKind.choices)
+    kind = models.CharField(max_length=16, choices=OperationKind)
     amount = models.BigIntegerField(help_text="Minor units of the payment's currency.")
     reason = models.CharField(max_length=32, null=True, blank=True)
     status = models.CharField(
-        max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING
+        max_length=16, choices=OperationStatus, default=OperationStatus.PENDING
     )
     failure_code = models.CharField(max_length=64, null=True, blank=True)
     acquirer_reference = models.CharField(

@@ -224,9 +224,11 @@ def test_a_rule_refusal_is_permanent_with_its_code(
     """The acquirer's 404/422 refusals: InvalidRequestError, acquirer_code, never retried."""
     sandbox.reset()
     config = AcquirerConfig(base_url=sandbox.url, api_key=sandbox.api_key, name="sandbox")
-    with AcquirerClient(config, policy=THREE_ATTEMPTS) as client:
-        with pytest.raises(InvalidRequestError) as info:
-            refusal(client)
+    with (
+        AcquirerClient(config, policy=THREE_ATTEMPTS) as client,
+        pytest.raises(InvalidRequestError) as info,
+    ):
+        refusal(client)
     assert (info.value.status_code, info.value.acquirer_code, info.value.attempts) == (
         status,
         code,

@@ -30,7 +30,9 @@ def test_approved_payment_is_201_succeeded(merchant_a, sandbox):
     assert body["acquirer_reference"].startswith("ch_")
     assert body["created_at"].endswith("Z")
     assert (body["capture_method"], body["amount_captured"], body["amount_refunded"]) == (
-        "automatic", 1999, 0
+        "automatic",
+        1999,
+        0,
     )
     assert sandbox.charges(body["id"])[0]["amount"] == 1999
 
