@@ -9,10 +9,16 @@ error is an RFC 9457 problem (``payments.problems``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -139,44 +145,55 @@ def _list_answer(
     return _json(document)
 
 
-def _operation_schema(
-    operation_id: str, summary: str, body: type, ok: int, answer: type
-) -> Callable:
-    """The OpenAPI schema of an operation's POST: ``body``, the Idempotency-Key header, ``ok``
-    (the final answer) and 202 (pending) with ``answer``, and its problems."""
-    return extend_schema(
-        operation_id=operation_id,
-        summary=summary,
-        request=body,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
-    )
+class OperationApi(APIView):
+    """The POST of an operation after the authorization (capture, void, refund), idempotent:
+    validate the body (an empty body is ``{}``), run the service under the request's
+    idempotency key and answer; 404 and the 409 conflicts as problems.
 
+    A subclass names its ``operation_service`` (``payments.lifecycle_services``), its
+    ``operation_body`` serializer, and its OpenAPI entry: ``openapi_id``, ``openapi_summary``
+    and ``openapi_answer`` (the status of the final answer and its serializer; a pending
+    operation is a 202 of the same shape).
+    """
 
-def _operate(
-    service: Callable[..., CreateResult], body_serializer: type, request: Request, payment_id: str
-) -> HttpResponse:
-    """An operation's POST: validate the body (an empty body is ``{}``), run the ``service``
-    under the request's idempotency key and answer; 404 and the 409 conflicts as problems."""
-    empty = request.headers.get("content-length") in (None, "", "0")
-    body = body_serializer(data={} if empty else request_json(request))
-    body.is_valid(raise_exception=True)
-    key = _idempotency_key(request)
-    try:
-        result = service(
-            merchant=request.user,
-            payment_id=payment_id,
-            idempotency_key=key,
-            client=acquirer_client(),
-            **body.validated_data,
+    operation_service: ClassVar[Callable[..., CreateResult]]
+    operation_body: ClassVar[type]
+    openapi_id: ClassVar[str]
+    openapi_summary: ClassVar[str]
+    openapi_answer: ClassVar[tuple[int, type]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ok, answer = cls.openapi_answer
+        schema = extend_schema(
+            operation_id=cls.openapi_id,
+            summary=cls.openapi_summary,
+            request=cls.operation_body,
+            parameters=[IDEMPOTENCY_KEY_HEADER],
+            responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
         )
-    except PaymentNotFound as exc:
-        raise _not_found("payment") from exc
-    except OperationConflict as exc:
-        raise Problem(
-            exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
-        ) from exc
-    return operation_answer(result)
+        extend_schema_view(post=schema)(cls)
+
+    def post(self, request: Request, payment_id: str) -> HttpResponse:
+        empty = request.headers.get("content-length") in (None, "", "0")
+        body = self.operation_body(data={} if empty else request_json(request))
+        body.is_valid(raise_exception=True)
+        key = _idempotency_key(request)
+        try:
+            result = self.operation_service(
+                merchant=request.user,
+                payment_id=payment_id,
+                idempotency_key=key,
+                client=acquirer_client(),
+                **body.validated_data,
+            )
+        except PaymentNotFound as exc:
+            raise _not_found("payment") from exc
+        except OperationConflict as exc:
+            raise Problem(
+                exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
+            ) from exc
+        return operation_answer(result)
 
 
 class PaymentListCreateApi(APIView):
@@ -243,46 +260,34 @@ class PaymentDetailApi(APIView):
         return _json(PaymentSerializer(payment).data)
 
 
-class PaymentCaptureApi(APIView):
+class PaymentCaptureApi(OperationApi):
     """``POST /payments/{id}/capture``: capture a ``requires_capture`` payment, idempotent."""
 
-    @_operation_schema(
-        "payments_capture",
-        "Capture an authorized payment (all of it, or a part: the rest is released)",
-        CaptureInputSerializer,
-        200,
-        PaymentSerializer,
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        return _operate(payment_capture, CaptureInputSerializer, request, payment_id)
+    operation_service = staticmethod(payment_capture)
+    operation_body = CaptureInputSerializer
+    openapi_id = "payments_capture"
+    openapi_summary = "Capture an authorized payment (all of it, or a part: the rest is released)"
+    openapi_answer = (200, PaymentSerializer)
 
 
-class PaymentVoidApi(APIView):
+class PaymentVoidApi(OperationApi):
     """``POST /payments/{id}/void``: release a ``requires_capture`` payment, idempotent."""
 
-    @_operation_schema(
-        "payments_void",
-        "Void an authorized, uncaptured payment",
-        VoidInputSerializer,
-        200,
-        PaymentSerializer,
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        return _operate(payment_void, VoidInputSerializer, request, payment_id)
+    operation_service = staticmethod(payment_void)
+    operation_body = VoidInputSerializer
+    openapi_id = "payments_void"
+    openapi_summary = "Void an authorized, uncaptured payment"
+    openapi_answer = (200, PaymentSerializer)
 
 
-class PaymentRefundsApi(APIView):
+class PaymentRefundsApi(OperationApi):
     """``POST /payments/{id}/refunds`` (idempotent) and ``GET /payments/{id}/refunds``."""
 
-    @_operation_schema(
-        "refunds_create",
-        "Refund a succeeded payment (all that remains, or a part)",
-        RefundInputSerializer,
-        201,
-        RefundSerializer,
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        return _operate(refund_create, RefundInputSerializer, request, payment_id)
+    operation_service = staticmethod(refund_create)
+    operation_body = RefundInputSerializer
+    openapi_id = "refunds_create"
+    openapi_summary = "Refund a succeeded payment (all that remains, or a part)"
+    openapi_answer = (201, RefundSerializer)
 
     @extend_schema(
         operation_id="refunds_list",
