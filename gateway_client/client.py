@@ -455,6 +455,7 @@ class AcquirerClient:
             "lookup",
             self._charges_url,
             payment_reference,
+            "payment_reference",
             decode_charge_list,
             lambda charge: charge.payment_reference,
             policy,
@@ -474,6 +475,7 @@ class AcquirerClient:
             "lookup_refunds",
             self._refunds_url,
             refund_reference,
+            "refund_reference",
             decode_refund_list,
             lambda refund: refund.refund_reference,
             policy,
@@ -524,14 +526,16 @@ class AcquirerClient:
         operation: str,
         url: str,
         reference: str,
+        reference_name: str,
         decode_list: Callable[[bytes], list[V]],
         echoed: Callable[[V], str],
         policy: RetryPolicy | None,
     ) -> list[V]:
         """A look-up: `GET url?reference=` (safe to repeat), in breaker group `lookup`; every
-        listed item must carry `reference` back (`echoed`)."""
+        listed item must carry `reference` back (`echoed`). An empty `reference` raises
+        ValueError naming it `reference_name` (the public method's argument)."""
         if not isinstance(reference, str) or not reference:
-            raise ValueError(f"the reference of {operation} must be a non-empty string")
+            raise ValueError(f"{reference_name} must be a non-empty string")
 
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return self._http.build_request(

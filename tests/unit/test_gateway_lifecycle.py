@@ -517,7 +517,7 @@ def test_the_operations_check_their_argument_types() -> None:
         client.void(capture_request())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         client.refund(capture_request())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="must be a non-empty string"):
+    with pytest.raises(ValueError, match=r"^refund_reference must be a non-empty string$"):
         client.lookup_refunds("")
     assert transport.requests == []
 
