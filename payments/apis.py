@@ -8,9 +8,17 @@ error is an RFC 9457 problem (``payments.problems``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -21,7 +29,7 @@ from payments.lifecycle import OperationConflict
 from payments.lifecycle_services import payment_capture, payment_void, refund_create
 from payments.parsers import request_json
 from payments.problems import Problem
-from payments.responses import create_answer, json_bytes, operation_answer
+from payments.responses import CreateResult, create_answer, json_bytes, operation_answer
 from payments.selectors import (
     PaymentNotFound,
     RefundNotFound,
@@ -72,8 +80,14 @@ CONFLICT_TITLES = {
 }
 
 
-def _payment_not_found(exc: Exception) -> Problem:
-    return Problem("No payment with this id.", code="not_found", title="Not found", status_code=404)
+def _not_found(noun: str) -> Problem:
+    """The 404 problem for a ``noun`` (payment, refund) the merchant does not have."""
+    return Problem(f"No {noun} with this id.", code="not_found", title="Not found", status_code=404)
+
+
+def _json(document: object) -> HttpResponse:
+    """A 200 ``application/json`` answer of ``document`` (a serializer's data)."""
+    return HttpResponse(json_bytes(document), content_type="application/json")
 
 
 def _idempotency_key(request: Request) -> str:
@@ -83,33 +97,103 @@ def _idempotency_key(request: Request) -> str:
     return key
 
 
-def _operation_body(request: Request, serializer: type) -> dict:
-    """The validated body of an operation's POST; an empty body is ``{}``."""
-    empty = request.headers.get("content-length") in (None, "", "0")
-    data = {} if empty else request_json(request)
-    body = serializer(data=data)
-    body.is_valid(raise_exception=True)
-    return dict(body.validated_data)
-
-
-def _operate(service, request: Request, payment_id: str, **body) -> HttpResponse:
-    """Run an operation's service and answer; 404 and the 409 conflicts as problems."""
-    key = _idempotency_key(request)
-    try:
-        result = service(
-            merchant=request.user,
-            payment_id=payment_id,
-            idempotency_key=key,
-            client=acquirer_client(),
-            **body,
-        )
-    except PaymentNotFound as exc:
-        raise _payment_not_found(exc) from exc
-    except OperationConflict as exc:
+def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
+    unknown = sorted(set(request.query_params) - set(serializer().fields))
+    if unknown:
         raise Problem(
-            exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
+            "Unknown query parameter.",
+            code="validation_error",
+            title="The query is invalid",
+            errors=[
+                {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
+                for n in unknown
+            ],
+        )
+
+
+def _list_answer(
+    request: Request,
+    query_serializer: type,
+    fetch: Callable[[dict], tuple[Sequence[object], bool]],
+    item_serializer: type,
+    *,
+    cursor_not_found: type[Exception],
+    cursor_detail: str,
+    cursor_message: str,
+) -> HttpResponse:
+    """A list GET: refuse unknown parameters, validate the query, ``fetch`` one page (items,
+    has_more) and answer ``{"object": "list", "data": [...], "has_more": ...}``. A
+    ``starting_after`` that ``fetch`` does not find (``cursor_not_found``) is a 400 problem
+    saying ``cursor_detail`` and ``cursor_message``."""
+    _refuse_unknown_parameters(request, query_serializer)
+    query = query_serializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    try:
+        items, has_more = fetch(dict(query.validated_data))
+    except cursor_not_found as exc:
+        raise Problem(
+            cursor_detail,
+            code="validation_error",
+            title="The query is invalid",
+            errors=[{"field": "starting_after", "code": "not_found", "message": cursor_message}],
         ) from exc
-    return operation_answer(result)
+    document = {
+        "object": "list",
+        "data": item_serializer(items, many=True).data,
+        "has_more": has_more,
+    }
+    return _json(document)
+
+
+class OperationApi(APIView):
+    """The POST of an operation after the authorization (capture, void, refund), idempotent:
+    validate the body (an empty body is ``{}``), run the service under the request's
+    idempotency key and answer; 404 and the 409 conflicts as problems.
+
+    A subclass names its ``operation_service`` (``payments.lifecycle_services``), its
+    ``operation_body`` serializer, and its OpenAPI entry: ``openapi_id``, ``openapi_summary``
+    and ``openapi_answer`` (the status of the final answer and its serializer; a pending
+    operation is a 202 of the same shape).
+    """
+
+    operation_service: ClassVar[Callable[..., CreateResult]]
+    operation_body: ClassVar[type]
+    openapi_id: ClassVar[str]
+    openapi_summary: ClassVar[str]
+    openapi_answer: ClassVar[tuple[int, type]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ok, answer = cls.openapi_answer
+        schema = extend_schema(
+            operation_id=cls.openapi_id,
+            summary=cls.openapi_summary,
+            request=cls.operation_body,
+            parameters=[IDEMPOTENCY_KEY_HEADER],
+            responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
+        )
+        extend_schema_view(post=schema)(cls)
+
+    def post(self, request: Request, payment_id: str) -> HttpResponse:
+        empty = request.headers.get("content-length") in (None, "", "0")
+        body = self.operation_body(data={} if empty else request_json(request))
+        body.is_valid(raise_exception=True)
+        key = _idempotency_key(request)
+        try:
+            result = self.operation_service(
+                merchant=request.user,
+                payment_id=payment_id,
+                idempotency_key=key,
+                client=acquirer_client(),
+                **body.validated_data,
+            )
+        except PaymentNotFound as exc:
+            raise _not_found("payment") from exc
+        except OperationConflict as exc:
+            raise Problem(
+                exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
+            ) from exc
+        return operation_answer(result)
 
 
 class PaymentListCreateApi(APIView):
@@ -145,26 +229,19 @@ class PaymentListCreateApi(APIView):
         responses={200: PaymentListSerializer, **problems(400, 401)},
     )
     def get(self, request: Request) -> HttpResponse:
-        _refuse_unknown_parameters(request, PaymentListQuerySerializer)
-        query = PaymentListQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        try:
-            page = payment_list(merchant=request.user, **query.validated_data)
-        except PaymentNotFound as exc:
-            raise Problem(
-                "starting_after is not the id of one of your payments.",
-                code="validation_error",
-                title="The query is invalid",
-                errors=[
-                    {"field": "starting_after", "code": "not_found", "message": "No such payment."}
-                ],
-            ) from exc
-        document = {
-            "object": "list",
-            "data": PaymentSerializer(page.payments, many=True).data,
-            "has_more": page.has_more,
-        }
-        return HttpResponse(json_bytes(document), content_type="application/json")
+        def fetch(query: dict) -> tuple[Sequence[object], bool]:
+            page = payment_list(merchant=request.user, **query)
+            return page.payments, page.has_more
+
+        return _list_answer(
+            request,
+            PaymentListQuerySerializer,
+            fetch,
+            PaymentSerializer,
+            cursor_not_found=PaymentNotFound,
+            cursor_detail="starting_after is not the id of one of your payments.",
+            cursor_message="No such payment.",
+        )
 
 
 class PaymentDetailApi(APIView):
@@ -179,67 +256,38 @@ class PaymentDetailApi(APIView):
         try:
             payment = payment_get(merchant=request.user, payment_id=payment_id)
         except PaymentNotFound as exc:
-            raise _payment_not_found(exc) from exc
-        return HttpResponse(
-            json_bytes(PaymentSerializer(payment).data), content_type="application/json"
-        )
+            raise _not_found("payment") from exc
+        return _json(PaymentSerializer(payment).data)
 
 
-class PaymentCaptureApi(APIView):
+class PaymentCaptureApi(OperationApi):
     """``POST /payments/{id}/capture``: capture a ``requires_capture`` payment, idempotent."""
 
-    @extend_schema(
-        operation_id="payments_capture",
-        summary="Capture an authorized payment (all of it, or a part: the rest is released)",
-        request=CaptureInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            200: PaymentSerializer,
-            202: PaymentSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        body = _operation_body(request, CaptureInputSerializer)
-        return _operate(payment_capture, request, payment_id, **body)
+    operation_service = staticmethod(payment_capture)
+    operation_body = CaptureInputSerializer
+    openapi_id = "payments_capture"
+    openapi_summary = "Capture an authorized payment (all of it, or a part: the rest is released)"
+    openapi_answer = (200, PaymentSerializer)
 
 
-class PaymentVoidApi(APIView):
+class PaymentVoidApi(OperationApi):
     """``POST /payments/{id}/void``: release a ``requires_capture`` payment, idempotent."""
 
-    @extend_schema(
-        operation_id="payments_void",
-        summary="Void an authorized, uncaptured payment",
-        request=VoidInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            200: PaymentSerializer,
-            202: PaymentSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        _operation_body(request, VoidInputSerializer)
-        return _operate(payment_void, request, payment_id)
+    operation_service = staticmethod(payment_void)
+    operation_body = VoidInputSerializer
+    openapi_id = "payments_void"
+    openapi_summary = "Void an authorized, uncaptured payment"
+    openapi_answer = (200, PaymentSerializer)
 
 
-class PaymentRefundsApi(APIView):
+class PaymentRefundsApi(OperationApi):
     """``POST /payments/{id}/refunds`` (idempotent) and ``GET /payments/{id}/refunds``."""
 
-    @extend_schema(
-        operation_id="refunds_create",
-        summary="Refund a succeeded payment (all that remains, or a part)",
-        request=RefundInputSerializer,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            201: RefundSerializer,
-            202: RefundSerializer,
-            **problems(400, 401, 404, 409, 422, 502, 503),
-        },
-    )
-    def post(self, request: Request, payment_id: str) -> HttpResponse:
-        body = _operation_body(request, RefundInputSerializer)
-        return _operate(refund_create, request, payment_id, **body)
+    operation_service = staticmethod(refund_create)
+    operation_body = RefundInputSerializer
+    openapi_id = "refunds_create"
+    openapi_summary = "Refund a succeeded payment (all that remains, or a part)"
+    openapi_answer = (201, RefundSerializer)
 
     @extend_schema(
         operation_id="refunds_list",
@@ -248,30 +296,23 @@ class PaymentRefundsApi(APIView):
         responses={200: RefundListSerializer, **problems(400, 401, 404)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
-        _refuse_unknown_parameters(request, RefundListQuerySerializer)
-        query = RefundListQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        try:
-            payment = payment_get(merchant=request.user, payment_id=payment_id)
-        except PaymentNotFound as exc:
-            raise _payment_not_found(exc) from exc
-        try:
-            page = refund_list(payment=payment, **query.validated_data)
-        except RefundNotFound as exc:
-            raise Problem(
-                "starting_after is not the id of one of this payment's refunds.",
-                code="validation_error",
-                title="The query is invalid",
-                errors=[
-                    {"field": "starting_after", "code": "not_found", "message": "No such refund."}
-                ],
-            ) from exc
-        document = {
-            "object": "list",
-            "data": RefundSerializer(page.refunds, many=True).data,
-            "has_more": page.has_more,
-        }
-        return HttpResponse(json_bytes(document), content_type="application/json")
+        def fetch(query: dict) -> tuple[Sequence[object], bool]:
+            try:
+                payment = payment_get(merchant=request.user, payment_id=payment_id)
+            except PaymentNotFound as exc:
+                raise _not_found("payment") from exc
+            page = refund_list(payment=payment, **query)
+            return page.refunds, page.has_more
+
+        return _list_answer(
+            request,
+            RefundListQuerySerializer,
+            fetch,
+            RefundSerializer,
+            cursor_not_found=RefundNotFound,
+            cursor_detail="starting_after is not the id of one of this payment's refunds.",
+            cursor_message="No such refund.",
+        )
 
 
 class RefundDetailApi(APIView):
@@ -286,26 +327,8 @@ class RefundDetailApi(APIView):
         try:
             refund = refund_get(merchant=request.user, refund_id=refund_id)
         except RefundNotFound as exc:
-            raise Problem(
-                "No refund with this id.", code="not_found", title="Not found", status_code=404
-            ) from exc
-        return HttpResponse(
-            json_bytes(RefundSerializer(refund).data), content_type="application/json"
-        )
-
-
-def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
-    unknown = sorted(set(request.query_params) - set(serializer().fields))
-    if unknown:
-        raise Problem(
-            "Unknown query parameter.",
-            code="validation_error",
-            title="The query is invalid",
-            errors=[
-                {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
-                for n in unknown
-            ],
-        )
+            raise _not_found("refund") from exc
+        return _json(RefundSerializer(refund).data)
 
 
 def healthz(request) -> JsonResponse:

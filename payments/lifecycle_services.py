@@ -30,9 +30,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from gateway_client import AcquirerClient
-from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
-from idempotency.fingerprint import request_fingerprint
-from idempotency.services import ClaimOutcome, idempotency_key_claim, idempotency_key_lock
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt
 from payments.acquirer.operations import operation_send
@@ -48,12 +45,11 @@ from payments.models import (
     OperationKind,
     OperationStatus,
     Payment,
-    PaymentEventType,
     PaymentOperation,
 )
 from payments.responses import Answered, CreateResult, Replayed, Unavailable
 from payments.selectors import PaymentNotFound
-from payments.services import claim_refused, key_replayable
+from payments.services import key_claim, key_replayable
 from payments.tasks import operation_reconcile_task
 
 __all__ = [
@@ -189,66 +185,51 @@ def _claim(
     audit: dict | None = None,
 ) -> Replayed | _Claimed:
     """Phase 1: lock the payment, claim the key, check, create the operation (or resume it)."""
-    lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
-    route = operation_route(kind, payment_id)
-    try:
-        with transaction.atomic():
-            payment = payment_lock(payment_id)
-            claim = idempotency_key_claim(
-                merchant_id=merchant.pk,
-                key=idempotency_key,
-                method="POST",
-                route=route,
-                fingerprint=request_fingerprint("POST", route, body),
-                now=now,
-                retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
-                lock_timeout=lock_timeout,
-            )
-            record = claim.record
-            first_attempt = claim.outcome is ClaimOutcome.CREATED
-            operation = PaymentOperation.objects.filter(idempotency_key=record).first()
-            if claim.outcome is ClaimOutcome.COMPLETED:
-                if operation is None or operation.status != OperationStatus.PENDING:
-                    return Replayed(record)
-                # The stored answer is a 202: re-send with the same acquirer idempotency key.
-                idempotency_key_lock(record=record, now=now)
-                resumed = PaymentEventType.MERCHANT_RETRY
-            elif operation is None:
-                amount = operation_check(payment, kind, body.get("amount"))
-                operation = operation_open(
-                    payment=payment,
-                    kind=kind,
-                    amount=amount,
-                    reason=body.get("reason"),
-                    key=record,
-                    now=now,
-                    check_at=now + lock_timeout,
-                )
-                if audit is not None:
-                    payment_event_record(
-                        payment=payment,
-                        event_type=PaymentEventType.OPERATOR_REFUND_REQUESTED,
-                        now=now,
-                        data=audit
-                        | {
-                            "operation": operation.id,
-                            "amount": amount,
-                            "idempotency_key": idempotency_key,
-                        },
-                    )
-                return _Claimed(payment, operation, first_attempt=True)
-            else:
-                resumed = PaymentEventType.KEY_TAKEN_OVER
-            payment_event_record(
+    with transaction.atomic():
+        payment = payment_lock(payment_id)
+        claimed = key_claim(
+            merchant=merchant,
+            idempotency_key=idempotency_key,
+            route=operation_route(kind, payment_id),
+            body=body,
+            now=now,
+            rows=PaymentOperation.objects.all(),
+            pending_status=OperationStatus.PENDING,
+        )
+        if isinstance(claimed, Replayed):
+            return claimed
+        operation = claimed.row
+        if operation is None:
+            amount = operation_check(payment, kind, body.get("amount"))
+            operation = operation_open(
                 payment=payment,
-                event_type=resumed,
+                kind=kind,
+                amount=amount,
+                reason=body.get("reason"),
+                key=claimed.record,
                 now=now,
-                data={"resumed": True, "operation": operation.id, "kind": kind},
+                check_at=claimed.check_at,
             )
-            return _Claimed(payment, operation, first_attempt=first_attempt)
-    except (IdempotencyKeyInUse, IdempotencyKeyReused) as exc:
-        claim_refused(exc)
-        raise
+            if audit is not None:  # an operator's refund: who asked, and why, in phase 1
+                payment_event_record(
+                    payment=payment,
+                    event_type=PaymentEventType.OPERATOR_REFUND_REQUESTED,
+                    now=now,
+                    data=audit
+                    | {
+                        "operation": operation.id,
+                        "amount": amount,
+                        "idempotency_key": idempotency_key,
+                    },
+                )
+            return _Claimed(payment, operation, first_attempt=True)
+        payment_event_record(
+            payment=payment,
+            event_type=claimed.resumed,
+            now=now,
+            data={"resumed": True, "operation": operation.id, "kind": kind},
+        )
+        return _Claimed(payment, operation, first_attempt=claimed.first_attempt)
 
 
 def _enqueue_reconciliation(operation: PaymentOperation) -> None:

@@ -25,9 +25,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from gateway_client import AcquirerClient
@@ -69,9 +71,11 @@ __all__ = [
     "PAYMENTS_ROUTE",
     "Answered",
     "CreateResult",
+    "KeyClaimed",
     "Replayed",
     "Unavailable",
     "claim_refused",
+    "key_claim",
     "key_replayable",
     "payment_authorization_record",
     "payment_create",
@@ -81,6 +85,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PAYMENTS_ROUTE = "/payments"
+
+Row = TypeVar("Row", bound=models.Model)
 
 #: Phase 2's one table: outcome -> (status it moves to, event type, failure code). The outcome
 #: missing here, :attr:`AuthorizationOutcome.UNKNOWN`, leaves the payment ``processing`` and
@@ -185,51 +191,96 @@ def _claim(
     *, merchant: Merchant, idempotency_key: str, body: dict, now: datetime
 ) -> Replayed | _Claimed:
     """Phase 1: claim the key and create the payment (or resume the one it already has)."""
+    with transaction.atomic():
+        claimed = key_claim(
+            merchant=merchant,
+            idempotency_key=idempotency_key,
+            route=PAYMENTS_ROUTE,
+            body=body,
+            now=now,
+            rows=Payment.objects.all(),
+            pending_status=PaymentStatus.PROCESSING,
+        )
+        if isinstance(claimed, Replayed):
+            return claimed
+        payment = claimed.row
+        if payment is None:
+            # If this request dies before phase 2, reconciliation finds the payment then.
+            payment = payment_record_create(
+                merchant=merchant, body=body, key=claimed.record, now=now, check_at=claimed.check_at
+            )
+        else:
+            payment_event_record(
+                payment=payment, event_type=claimed.resumed, now=now, data={"resumed": True}
+            )
+        return _Claimed(payment, first_attempt=claimed.first_attempt)
+
+
+@dataclass(frozen=True)
+class KeyClaimed(Generic[Row]):
+    """What :func:`key_claim` found: the locked key ``record``; the ``row`` it already has
+    (None: create it, due for a check at ``check_at`` should the request die); whether this is
+    the first attempt (only a new key can prove nothing was ever applied); and, for a resumed
+    row, the event saying how (``merchant_retry`` of a 202, or ``key_taken_over`` after a
+    crash)."""
+
+    record: IdempotencyKey
+    row: Row | None
+    first_attempt: bool
+    resumed: PaymentEventType
+    check_at: datetime
+
+
+def key_claim(
+    *,
+    merchant: Merchant,
+    idempotency_key: str,
+    route: str,
+    body: dict,
+    now: datetime,
+    rows: QuerySet[Row],
+    pending_status: str,
+) -> Replayed | KeyClaimed[Row]:
+    """Phase 1's claim of the merchant's ``idempotency_key`` for ``POST route`` with ``body``
+    (the fingerprint), inside the caller's transaction, and the row of ``rows`` (payments,
+    operations) it already has.
+
+    Returns :class:`Replayed` when the key holds a final answer (its row is not
+    ``pending_status``); for a stored 202 the key is locked again, so the request re-sends with
+    the same acquirer idempotency key. Raises ``IdempotencyKeyReused`` (422) and
+    ``IdempotencyKeyInUse`` (409), each counted (:func:`claim_refused`).
+    """
     lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
     try:
-        with transaction.atomic():
-            claim = idempotency_key_claim(
-                merchant_id=merchant.pk,
-                key=idempotency_key,
-                method="POST",
-                route=PAYMENTS_ROUTE,
-                fingerprint=request_fingerprint("POST", PAYMENTS_ROUTE, body),
-                now=now,
-                retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
-                lock_timeout=lock_timeout,
-            )
-            record = claim.record
-            # Only a first attempt can prove that nothing was ever applied; a resumed payment
-            # (a retry of a 202, or a take-over after a crash) may have been applied before.
-            first_attempt = claim.outcome is ClaimOutcome.CREATED
-            payment = Payment.objects.filter(idempotency_key=record).first()
-            if claim.outcome is ClaimOutcome.COMPLETED:
-                if payment is None or payment.status != PaymentStatus.PROCESSING:
-                    return Replayed(record)
-                # The stored answer is a 202: re-send with the same acquirer idempotency key.
-                idempotency_key_lock(record=record, now=now)
-                payment_event_record(
-                    payment=payment,
-                    event_type=PaymentEventType.MERCHANT_RETRY,
-                    now=now,
-                    data={"resumed": True},
-                )
-            elif payment is None:
-                # If this request dies before phase 2, reconciliation finds the payment then.
-                payment = payment_record_create(
-                    merchant=merchant, body=body, key=record, now=now, check_at=now + lock_timeout
-                )
-            else:
-                payment_event_record(
-                    payment=payment,
-                    event_type=PaymentEventType.KEY_TAKEN_OVER,
-                    now=now,
-                    data={"resumed": True},
-                )
-            return _Claimed(payment, first_attempt=first_attempt)
+        claim = idempotency_key_claim(
+            merchant_id=merchant.pk,
+            key=idempotency_key,
+            method="POST",
+            route=route,
+            fingerprint=request_fingerprint("POST", route, body),
+            now=now,
+            retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
+            lock_timeout=lock_timeout,
+        )
     except (IdempotencyKeyInUse, IdempotencyKeyReused) as exc:
         claim_refused(exc)
         raise
+    record = claim.record
+    row = rows.filter(idempotency_key=record).first()
+    resumed = PaymentEventType.KEY_TAKEN_OVER
+    if claim.outcome is ClaimOutcome.COMPLETED:
+        if row is None or row.status != pending_status:  # type: ignore[attr-defined]
+            return Replayed(record)
+        # The stored answer is a 202: re-send with the same acquirer idempotency key.
+        idempotency_key_lock(record=record, now=now)
+        resumed = PaymentEventType.MERCHANT_RETRY
+    return KeyClaimed(
+        record=record,
+        row=row,
+        first_attempt=claim.outcome is ClaimOutcome.CREATED,
+        resumed=resumed,
+        check_at=now + lock_timeout,
+    )
 
 
 def claim_refused(exc: IdempotencyKeyInUse | IdempotencyKeyReused) -> None:

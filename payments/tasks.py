@@ -6,6 +6,7 @@ Tasks never retry around the gateway client: the client is the only retry layer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery import shared_task
 from django.conf import settings
@@ -21,11 +22,11 @@ from payments.operation_reconciliation import (
     operation_reconciliation_run,
     operation_reconciliation_sweep,
 )
-from payments.reconciliation import (
+from payments.reconciliation import reconciliation_run, reconciliation_sweep
+from payments.reconciliation_schedule import (
     ReconciliationPolicy,
+    ReconciliationReport,
     ReconciliationResult,
-    reconciliation_run,
-    reconciliation_sweep,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,28 @@ def purge_expired_idempotency_keys() -> int:
     return deleted
 
 
+def _reported(report: ReconciliationReport) -> str:
+    """Count and log what one reconciliation did (a claim another worker won is only
+    counted); return its result's value."""
+    record_reconciliation(report.result.value)
+    if report.result is not ReconciliationResult.NOT_CLAIMED:
+        logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
+    return report.result.value
+
+
+def _swept(sweep: Callable[..., list[ReconciliationReport]]) -> int:
+    """Run one beat ``sweep`` with the settings' client and policies; count and log each
+    report; return how many rows it reconciled."""
+    reports = sweep(
+        client=acquirer_client(),
+        policy=ReconciliationPolicy.from_settings(),
+        acquirer_policy=reconciliation_retry_policy(),
+    )
+    for report in reports:
+        _reported(report)
+    return len(reports)
+
+
 @shared_task(name="payments.tasks.reconcile_payment", ignore_result=True)
 def payment_reconcile_task(payment_id: str, operator_requested: bool = False) -> str:
     """Reconcile one payment now (enqueued on commit after a 202, or by an operator, who may
@@ -63,25 +86,13 @@ def payment_reconcile_task(payment_id: str, operator_requested: bool = False) ->
     The Celery name stays ``payments.tasks.reconcile_payment`` (the function's name before),
     so messages already queued still route.
     """
-    report = reconciliation_run(payment_id, include_review=operator_requested)
-    record_reconciliation(report.result.value)
-    if report.result is not ReconciliationResult.NOT_CLAIMED:
-        logger.info("reconcile %s: %s %s", payment_id, report.result.value, report.detail)
-    return report.result.value
+    return _reported(reconciliation_run(payment_id, include_review=operator_requested))
 
 
 @shared_task(name="payments.tasks.reconcile_due_payments", ignore_result=True)
 def reconcile_due_payments() -> int:
     """The beat sweep: claim one batch of due payments and reconcile each. Returns how many."""
-    results = reconciliation_sweep(
-        client=acquirer_client(),
-        policy=ReconciliationPolicy.from_settings(),
-        acquirer_policy=reconciliation_retry_policy(),
-    )
-    for report in results:
-        record_reconciliation(report.result.value)
-        logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
-    return len(results)
+    return _swept(reconciliation_sweep)
 
 
 @shared_task(name="payments.tasks.reconcile_operation", ignore_result=True)
@@ -93,24 +104,13 @@ def operation_reconcile_task(operation_id: str) -> str:
     report = operation_reconciliation_run(
         operation_id, client=acquirer_client(), acquirer_policy=reconciliation_retry_policy()
     )
-    record_reconciliation(report.result.value)
-    if report.result is not ReconciliationResult.NOT_CLAIMED:
-        logger.info("reconcile %s: %s %s", operation_id, report.result.value, report.detail)
-    return report.result.value
+    return _reported(report)
 
 
 @shared_task(name="payments.tasks.reconcile_due_operations", ignore_result=True)
 def reconcile_due_operations() -> int:
     """The beat sweep of pending captures, voids and refunds: one batch. Returns how many."""
-    results = operation_reconciliation_sweep(
-        client=acquirer_client(),
-        policy=ReconciliationPolicy.from_settings(),
-        acquirer_policy=reconciliation_retry_policy(),
-    )
-    for report in results:
-        record_reconciliation(report.result.value)
-        logger.info("reconcile %s: %s %s", report.payment_id, report.result.value, report.detail)
-    return len(results)
+    return _swept(operation_reconciliation_sweep)
 
 
 @shared_task(name="payments.tasks.void_expired_authorizations", ignore_result=True)

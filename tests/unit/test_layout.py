@@ -206,7 +206,10 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "services: the create flow, the operations after it, reconciliation",
-        {"services", "lifecycle_services", "reconciliation", "operation_reconciliation"},
+        {
+            "services", "lifecycle_services", "reconciliation", "operation_reconciliation",
+            "reconciliation_schedule",
+        },
     ),
     (
         "primitives: the state machine, the acquirer boundary, the answers",
@@ -276,9 +279,15 @@ def test_payments_modules_import_only_their_layer_or_below():
 
 
 def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
-    """reconciliation and operations use lifecycle and acquirer, never services; tasks use
-    reconciliation, never services."""
+    """reconciliation (its shared schedule too) and operations use lifecycle and acquirer,
+    never services; tasks use reconciliation, never services."""
     modules = payments_modules(import_graph())
-    for name in ("reconciliation", "operation_reconciliation", "operations", "tasks"):
+    for name in (
+        "reconciliation",
+        "operation_reconciliation",
+        "reconciliation_schedule",
+        "operations",
+        "tasks",
+    ):
         assert "services" not in modules[name], name
         assert "lifecycle_services" not in modules[name], name
