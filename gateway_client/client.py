@@ -47,10 +47,11 @@ Order before each attempt: breaker, rate gate, (first attempt: budget deposit), 
 slot, send.
 
 Where the rest lives: the retry loop that applies these rules in _retry_loop.py (`RetryLoop`,
-which `AcquirerClient` extends with its operations); one exchange (send, read within the deadline, map failures to
-GatewayError) in _exchange.py; the running state of a call and the errors the client ends it
-with in _call.py; the one log event per attempt (`gateway_client` logger, `gateway_*` extras)
-in _attempt_log.py; what an attempt means to the breaker and the limiter in classify.py.
+which `AcquirerClient` extends with its operations); one exchange (send, read within the
+deadline, map failures to GatewayError) in _exchange.py; the running state of a call and the
+errors the client ends it with in _call.py; the one log event per attempt (`gateway_client`
+logger, `gateway_*` extras) in _attempt_log.py; what an attempt means to the breaker and the
+limiter in classify.py.
 """
 
 from __future__ import annotations

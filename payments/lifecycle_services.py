@@ -45,6 +45,7 @@ from payments.models import (
     OperationKind,
     OperationStatus,
     Payment,
+    PaymentEventType,
     PaymentOperation,
 )
 from payments.responses import Answered, CreateResult, Replayed, Unavailable
