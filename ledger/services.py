@@ -78,11 +78,17 @@ CATEGORY_LABELS: dict[Category, str] = {
     Category.ACQUIRER_REFERENCE_MISMATCH: "stored acquirer reference differs",
 }
 
-#: The acquirer status each final status of ours must have (None: no record at all).
+#: The acquirer status each final status of ours must have (None: no record at all). A manual
+#: payment's authorization is approved whatever its capture state: held, being captured or
+#: voided, or voided.
 EXPECTED_RECORD_STATUS: dict[str, str | None] = {
     PaymentStatus.SUCCEEDED: "approved",
     PaymentStatus.DECLINED: "declined",
     PaymentStatus.FAILED: None,
+    PaymentStatus.REQUIRES_CAPTURE: "approved",
+    PaymentStatus.CAPTURE_PENDING: "approved",
+    PaymentStatus.VOID_PENDING: "approved",
+    PaymentStatus.CANCELED: "approved",
 }
 UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
 
