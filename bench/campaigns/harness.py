@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -349,9 +349,11 @@ class Sandbox(Process):
 
     def listing(self, what: str, since: datetime) -> list[dict[str, Any]]:
         """The settlement listing ``what`` (``charges``: each charge with its capture state
-        now; ``refunds``: every refund record) since ``since``, every page, oldest first."""
+        now; ``refunds``: every refund record) from a minute before ``since`` (its times are
+        to the second; the rows of before belong to no one else but the stack's campaigns),
+        every page, oldest first."""
         rows: list[dict[str, Any]] = []
-        query = {"since": since.isoformat(), "limit": "10000"}
+        query = {"since": (since - timedelta(minutes=1)).isoformat(), "limit": "10000"}
         while True:
             response = self.http.get(
                 f"/_sandbox/{what}",
