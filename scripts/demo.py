@@ -316,13 +316,11 @@ class Demo:
 
     # -- scenarios ------------------------------------------------------------------------
 
-    def acquirer_scenario(
-        self, title: str, token: str, *, merchant_retry: bool = False
-    ) -> httpx.Response:
-        """One payment whose acquirer behaviour is chosen by ``token``."""
-        self.heading(title)
-        key = f"demo-{self.run_id}-{self.number}"
-        body = self.body(token, str(self.number))
+    def create_shown(
+        self, key: str, body: dict[str, Any]
+    ) -> tuple[httpx.Response, Seen, str | None, str]:
+        """``POST /payments``, printed with its answer and what the sandbox saw; returns the
+        answer, what the sandbox saw, the payment's id and status."""
         self.show_request(key, body)
         before = self.stats()
         response = self.post(key, body)
@@ -330,6 +328,16 @@ class Demo:
         payment_id, status = self.payment_status(response, seen)
         self.show_answer(response, f"{payment_id} {status}" if payment_id else None)
         print(f"sandbox   {seen.describe()}")
+        return response, seen, payment_id, status
+
+    def acquirer_scenario(
+        self, title: str, token: str, *, merchant_retry: bool = False
+    ) -> httpx.Response:
+        """One payment whose acquirer behaviour is chosen by ``token``."""
+        self.heading(title)
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body(token, str(self.number))
+        response, seen, payment_id, status = self.create_shown(key, body)
         total_attempts = seen.attempts
         ok = self.compare(response, status, token, total_attempts)
         if merchant_retry and seen.key:
@@ -492,13 +500,7 @@ class Demo:
         self.heading("a manual payment: authorized only (capture_method manual)")
         key = f"demo-{self.run_id}-{self.number}"
         body = {**self.body("tok_visa", str(self.number), amount=2000), "capture_method": "manual"}
-        self.show_request(key, body)
-        before = self.stats()
-        response = self.post(key, body)
-        seen = self.seen(before, self.stats(), None)
-        payment_id, status = self.payment_status(response, seen)
-        self.show_answer(response, f"{payment_id} {status}" if payment_id else None)
-        print(f"sandbox   {seen.describe()}")
+        response, seen, payment_id, status = self.create_shown(key, body)
         ok = response.status_code == 201 and status == "requires_capture" and seen.charges == 1
         self.verdict("manual", ok, "201, payment requires_capture, amount_captured 0; one charge")
         return (payment_id if ok else None), body["amount"]
