@@ -78,7 +78,13 @@ def test_payment_left_by_a_crash_is_resolved_once(crashing_web, merchant_a, sand
 
     later = timezone.now() + timedelta(minutes=5)  # past the lock timeout and the grace period
     policy = ReconciliationPolicy.from_settings()
-    assert reconciliation_claim_payment(payment_id=payment.id, now=later, policy=policy)
+    # PostgreSQL ends the killed request's transaction (and its row locks, which the claim
+    # skips) only once it notices the connection is gone: a moment after the SIGKILL.
+    wait_until(
+        lambda: reconciliation_claim_payment(payment_id=payment.id, now=later, policy=policy),
+        timeout=30,
+        what="the claim, once the killed request's row locks are released",
+    )
     outcome = payment_reconcile(
         payment_id=payment.id, client=acquirer_client(), policy=policy, clock=lambda: later
     )
@@ -124,7 +130,11 @@ def test_operation_left_by_a_crash_is_resolved_once(crashing_web, merchant_a, sa
 
     later = timezone.now() + timedelta(minutes=5)  # past the lock timeout and the grace period
     policy = ReconciliationPolicy.from_settings()
-    assert operation_claim(operation_id=operation.id, now=later, policy=policy)
+    wait_until(  # as above: the killed request's row locks go with its connection
+        lambda: operation_claim(operation_id=operation.id, now=later, policy=policy),
+        timeout=30,
+        what="the claim, once the killed request's row locks are released",
+    )
     report = operation_reconcile(
         operation_id=operation.id, client=acquirer_client(), policy=policy, clock=lambda: later
     )
