@@ -33,6 +33,7 @@ from gateway_client import AcquirerClient
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt
 from payments.acquirer.operations import operation_send
+from payments.crashpoints import crash_point
 from payments.lifecycle import (
     operation_attempt_record,
     operation_check,
@@ -170,7 +171,9 @@ def _operate(
     if isinstance(claimed, Replayed):
         record_idempotency_replay()
         return claimed
+    crash_point(f"{kind}_after_phase1_commit")
     attempt = operation_send(client, claimed.payment, claimed.operation)
+    crash_point(f"{kind}_after_acquirer_answer")
     return operation_attempt_finish(
         claimed.operation.pk, attempt, first_attempt=claimed.first_attempt, now=clock()
     )
@@ -259,6 +262,7 @@ def operation_attempt_finish(
             check_at=now + timedelta(seconds=settings.RECONCILIATION_BACKOFF_BASE_SECONDS),
             on_unknown=_enqueue_reconciliation,
         )
+        crash_point(f"{recorded.operation.kind}_before_phase2_commit")
     if recorded.response is None:
         return Unavailable(retry_after=recorded.retry_after, payment=recorded.payment)
     return Answered(payment=recorded.payment, response=recorded.response)

@@ -41,6 +41,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -175,6 +176,8 @@ class Seen:
     attempts: int
     charges: int
     answers: dict[str, int] = field(default_factory=dict)
+    #: What the records are: charges for an authorization, captures or refunds otherwise.
+    records: str = "charges"
 
     def describe(self) -> str:
         if self.key is None:
@@ -186,7 +189,7 @@ class Seen:
         plural = "s" if self.attempts != 1 else ""
         return (
             f"{self.attempts} attempt{plural} with {self.key} (answered: {answers or '-'}); "
-            f"charges for that key: {self.charges}"
+            f"{self.records} for that key: {self.charges}"
         )
 
 
@@ -220,11 +223,18 @@ class Demo:
             "reference": f"demo-{self.run_id}-{name}",
         }
 
-    def seen(self, before: dict[str, Any], after: dict[str, Any], key: str | None) -> Seen:
-        """Attempts, answers and charges for the payment's acquirer key since ``before``."""
+    def seen(
+        self,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        key: str | None,
+        kind: str = "authorize",
+    ) -> Seen:
+        """Attempts, answers and records (charges, or the ``kind`` operation's: captures,
+        refunds) for the acquirer key ``<kind>-...`` since ``before``."""
         old = before.get("requests_by_idempotency_key", {})
         new = after.get("requests_by_idempotency_key", {})
-        grown = [k for k, v in new.items() if v > old.get(k, 0) and k.startswith("authorize-")]
+        grown = [k for k, v in new.items() if v > old.get(k, 0) and k.startswith(f"{kind}-")]
         if key is None and grown:
             key = grown[-1]
         if key is None:
@@ -237,11 +247,13 @@ class Demo:
                     answers[label if table == "requests_by_status" else f"no answer ({label})"] = (
                         delta
                     )
+        records = "charges" if kind == "authorize" else f"{kind}s"
         return Seen(
             key=key,
             attempts=new.get(key, 0) - old.get(key, 0),
-            charges=after.get("charges_by_idempotency_key", {}).get(key, 0),
+            charges=after.get(f"{records}_by_idempotency_key", {}).get(key, 0),
             answers=answers,
+            records=records,
         )
 
     def payment_status(self, response: httpx.Response, seen: Seen) -> tuple[str | None, str]:
@@ -268,12 +280,16 @@ class Demo:
         print(f"\n== {self.number}. {title} " + "=" * max(3, 66 - len(title)))
 
     @staticmethod
-    def show_request(key: str, body: dict[str, Any], note: str = "") -> None:
-        print(f"request   POST /payments  Idempotency-Key: {key}")
+    def show_request(
+        key: str, body: dict[str, Any], note: str = "", path: str = "/payments"
+    ) -> None:
+        print(f"request   POST {path}  Idempotency-Key: {key}")
         print(f"          {json.dumps(body)}{note}")
 
     @staticmethod
-    def show_answer(response: httpx.Response, payment: str | None = None) -> None:
+    def show_answer(
+        response: httpx.Response, payment: str | None = None, label: str = "payment"
+    ) -> None:
         headers = "  ".join(
             f"{name}: {response.headers[name]}"
             for name in HEADERS_THAT_MATTER
@@ -288,7 +304,7 @@ class Demo:
         if code:
             parts.append(code)
         if payment:
-            parts.append(f"payment {payment}")
+            parts.append(f"{label} {payment}")
         print(f"answer    {'  '.join(parts)}")
         if headers:
             print(f"          {headers}")
@@ -300,13 +316,11 @@ class Demo:
 
     # -- scenarios ------------------------------------------------------------------------
 
-    def acquirer_scenario(
-        self, title: str, token: str, *, merchant_retry: bool = False
-    ) -> httpx.Response:
-        """One payment whose acquirer behaviour is chosen by ``token``."""
-        self.heading(title)
-        key = f"demo-{self.run_id}-{self.number}"
-        body = self.body(token, str(self.number))
+    def create_shown(
+        self, key: str, body: dict[str, Any]
+    ) -> tuple[httpx.Response, Seen, str | None, str]:
+        """``POST /payments``, printed with its answer and what the sandbox saw; returns the
+        answer, what the sandbox saw, the payment's id and status."""
         self.show_request(key, body)
         before = self.stats()
         response = self.post(key, body)
@@ -314,6 +328,16 @@ class Demo:
         payment_id, status = self.payment_status(response, seen)
         self.show_answer(response, f"{payment_id} {status}" if payment_id else None)
         print(f"sandbox   {seen.describe()}")
+        return response, seen, payment_id, status
+
+    def acquirer_scenario(
+        self, title: str, token: str, *, merchant_retry: bool = False
+    ) -> httpx.Response:
+        """One payment whose acquirer behaviour is chosen by ``token``."""
+        self.heading(title)
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body(token, str(self.number))
+        response, seen, payment_id, status = self.create_shown(key, body)
         total_attempts = seen.attempts
         ok = self.compare(response, status, token, total_attempts)
         if merchant_retry and seen.key:
@@ -450,6 +474,142 @@ class Demo:
             )
         self.verdict("changed", ok, expected)
 
+    # -- the payment lifecycle: capture and refunds -----------------------------------------
+
+    def operation(
+        self, path: str, body: dict[str, Any], kind: str, key: str | None = None
+    ) -> tuple[str, httpx.Response, Seen]:
+        """``POST path`` (a capture or a refund) with its own key: printed, with what the
+        sandbox saw for the operation's acquirer key (``capture-...``, ``refund-...``)."""
+        key = key or f"demo-{self.run_id}-{self.number}-{kind}-{uuid.uuid4().hex[:4]}"
+        self.show_request(key, body, path=path)
+        before = self.stats()
+        response = self.api.post(path, json=body, headers={"Idempotency-Key": key})
+        seen = self.seen(before, self.stats(), None, kind)
+        data = response.json() if response.content else {}
+        label, what = "payment", None
+        if data.get("object") == "refund":
+            label, what = "refund", f"{data['id']} {data['status']} amount {data['amount']}"
+        elif data.get("object") == "payment":
+            what = f"{data['id']} {data['status']} amount_captured {data['amount_captured']}"
+        self.show_answer(response, what, label)
+        print(f"sandbox   {seen.describe()}")
+        return key, response, seen
+
+    def manual_payment(self) -> tuple[str | None, int]:
+        self.heading("a manual payment: authorized only (capture_method manual)")
+        key = f"demo-{self.run_id}-{self.number}"
+        body = {**self.body("tok_visa", str(self.number), amount=2000), "capture_method": "manual"}
+        response, seen, payment_id, status = self.create_shown(key, body)
+        ok = response.status_code == 201 and status == "requires_capture" and seen.charges == 1
+        self.verdict("manual", ok, "201, payment requires_capture, amount_captured 0; one charge")
+        return (payment_id if ok else None), body["amount"]
+
+    def partial_capture(self, payment_id: str, amount: int) -> bool:
+        self.heading("a partial capture (the rest of the authorization is released)")
+        captured = amount * 3 // 4
+        _, response, seen = self.operation(
+            f"/payments/{payment_id}/capture", {"amount": captured}, "capture"
+        )
+        data = response.json()
+        ok = (
+            response.status_code == 200
+            and (data.get("status"), data.get("amount_captured")) == ("succeeded", captured)
+            and (seen.attempts, seen.charges) == (1, 1)
+        )
+        self.verdict(
+            "capture", ok, f"200, payment succeeded, amount_captured {captured}; one capture"
+        )
+        return ok
+
+    def two_refunds(self, payment_id: str) -> None:
+        self.heading("two partial refunds of the captured amount")
+        captured = self.api.get(f"/payments/{payment_id}").json()["amount_captured"]
+        amounts = (captured // 3, captured // 5)
+        ok = True
+        for amount in amounts:
+            _, response, seen = self.operation(
+                f"/payments/{payment_id}/refunds", {"amount": amount}, "refund"
+            )
+            data = response.json()
+            ok = ok and response.status_code == 201 and data.get("status") == "succeeded"
+            ok = ok and data.get("amount") == amount and (seen.attempts, seen.charges) == (1, 1)
+        payment = self.api.get(f"/payments/{payment_id}").json()
+        print(
+            f"then      GET /payments/{payment_id}: {payment['status']}, amount_captured "
+            f"{payment['amount_captured']}, amount_refunded {payment['amount_refunded']}"
+        )
+        ok = ok and payment["amount_refunded"] == sum(amounts)
+        self.verdict(
+            "refunds",
+            ok,
+            f"201 refund succeeded twice; amount_refunded {sum(amounts)}; one refund per key",
+        )
+
+    def lost_refund(self, poll_seconds: float = 60.0) -> None:
+        self.heading("a refund whose answer was lost (500 after the acquirer recorded it)")
+        method = "tok_refund_500_after_commit"
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body(method, str(self.number))
+        response = self.post(key, body)
+        payment_id = response.json().get("id") if response.status_code == 201 else None
+        print(f"setup     a payment with {method}: {response.status_code} {payment_id}")
+        if payment_id is None:
+            self.verdict("lost refund", False, "a 201 payment to refund")
+            return
+        # The token loses the first attempt's answer; an outage of POST /refunds after commit
+        # loses the gateway client's retries' answers too (same key: the sandbox replays the
+        # refund it recorded, then answers 500 again), so the service cannot know in-request.
+        outage = {"duration_seconds": 5, "failure": 500, "phase": "after_commit"}
+        self.sandbox.post(
+            "/_sandbox/conditions/outage", json={**outage, "endpoints": ["POST /refunds"]}
+        ).raise_for_status()
+        print(
+            "setup     the sandbox answers every POST /refunds 500 after recording it, for 5 s "
+            "(the token's fault, and the client's retries too)"
+        )
+        try:
+            refund_key, first, seen = self.operation(
+                f"/payments/{payment_id}/refunds", {"amount": 700}, "refund"
+            )
+        finally:
+            self.sandbox.delete("/_sandbox/conditions/outage")
+        refund = first.json() if first.content else {}
+        ok = (
+            first.status_code == 202
+            and refund.get("status") == "pending"
+            and valid_retry_after(first.headers.get("Retry-After", "x"))
+            and seen.charges == 1
+        )
+        print(f"then      GET /refunds/{refund.get('id')} every second until it is not pending")
+        started = time.monotonic()
+        status = refund.get("status")
+        while status == "pending" and time.monotonic() - started < poll_seconds:
+            time.sleep(1.0)
+            polled = self.api.get(f"/refunds/{refund.get('id')}")
+            status = polled.json().get("status") if polled.status_code == 200 else status
+        waited = time.monotonic() - started
+        print(f"answer    200  refund {refund.get('id')} {status} (after {waited:.0f} s)")
+        print("then      the merchant retries the same request (same Idempotency-Key)")
+        _, replay, again = self.operation(
+            f"/payments/{payment_id}/refunds", {"amount": 700}, "refund", key=refund_key
+        )
+        ok = (
+            ok
+            and status == "succeeded"
+            and replay.status_code == 201
+            and replay.json().get("status") == "succeeded"
+            and replay.headers.get("Idempotent-Replayed") == "true"
+            and (again.attempts, again.charges) in ((0, 0), (0, 1))
+            and self.stats().get("refunds_by_idempotency_key", {}).get(seen.key, 0) == 1
+        )
+        self.verdict(
+            "lost refund",
+            ok,
+            "202, refund pending with Retry-After; reconciliation resolves it succeeded (one "
+            "refund at the acquirer); the retry replays 201 succeeded, no acquirer call",
+        )
+
     def run(self) -> int:
         first = self.acquirer_scenario("approved", "tok_visa")
         first_key, first_body = f"demo-{self.run_id}-1", self.body("tok_visa", "1")
@@ -464,6 +624,10 @@ class Demo:
         self.replay(first_key, first_body, first)
         self.concurrent_duplicate()
         self.changed_request(first_key, first_body, first)
+        payment_id, amount = self.manual_payment()
+        if payment_id and self.partial_capture(payment_id, amount):
+            self.two_refunds(payment_id)
+        self.lost_refund()
 
         failed = [title for title, ok in self.results if not ok]
         print(

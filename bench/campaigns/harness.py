@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -346,6 +346,27 @@ class Sandbox(Process):
 
     def clear_conditions(self) -> None:
         self.http.delete("/_sandbox/conditions").raise_for_status()
+
+    def listing(self, what: str, since: datetime) -> list[dict[str, Any]]:
+        """The settlement listing ``what`` (``charges``: each charge with its capture state
+        now; ``refunds``: every refund record) from a minute before ``since`` (its times are
+        to the second; the rows of before belong to no one else but the stack's campaigns),
+        every page, oldest first."""
+        rows: list[dict[str, Any]] = []
+        query = {"since": (since - timedelta(minutes=1)).isoformat(), "limit": "10000"}
+        while True:
+            response = self.http.get(
+                f"/_sandbox/{what}",
+                params=query,
+                headers={"Authorization": f"Bearer {self.api_key}"},
+            )
+            if response.status_code != 200:
+                raise CampaignError(f"the sandbox's {what} listing answered {response.status_code}")
+            page = response.json()
+            rows.extend(page["data"])
+            if not page["has_more"] or not page["data"]:
+                return rows
+            query["starting_after"] = page["data"][-1]["id"]
 
     def stop(self, timeout: float = 15.0) -> None:
         self.http.close()
@@ -666,18 +687,48 @@ class Stack:
         return report
 
     def wait_resolved(self, since: datetime, *, timeout: float) -> int:
-        """Wait until no payment created since ``since`` is processing; returns how many
-        still are (0 unless the timeout passed)."""
+        """Wait until nothing created since ``since`` is unresolved: no payment
+        ``processing`` and no capture, void or refund ``pending``; returns how many still are
+        (0 unless the timeout passed)."""
         deadline = time.monotonic() + timeout
         while True:
             (count,) = self.sql(
-                "SELECT count(*) FROM payments_payment WHERE status = 'processing' "
-                "AND created_at >= %s",
-                [since],
+                "SELECT (SELECT count(*) FROM payments_payment WHERE status = 'processing' "
+                "AND created_at >= %s) + (SELECT count(*) FROM payments_paymentoperation "
+                "WHERE status = 'pending' AND created_at >= %s)",
+                [since, since],
             )[0]
             if count == 0 or time.monotonic() > deadline:
                 return count
             time.sleep(0.5)
+
+    def operations(self, since: datetime, merchant_id: int) -> list[dict[str, Any]]:
+        """The merchant's captures, voids and refunds created since ``since``, each with its
+        payment's status and amounts and the merchant's idempotency key."""
+        columns = (
+            "id",
+            "kind",
+            "status",
+            "failure_code",
+            "amount",
+            "payment_id",
+            "created_at",
+            "updated_at",
+            "key",
+            "payment_status",
+            "amount_captured",
+            "amount_refunded",
+        )
+        query = (
+            "SELECT o.id, o.kind, o.status, o.failure_code, o.amount, o.payment_id, "
+            "o.created_at, o.updated_at, k.key, p.status, p.amount_captured, p.amount_refunded "
+            "FROM payments_paymentoperation o JOIN payments_payment p ON p.id = o.payment_id "
+            "LEFT JOIN idempotency_idempotencykey k ON k.id = o.idempotency_key_id "
+            "WHERE o.created_at >= %s AND p.merchant_id = %s"
+        )
+        return [
+            dict(zip(columns, row, strict=True)) for row in self.sql(query, [since, merchant_id])
+        ]
 
     def payments(self, since: datetime, merchant_id: int | None = None) -> list[dict[str, Any]]:
         query = (

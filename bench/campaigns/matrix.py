@@ -18,6 +18,19 @@ every answer was ``503 acquirer_unavailable`` (the circuit breaker was open: ref
 anything was written, the key left free). Allowed answers: 201, 202,
 502 ``acquirer_error`` and 503 ``acquirer_unavailable``, each consistent with the payment's
 final state.
+
+Captures and refunds: in each phase every third payment (one of the healthy fillers before)
+is a lifecycle: a manual payment with an operation token of :data:`OPERATION_TOKENS` (its
+authorization plain), captured in part once it is ``requires_capture`` (the rest released),
+then refunded twice in part once the capture answered ``200``; a third of the ``202`` answers
+are retried as above. The outages reach the capture and refund endpoints too. Allowed
+operation ends: ``succeeded``; ``failed`` without anything applied (not sent, the breaker
+open, refused by the acquirer) or a refund declined by it; ``needs_review``. Allowed answers:
+200 (capture) or 201 (refund), 202, 502 and 503, each consistent with the operation's end.
+The oracle besides the audit (which checks the authorizations) is the sandbox's settlement
+listings: every lifecycle payment's ``amount_captured`` and ``amount_refunded`` equal ours
+(unless one of its operations is in review), and every refund has at most one record there,
+exactly one succeeded record when ours succeeded and none when ours failed.
 """
 
 from __future__ import annotations
@@ -25,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,6 +90,26 @@ TOKENS = (
     "tok_lookup_lag_60",
 )
 LAG_TOKENS = ("tok_lookup_lag_8", "tok_lookup_lag_30")
+#: The lifecycle payments' tokens: one fault per operation (docs/sandbox.md, "Faults in
+#: captures, voids and refunds"), the authorization plain.
+OPERATION_TOKENS = (
+    "tok_visa",
+    "tok_capture_timeout_after_commit",
+    "tok_capture_500_after_commit",
+    "tok_capture_reset_after_commit",
+    "tok_capture_fail_503_1",
+    "tok_capture_fail_500_1",
+    "tok_refund_timeout_after_commit",
+    "tok_refund_500_after_commit",
+    "tok_refund_reset_after_commit",
+    "tok_refund_fail_503_1",
+    "tok_refund_fail_502_2",
+    "tok_refund_decline",
+    "tok_refund_lookup_lag_5",
+    "tok_capture_slow_1500__refund_trickle_20",
+)
+#: The operation endpoints an outage reaches besides ``POST /charges``.
+OPERATION_ENDPOINTS = ["POST /charges/{id}/capture", "POST /refunds"]
 
 
 @dataclass(frozen=True)
@@ -114,12 +148,17 @@ PHASES = (
             duration_seconds=600,
             failure=500,
             phase="after_commit",
-            endpoints=["POST /charges"],
+            endpoints=["POST /charges", *OPERATION_ENDPOINTS],
         ),
     ),
     Phase(
         "outage_reset",
-        _set("outage", duration_seconds=6, failure="reset", endpoints=["POST /charges"]),
+        _set(
+            "outage",
+            duration_seconds=6,
+            failure="reset",
+            endpoints=["POST /charges", *OPERATION_ENDPOINTS],
+        ),
     ),
     Phase("outage_503", _set("outage", duration_seconds=600, failure=503, retry_after=1)),
 )
@@ -135,6 +174,28 @@ NOT_SENT = {("failed", "acquirer_unavailable"), ("failed", "circuit_open")}
 FAILED_CODES = {"acquirer_unavailable", "circuit_open", "acquirer_rejected"}
 
 
+#: Failure codes allowed at an operation's end: never applied (not sent, the breaker open,
+#: refused by the acquirer), or a refund the acquirer declined.
+OPERATION_FAILED_CODES = FAILED_CODES | {"do_not_honor", "insufficient_funds"}
+#: How long a lifecycle waits for a ``202`` authorization to be resolved before its capture.
+LIFECYCLE_WAIT_SECONDS = 20.0
+
+
+@dataclass
+class OperationSent:
+    """One capture or refund of a lifecycle payment: its key, path, body and answers."""
+
+    kind: str
+    key: str
+    path: str
+    body: dict
+    answers: list[Answer] = field(default_factory=list)
+
+    @property
+    def final(self) -> Answer:
+        return self.answers[-1]
+
+
 @dataclass
 class Sent:
     key: str
@@ -142,14 +203,64 @@ class Sent:
     token: str
     body: dict
     answers: list[Answer]
+    operations: list[OperationSent] = field(default_factory=list)
+
+    @property
+    def lifecycle(self) -> bool:
+        return self.body.get("capture_method") == "manual"
+
+
+async def _send(api: ApiClient, send: Callable[[], Any], answers: list[Answer], rng) -> Answer:
+    """``send()`` once, then (a third of the ``202`` answers) again after ``Retry-After``."""
+    answer = await send()
+    answers.append(answer)
+    if answer.status == 202 and rng.random() < 0.33:
+        await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
+        answer = await send()
+        answers.append(answer)
+    return answer
+
+
+async def _operate(api: ApiClient, sent: Sent, kind: str, path: str, body: dict, rng) -> Answer:
+    operation = OperationSent(kind, f"{sent.key}-{kind}-{len(sent.operations)}", path, body)
+    sent.operations.append(operation)
+    return await _send(
+        api,
+        lambda: api.request(
+            "POST", operation.path, json=body, headers={"Idempotency-Key": operation.key}
+        ),
+        operation.answers,
+        rng,
+    )
+
+
+async def _held(api: ApiClient, payment_id: str) -> bool:
+    """Whether the payment is (or within :data:`LIFECYCLE_WAIT_SECONDS` becomes)
+    ``requires_capture``: reconciliation resolves a ``202`` authorization meanwhile."""
+    deadline = time.monotonic() + LIFECYCLE_WAIT_SECONDS
+    while True:
+        answer = await api.request("GET", f"/payments/{payment_id}")
+        status = (answer.json() or {}).get("status") if answer.status == 200 else None
+        if status != "processing" or time.monotonic() > deadline:
+            return status == "requires_capture"
+        await asyncio.sleep(1.0)
 
 
 async def _pay(api: ApiClient, sent: Sent, rng: random.Random) -> None:
-    answer = await api.create(sent.key, sent.body)
-    sent.answers.append(answer)
-    if answer.status == 202 and rng.random() < 0.33:
-        await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
-        sent.answers.append(await api.create(sent.key, sent.body))
+    answer = await _send(api, lambda: api.create(sent.key, sent.body), sent.answers, rng)
+    payment_id = answer.payment_id
+    if not sent.lifecycle or answer.status not in (201, 202) or payment_id is None:
+        return
+    if not await _held(api, payment_id):
+        return
+    # Capture three quarters (the rest is released), then refund twice in part.
+    captured = sent.body["amount"] * 3 // 4
+    base = f"/payments/{payment_id}"
+    capture = await _operate(api, sent, "capture", f"{base}/capture", {"amount": captured}, rng)
+    if capture.status != 200:
+        return
+    for amount in (captured // 4, captured // 3):
+        await _operate(api, sent, "refund", f"{base}/refunds", {"amount": amount}, rng)
 
 
 async def _phase(
@@ -208,14 +319,18 @@ async def _recover(
         await api.close()
 
 
-def _check_answer(answer: Answer, payment: dict | None) -> str | None:
-    """Why ``answer`` is not allowed for ``payment``'s final state (None when it is)."""
+def _check_answer(answer: Answer, payment: dict | None, *, manual: bool = False) -> str | None:
+    """Why ``answer`` is not allowed for ``payment``'s final state (None when it is). A manual
+    payment's ``201 requires_capture`` stays right once it is captured."""
     if answer.status not in ALLOWED_ANSWERS:
         return f"answer {answer.status or answer.error}"
     data = answer.json() or {}
     if payment is None:
         return "no payment"
-    if answer.status == 201 and data.get("status") != payment["status"]:
+    held = manual and data.get("status") == "requires_capture"
+    if held and payment["status"] not in ("requires_capture", "succeeded"):
+        return f"201 requires_capture but the payment ended {payment['status']}"
+    if answer.status == 201 and not held and data.get("status") != payment["status"]:
         return f"201 {data.get('status')} but the payment ended {payment['status']}"
     if answer.status == 503 and (
         data.get("code") != "acquirer_unavailable"
@@ -229,6 +344,78 @@ def _check_answer(answer: Answer, payment: dict | None) -> str | None:
     if answer.content_type not in ("application/json", "application/problem+json"):
         return f"content type {answer.content_type}"
     return None
+
+
+def _check_operation(
+    operation: OperationSent, found: dict | None, refunds: dict[str, list[dict]]
+) -> list[str]:
+    """Why ``operation``'s answers and end (``found``: its row, None when nothing was
+    written) are not allowed, here and in the sandbox's refund listing."""
+    if found is None:
+        refused = all(
+            a.status == 503 and (a.json() or {}).get("code") == "acquirer_unavailable"
+            for a in operation.answers
+        )
+        return [] if operation.answers and refused else ["no operation"]
+    problems = []
+    status, code = found["status"], found["failure_code"]
+    if status == "pending":
+        problems.append("still pending")
+    if status == "failed" and code not in OPERATION_FAILED_CODES:
+        problems.append(f"failed with {code}")
+    done = 201 if operation.kind == "refund" else 200
+    for answer in operation.answers:
+        data = answer.json() or {}
+        if answer.status not in (done, 202, 502, 503):
+            problems.append(f"answer {answer.status or answer.error}")
+        elif answer.status == done and operation.kind == "refund" and data.get("status") != status:
+            problems.append(f"201 {data.get('status')} but the refund ended {status}")
+        elif answer.status == done and operation.kind == "capture" and status != "succeeded":
+            problems.append(f"200 but the capture ended {status}")
+        elif answer.status == 503 and (
+            data.get("code") != "acquirer_unavailable" or (status, code) not in NOT_SENT
+        ):
+            problems.append(f"503 {data.get('code')} but the operation ended {status}/{code}")
+        elif answer.status == 502 and (status, code) != ("failed", "acquirer_rejected"):
+            problems.append(f"502 but the operation ended {status}/{code}")
+    if operation.kind == "refund":
+        listed = [(r["status"], r["amount"]) for r in refunds.get(found["id"], [])]
+        expected = {
+            "succeeded": [("succeeded", found["amount"])],
+            "failed": [] if code in FAILED_CODES else [("failed", found["amount"])],
+        }
+        if len(listed) > 1 or (status in expected and listed != expected[status]):
+            problems.append(f"refund {status}/{code}, the sandbox lists {listed}")
+    return problems
+
+
+def _check_lifecycle(
+    item: Sent,
+    operations: dict[str, dict],
+    charges: dict[str, dict],
+    refunds: dict[str, list[dict]],
+) -> tuple[list[str], list[str]]:
+    """The lifecycle payment's operations (their ends, as ``kind status`` labels) and what is
+    wrong with them or with the payment's amounts against the sandbox's settlement listing."""
+    problems, ends = [], []
+    rows = []
+    for operation in item.operations:
+        found = operations.get(operation.key)
+        ends.append(f"{operation.kind} {found['status'] if found else 'not written'}")
+        problems.extend(
+            f"{operation.key} ({operation.kind}): {why}"
+            for why in _check_operation(operation, found, refunds)
+        )
+        rows += [found] if found else []
+    if not rows or any(row["status"] == "needs_review" for row in rows):
+        return problems, ends  # in review: a human decides what the acquirer holds
+    payment_id = rows[0]["payment_id"]
+    ours = (rows[0]["amount_captured"], rows[0]["amount_refunded"])
+    charge = charges.get(payment_id)
+    theirs = (charge["amount_captured"], charge["amount_refunded"]) if charge else None
+    if ours != theirs:
+        problems.append(f"{item.key}: captured/refunded ours {ours}, the sandbox's {theirs}")
+    return problems, ends
 
 
 def run(
@@ -249,9 +436,9 @@ def run(
     per_phase = max(1, payments // len(PHASES))
     plan: dict[str, list[Sent]] = {}
     counter = 0
-    scenario = {"all": 0, "lag": 0}
+    scenario = {"all": 0, "lag": 0, "operations": 0}
 
-    def sent(phase: str, token: str) -> Sent:
+    def sent(phase: str, token: str, *, manual: bool = False) -> Sent:
         nonlocal counter
         key = f"matrix-{stack.tag}-{counter}"
         body = {
@@ -260,6 +447,8 @@ def run(
             "payment_method": token,
             "reference": key,
         }
+        if manual:
+            body["capture_method"] = "manual"
         counter += 1
         return Sent(key, phase, token, body, [])
 
@@ -268,11 +457,14 @@ def run(
         cycle = "lag" if phase.tokens is LAG_TOKENS else "all"
         for n in range(per_phase):
             if n % (FILLERS_PER_SCENARIO + 1) == 0:
-                token = phase.tokens[scenario[cycle] % len(phase.tokens)]
+                items.append(sent(phase.name, phase.tokens[scenario[cycle] % len(phase.tokens)]))
                 scenario[cycle] += 1
+            elif n % (FILLERS_PER_SCENARIO + 1) == 1:  # a lifecycle instead of a filler
+                token = OPERATION_TOKENS[scenario["operations"] % len(OPERATION_TOKENS)]
+                scenario["operations"] += 1
+                items.append(sent(phase.name, token, manual=True))
             else:
-                token = FILLER
-            items.append(sent(phase.name, token))
+                items.append(sent(phase.name, FILLER))
         plan[phase.name] = items
     durations: dict[str, float] = {}
     recovery: dict[str, str] = {}
@@ -349,12 +541,29 @@ def run(
         if payment["status"] == "failed" and payment["failure_code"] not in FAILED_CODES:
             problems.append(f"{item.key}: failed with {payment['failure_code']}")
         for answer in item.answers:
-            why = _check_answer(answer, payment)
+            why = _check_answer(answer, payment, manual=item.lifecycle)
             if why:
                 problems.append(f"{item.key} ({item.phase}, {item.token}): {why}")
+    # Captures and refunds: their answers and ends, and the sandbox's settlement listings.
+    operations = {o["key"]: o for o in stack.operations(since, merchant_id)}
+    charges = {c["reference"]: c for c in stack.sandbox.listing("charges", since)}
+    refunds: dict[str, list[dict]] = {}
+    for refund in stack.sandbox.listing("refunds", since):
+        refunds.setdefault(refund["reference"], []).append(refund)
+    operation_ends: dict[str, int] = {}
+    for item in sent:
+        found_problems, ends = _check_lifecycle(item, operations, charges, refunds)
+        problems.extend(f"({item.phase}, {item.token}) {why}" for why in found_problems)
+        for end in ends:
+            operation_ends[end] = operation_ends.get(end, 0) + 1
+        if item.lifecycle:
+            per_token.setdefault(item.token, {})
+            for end in ends:
+                per_token[item.token][end] = per_token[item.token].get(end, 0) + 1
+    operation_answers = [a for item in sent for o in item.operations for a in o.answers]
     delta = sandbox_delta(stats_before, stack.sandbox.stats())
     audit = stack.audit(since, "matrix")
-    unexpected_5xx = sum(1 for a in answers if a.status in (500, 504))
+    unexpected_5xx = sum(1 for a in answers + operation_answers if a.status in (500, 504))
 
     result.figures.update(
         {
@@ -368,6 +577,12 @@ def run(
             "recovery after each phase (until a payment is approved)": recovery,
             "resolution wait after the last phase, s": round(resolution, 1),
             "payments by final status": status_counts(rows),
+            "lifecycles (manual, captured, refunded twice)": sum(1 for i in sent if i.lifecycle),
+            "operation requests (retries of 202 included)": len(operation_answers),
+            "operation answers by status": dict(
+                sorted(Counter(str(a.status or a.error) for a in operation_answers).items())
+            ),
+            "operations by final status": dict(sorted(operation_ends.items())),
             "503 before anything was written (breaker open, no payment)": refused_unwritten,
         }
     )

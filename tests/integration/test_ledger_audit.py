@@ -96,6 +96,20 @@ def test_clean_when_every_payment_matches_its_record(sandbox, merchant_a):
     assert report.payments_by_status == {"succeeded": 1, "declined": 1}
 
 
+def test_manual_payments_held_and_voided_match_their_approved_record(sandbox, merchant_a):
+    """A manual payment's authorization is approved at the acquirer whether it is held
+    (``requires_capture``) or voided (``canceled``): clean."""
+    paid(merchant_a, capture_method="manual")
+    voided = paid(merchant_a, capture_method="manual")
+    response = merchant_a.client.post(
+        f"/payments/{voided.id}/void", {}, format="json", HTTP_IDEMPOTENCY_KEY="void"
+    )
+    assert response.status_code == 200, response.content
+    report = audit_acquirer(since=since_a_minute_ago())
+    assert report.clean, report.discrepancies
+    assert report.payments_by_status == {"requires_capture": 1, "canceled": 1}
+
+
 def test_a_record_of_no_payment_of_ours_is_reported(sandbox, merchant_a):
     """A record whose reference is none of our payments: record_unknown_to_us."""
     paid(merchant_a)
