@@ -136,23 +136,23 @@ def test_luhn_valid():
 @pytest.mark.parametrize(
     "hostile",
     [
-        "1 " * 100_000,
-        "4-" * 100_000,
-        "%3" * 100_000,
-        "%31%20" * 30_000,
-        "\\u003" * 40_000,
-        "4242 " * 40_000,
-        "4" * 200_000,
-        "\u0664\u00a0" * 100_000,
-        "1\u2489" * 50_000,  # "⒉": NFKC "2."
-        "DE89 " + "1234 " * 40_000,
-        "a" * 100_000 + "1" * 100_000,
+        "1 " * 32_000,
+        "4-" * 32_000,
+        "%3" * 32_000,
+        "%31%20" * 11_000,
+        "\\u003" * 13_000,
+        "4242 " * 13_000,
+        "4" * 64_000,
+        "\u0664\u00a0" * 32_000,
+        "1\u2489" * 32_000,  # "⒉": NFKC "2."
+        "DE89 " + "1234 " * 13_000,
+        "a" * 32_000 + "1" * 32_000,
     ],
     ids=["digits-spaces", "digits-dashes", "broken-escapes", "escapes", "broken-json",
          "groups", "one-run", "arabic-nbsp", "nfkc", "iban-prefix", "hex-like"],
 )  # fmt: skip
 def test_long_hostile_inputs_are_scanned_in_one_pass(hostile):
-    """200 kB inputs shaped to make a backtracking matcher explode: one linear scan each (the
+    """64 kB inputs shaped to make a backtracking matcher explode: one linear scan each (the
     suite would hang otherwise); the answers are still right."""
     spans = find_card_numbers(hostile)
     assert all(0 <= start < end <= len(hostile) for start, end in spans)

@@ -12,6 +12,7 @@ serialising, and gateway_client only parses.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ VECTORS = Path(__file__).resolve().parents[1] / "data" / "structured-field-tests
 PARSERS = {"list": parse_list, "dictionary": parse_dictionary, "item": parse_item}
 
 
+@functools.cache
 def vectors() -> list[Any]:
     cases = []
     for path in sorted(VECTORS.glob("*.json")):
