@@ -5,6 +5,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY config config
 COPY console console
+COPY card_data card_data
 COPY merchants merchants
 COPY idempotency idempotency
 COPY payments payments

@@ -78,6 +78,7 @@ from .errors import (
     ResponseTimeoutError,
     UpstreamServerError,
 )
+from .quota import ratelimit_exhausted
 
 __all__ = [
     "breaker_outcome",
@@ -89,8 +90,6 @@ __all__ = [
 
 _CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _RATE_LIMIT_CODE = re.compile(r"rate[_.\-]?limit|too[_.\-]?many[_.\-]?requests", re.IGNORECASE)
-# `RateLimit: "default";r=0;t=30` (draft-ietf-httpapi-ratelimit-headers): r is the remaining quota.
-_RATELIMIT_REMAINING_ZERO = re.compile(r";\s*r\s*=\s*0+\s*(?:;|,|$)")
 
 
 def classify_status(
@@ -177,7 +176,8 @@ def _confirms_rate_limit(headers: Mapping[str, str], code: str | None) -> bool:
         return True
     if lowered.get("x-ratelimit-remaining", "").strip() == "0":
         return True
-    if _RATELIMIT_REMAINING_ZERO.search(lowered.get("ratelimit", "")):
+    # `RateLimit: "default";r=0;t=30`: read strictly (quota.py); an invalid field says nothing.
+    if ratelimit_exhausted(lowered.get("ratelimit")):
         return True
     return code is not None and _RATE_LIMIT_CODE.search(code) is not None
 

@@ -12,7 +12,8 @@ Counter names used by the client (labels in brackets):
 | -------------------------------- | ------------------------------------------------------- |
 | attempts [operation, outcome]    | requests sent (outcome: "ok" or the error class)        |
 | retries [operation, reason]      | retries started (reason: the error class behind them)   |
-| invalid_header [header]          | Retry-After / quota headers present but invalid         |
+| invalid_header [header]          | Retry-After / quota headers present but invalid (their  |
+|                                  | syntax or, for RateLimit*, their member types): ignored |
 | gate_refused [operation]         | calls refused without sending: the scope's gate closed  |
 | gate_waits [operation]           | waits for the scope's rate gate before sending          |
 | budget_exhausted [operation]     | retries refused by the retry budget                     |

@@ -20,8 +20,10 @@ Rules:
   epoch; a reset in the past is a wait of 0.
 - IETF draft-10: `RateLimit` is a structured field List of quota items with parameters `r`
   (remaining) and `t` (seconds until reset, relative); `RateLimit-Policy` lists the policies
-  (`q` quota, `w` window seconds, `pk` partition key). A malformed field is ignored as a
-  whole (RFC 8941). Several exhausted items: the longest `t` is the wait.
+  (`q` quota, `w` window seconds, `pk` partition key). The member types each field allows are
+  checked (`parse_ratelimit`, `parse_ratelimit_policy`); a field that breaks its syntax (RFC
+  9651) or those rules is ignored as a whole, listed in `invalid`, and never acted on. Several
+  exhausted items: the longest `t` is the wait.
 - A 403 is a rate limit only when these confirm it (`confirms_rate_limit`): Retry-After, a
   remaining of 0, or (checked by the classifier) an error code naming a rate limit.
 
@@ -36,14 +38,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .retry_after import MAX_DELAY_SECONDS, parse_retry_after
-from .structured_fields import ParseError, parse_list
+from .structured_fields import Member, ParseError, parse_list
 
 __all__ = [
     "QUOTA_PROFILES",
+    "QuotaPolicy",
     "QuotaProfile",
     "ServerWait",
+    "ServiceLimit",
     "WaitSource",
+    "parse_ratelimit",
+    "parse_ratelimit_policy",
     "quota_profile",
+    "ratelimit_exhausted",
 ]
 
 _DIGITS = re.compile(r"[0-9]{1,15}")
@@ -55,6 +62,116 @@ QUOTA_HEADER = "quota-header"
 
 #: GitHub: a secondary rate limit without Retry-After or remaining 0 means "wait at least 60 s".
 GITHUB_SECONDARY_WAIT_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLimit:
+    """
+    One item of a `RateLimit` field (draft-ietf-httpapi-ratelimit-headers-10, section 3.1).
+
+    `policy`: the quota policy's name (the item's String). `remaining`: quota units left (`r`,
+    >= 0). `reset`: seconds until the quota resets (`t`, >= 0, relative), None if absent.
+    `partition_key`: the `pk` Byte Sequence, None if absent.
+    """
+
+    policy: str
+    remaining: int
+    reset: int | None
+    partition_key: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaPolicy:
+    """
+    One item of a `RateLimit-Policy` field (draft-ietf-httpapi-ratelimit-headers-10, section 2.1).
+
+    `policy`: the name (the item's String). `quota`: units per window (`q`, >= 0). `unit`: the
+    `qu` String ("requests" when absent). `window`: seconds (`w`, >= 0), None if absent.
+    `partition_key`: the `pk` Byte Sequence, None if absent.
+    """
+
+    policy: str
+    quota: int
+    unit: str
+    window: int | None
+    partition_key: bytes | None
+
+
+#: The member rules of the two fields: each member is an Item (not an inner list) whose value
+#: is a String; parameter name -> (type, required). Integers are non-negative; a Boolean, a
+#: Decimal or a Date is not an Integer. Other parameters are extensions and are ignored.
+RATELIMIT_PARAMETERS: dict[str, tuple[type, bool]] = {
+    "r": (int, True),
+    "t": (int, False),
+    "pk": (bytes, False),
+}
+RATELIMIT_POLICY_PARAMETERS: dict[str, tuple[type, bool]] = {
+    "q": (int, True),
+    "qu": (str, False),
+    "w": (int, False),
+    "pk": (bytes, False),
+}
+
+
+def _checked_members(text: str, rules: Mapping[str, tuple[type, bool]]) -> list[Member]:
+    """The members of the List `text`, each checked against `rules`; raises ParseError."""
+    members = parse_list(text)
+    for member in members:
+        if type(member.value) is not str:  # not a Token, Display String, inner list, number
+            raise ParseError("a member of this field is a String")
+        for name, (kind, required) in rules.items():
+            if name not in member.params:
+                if required:
+                    raise ParseError(f"parameter {name} is required")
+                continue
+            value = member.params[name]
+            if type(value) is not kind:  # exact: no bool for int, no Token for str
+                raise ParseError(f"parameter {name} has the wrong type")
+            if isinstance(value, int) and value < 0:
+                raise ParseError(f"parameter {name} is negative")
+    return members
+
+
+def parse_ratelimit(text: str) -> tuple[ServiceLimit, ...]:
+    """
+    Read a `RateLimit` field value (draft-ietf-httpapi-ratelimit-headers-10, section 3): a
+    List of Items, each a String (the policy) with `r` (required) and `t` non-negative
+    Integers and `pk` a Byte Sequence. Raises `ParseError` for anything else (RFC 9651 syntax
+    or these member rules): the caller ignores the whole field.
+    """
+    return tuple(
+        ServiceLimit(m.value, m.params["r"], m.params.get("t"), m.params.get("pk"))
+        for m in _checked_members(text, RATELIMIT_PARAMETERS)
+    )
+
+
+def parse_ratelimit_policy(text: str) -> tuple[QuotaPolicy, ...]:
+    """
+    Read a `RateLimit-Policy` field value (draft-ietf-httpapi-ratelimit-headers-10, section 2):
+    a List of Items, each a String (the policy name) with `q` (required) and `w` non-negative
+    Integers, `qu` a String and `pk` a Byte Sequence. Raises `ParseError` for anything else.
+    """
+    return tuple(
+        QuotaPolicy(
+            m.value,
+            m.params["q"],
+            m.params.get("qu", "requests"),
+            m.params.get("w"),
+            m.params.get("pk"),
+        )
+        for m in _checked_members(text, RATELIMIT_POLICY_PARAMETERS)
+    )
+
+
+def ratelimit_exhausted(value: str | None) -> bool:
+    """True when a valid `RateLimit` field value has an item with `r` = 0; an absent or
+    invalid field says nothing (False)."""
+    if value is None:
+        return False
+    try:
+        return any(limit.remaining == 0 for limit in parse_ratelimit(value))
+    except ParseError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +307,12 @@ def _seen(lowered: Mapping[str, str]) -> dict[str, str]:
     return {name: _SAFE.sub("?", lowered[name])[:120] for name in _SEEN if name in lowered}
 
 
-def _ietf_items(lowered: Mapping[str, str], invalid: list[str]) -> list[Any] | None:
+def _ietf_items(lowered: Mapping[str, str], invalid: list[str]) -> tuple[ServiceLimit, ...] | None:
     raw = lowered.get("ratelimit")
     if raw is None:
         return None
     try:
-        return parse_list(raw)
+        return parse_ratelimit(raw)
     except ParseError:
         if "ratelimit" not in invalid:
             invalid.append("ratelimit")
@@ -207,28 +324,22 @@ def _ietf_wait(lowered: Mapping[str, str], invalid: list[str]) -> float | None:
     items = _ietf_items(lowered, invalid)
     if "ratelimit-policy" in lowered:
         try:
-            parse_list(lowered["ratelimit-policy"])
+            parse_ratelimit_policy(lowered["ratelimit-policy"])
         except ParseError:
             if "ratelimit-policy" not in invalid:
                 invalid.append("ratelimit-policy")
     if not items:
         return None
-    waits: list[float] = []
-    for item in items:
-        remaining = item.params.get("r")
-        reset = item.params.get("t")
-        if type(remaining) is not int or remaining != 0:
-            continue
-        if type(reset) is int and reset >= 0:
-            waits.append(float(min(reset, MAX_DELAY_SECONDS)))
+    waits = [
+        float(min(limit.reset, MAX_DELAY_SECONDS))
+        for limit in items
+        if limit.remaining == 0 and limit.reset is not None
+    ]
     return max(waits) if waits else None
 
 
 def _ietf_exhausted(lowered: Mapping[str, str]) -> bool:
-    items = _ietf_items(lowered, [])
-    return items is not None and any(
-        type(item.params.get("r")) is int and item.params["r"] == 0 for item in items
-    )
+    return ratelimit_exhausted(lowered.get("ratelimit"))
 
 
 def _github_wait(lowered: Mapping[str, str], now: float, invalid: list[str]) -> float | None:

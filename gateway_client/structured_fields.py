@@ -1,35 +1,56 @@
 """
-A parser for RFC 8941 / RFC 9651 structured field Lists, enough for the IETF RateLimit headers.
+A parser for RFC 9651 structured fields (which obsoletes RFC 8941): Lists, Dictionaries and
+Items, with every bare type, enough for the IETF RateLimit headers and checked against the HTTP
+working group's test vectors (tests/data/structured-field-tests, run by
+tests/unit/test_gateway_sf_vectors.py).
 
     RateLimit-Policy: "burst";q=100;w=60, "daily";q=1000;w=86400;pk=:cHsxMjM0NTY3ODk=:
     RateLimit: "default";r=0;t=30
 
 `parse_list(text)` returns a list of `Member(value, params)`; an inner list is a `Member` whose
-`value` is a tuple of `Member`s. Bare items read as: Integer -> int, Decimal -> float,
-String -> str, Token -> `Token` (a str subclass), Byte Sequence -> bytes, Boolean -> bool,
-Date (RFC 9651 `@...`) -> int. Any deviation from the grammar raises `ParseError`, and the
-caller ignores the whole field, as RFC 8941 section 4.2 requires ("fail parsing").
+`value` is a tuple of `Member`s. `parse_dictionary(text)` returns a dict of member name ->
+`Member`; `parse_item(text)` one `Member`. Bare items read as: Integer -> int, Decimal ->
+float, String -> str, Token -> `Token` (a str subclass), Byte Sequence -> bytes, Boolean ->
+bool, Date -> `Date` (an int subclass), Display String -> `DisplayString` (a str subclass).
+Parameters are a dict in the order received (a repeated key keeps its first place and takes the
+last value, RFC 9651 section 4.2.3.2). Any deviation from the grammar raises `ParseError`, and
+the caller ignores the whole field, as RFC 9651 section 4.2 requires ("fail parsing").
+
+Field values combined from several field lines are joined with ", " by the caller (RFC 9110
+section 5.3) before parsing.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Member", "ParseError", "Token", "parse_list"]
+__all__ = [
+    "Date",
+    "DisplayString",
+    "Member",
+    "ParseError",
+    "Token",
+    "parse_dictionary",
+    "parse_item",
+    "parse_list",
+]
 
 _DIGITS = frozenset("0123456789")
 _LCALPHA = frozenset("abcdefghijklmnopqrstuvwxyz")
+_ALPHA = _LCALPHA | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _KEY_CHARS = _LCALPHA | _DIGITS | frozenset("_-.*")
-_TCHAR = frozenset("!#$%&'*+-.^_`|~") | _DIGITS | _LCALPHA | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TCHAR = frozenset("!#$%&'*+-.^_`|~") | _DIGITS | _ALPHA
 _TOKEN_CHARS = _TCHAR | frozenset(":/")
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+_LCHEX = frozenset("0123456789abcdef")
 
 
 class ParseError(ValueError):
-    """The field is not a valid structured field List; ignore the whole field."""
+    """The field is not a valid structured field; ignore the whole field."""
 
 
 class Token(str):
@@ -38,30 +59,92 @@ class Token(str):
     __slots__ = ()
 
 
+class DisplayString(str):
+    """A structured field Display String (RFC 9651 section 3.3.8): Unicode text, `%"..."`."""
+
+    __slots__ = ()
+
+
+class Date(int):
+    """A structured field Date (RFC 9651 section 3.3.7): Unix seconds, `@1659578233`."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One list member: a bare item (or a tuple of Members for an inner list) and its parameters."""
+    """One list or dictionary member, or an item: a bare item (or a tuple of Members for an
+    inner list) and its parameters."""
 
     value: Any
     params: dict[str, Any]
 
 
-def parse_list(text: str) -> list[Member]:
-    """Parse a structured field List (RFC 8941 section 4.2.1); raises ParseError if invalid."""
+def _field(text: str) -> _Parser:
+    """A parser over ``text`` with its leading spaces discarded (RFC 9651 section 4.2)."""
     if not isinstance(text, str) or not text.isascii():
         raise ParseError("not an ASCII string")
-    parser = _Parser(text.strip(" "))
-    members: list[Member] = []
+    parser = _Parser(text)
+    parser.skip_sp()
+    return parser
+
+
+def _finish(parser: _Parser) -> None:
+    parser.skip_sp()
+    if not parser.done():
+        raise ParseError(f"unexpected {parser.peek()!r} at {parser.pos}")
+
+
+def _comma_separated(parser: _Parser, read: Callable[[], None]) -> None:
+    """Call ``read`` for each member of a List or Dictionary (members separated by a comma and
+    optional whitespace, no trailing comma), then check nothing is left."""
     while not parser.done():
-        members.append(parser.member())
+        read()
         parser.skip_ows()
         if parser.done():
-            return members
+            break
         parser.expect(",")
         parser.skip_ows()
         if parser.done():
             raise ParseError("trailing comma")
+    _finish(parser)
+
+
+def parse_list(text: str) -> list[Member]:
+    """Parse a structured field List (RFC 9651 section 4.2.1); raises ParseError if invalid.
+    An empty field is an empty list."""
+    parser = _field(text)
+    members: list[Member] = []
+    _comma_separated(parser, lambda: members.append(parser.member()))
     return members
+
+
+def parse_dictionary(text: str) -> dict[str, Member]:
+    """Parse a structured field Dictionary (RFC 9651 section 4.2.2); raises ParseError if
+    invalid. A member without a value is `True` with its parameters; a repeated name keeps its
+    first place and takes the last value. An empty field is an empty dict."""
+    parser = _field(text)
+    members: dict[str, Member] = {}
+
+    def read() -> None:
+        name = parser.key()
+        if parser.peek() == "=":
+            parser.pos += 1
+            members[name] = parser.member()
+        else:
+            members[name] = Member(True, parser.parameters())
+
+    _comma_separated(parser, read)
+    return members
+
+
+def parse_item(text: str) -> Member:
+    """Parse a structured field Item (RFC 9651 section 4.2.3); raises ParseError if invalid."""
+    parser = _field(text)
+    value = parser.bare_item()
+    item = Member(value, parser.parameters())
+    _finish(parser)
+    return item
 
 
 class _Parser:
@@ -118,12 +201,12 @@ class _Parser:
             if self.peek() == "=":
                 self.pos += 1
                 value = self.bare_item()
-            params[key] = value  # a repeated key overwrites (RFC 8941 4.2.3.2)
+            params[key] = value  # a repeated key overwrites, in its first place (4.2.3.2)
         return params
 
     def key(self) -> str:
         char = self.peek()
-        if not (char in _LCALPHA or char == "*"):
+        if not (char in _LCALPHA or char == "*") or self.done():
             raise ParseError("bad key")
         start = self.pos
         while not self.done() and self.peek() in _KEY_CHARS:
@@ -132,6 +215,8 @@ class _Parser:
 
     def bare_item(self) -> Any:
         char = self.peek()
+        if self.done():
+            raise ParseError("an item is missing")
         if char == "-" or char in _DIGITS:
             return self.number()
         if char == '"':
@@ -145,8 +230,10 @@ class _Parser:
             value = self.number()
             if not isinstance(value, int):
                 raise ParseError("a date is an integer")
-            return value
-        if char == "*" or char.isalpha():
+            return Date(value)
+        if char == "%":
+            return self.display_string()
+        if char == "*" or char in _ALPHA:
             return self.token()
         raise ParseError(f"unexpected {char!r} at {self.pos}")
 
@@ -196,6 +283,32 @@ class _Parser:
                 chars.append(char)
         raise ParseError("unterminated string")
 
+    def display_string(self) -> DisplayString:
+        """RFC 9651 section 4.2.10: `%"` then printable ASCII, `%` + two lower-case hex digits
+        for each byte of the UTF-8 encoding outside it, then `"`; invalid UTF-8 fails."""
+        self.expect("%")
+        self.expect('"')
+        encoded = bytearray()
+        while not self.done():
+            char = self.text[self.pos]
+            self.pos += 1
+            if not " " <= char <= "~":
+                raise ParseError("bad display string character")
+            if char == "%":
+                pair = self.text[self.pos : self.pos + 2]
+                if len(pair) != 2 or any(c not in _LCHEX for c in pair):
+                    raise ParseError("bad percent-encoding in a display string")
+                encoded.append(int(pair, 16))
+                self.pos += 2
+            elif char == '"':
+                try:
+                    return DisplayString(encoded.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise ParseError("a display string is not UTF-8") from None
+            else:
+                encoded.append(ord(char))
+        raise ParseError("unterminated display string")
+
     def token(self) -> Token:
         start = self.pos
         self.pos += 1
@@ -220,7 +333,7 @@ class _Parser:
     def boolean(self) -> bool:
         self.expect("?")
         char = self.peek()
-        if char not in ("0", "1"):
+        if char not in ("0", "1") or self.done():
             raise ParseError("bad boolean")
         self.pos += 1
         return char == "1"

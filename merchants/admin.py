@@ -9,6 +9,7 @@ without downtime; "Revoke" ends one. Both need the ``merchants.rotate_api_key`` 
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from console.admin import ReadOnlyAdminMixin
+from console.forms import CardDataRefusingFormMixin
 from merchants.models import ApiKey, Merchant
 from merchants.services import api_key_issue, api_key_revoke
 
@@ -40,8 +42,18 @@ class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
         return format_html('<a href="{}">Revoke</a>', url)
 
 
+class MerchantForm(CardDataRefusingFormMixin, forms.ModelForm):
+    """The merchant's add and change form: a name holding a card number is refused (and not
+    shown again)."""
+
+    class Meta:
+        model = Merchant
+        fields = ["name"]
+
+
 @admin.register(Merchant)
 class MerchantAdmin(admin.ModelAdmin):
+    form = MerchantForm
     list_display = ("id", "name", "created_at")
     search_fields = ("name",)
     inlines = [ApiKeyInline]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from card_data import contains_card_number
 from merchants.models import ApiKey, Merchant
 
 #: Every key starts with this, so secret scanners and humans recognise it.
@@ -49,11 +50,27 @@ def api_key_revoke(*, api_key: ApiKey) -> None:
         api_key.save(update_fields=["revoked_at"])
 
 
+class MerchantNameRefused(ValueError):
+    """A merchant name holding a card number (``card_data``); the message does not repeat it."""
+
+    def __init__(self) -> None:
+        super().__init__("A merchant name must not hold a card number.")
+
+
+def merchant_name_check(name: str) -> str:
+    """``name`` unchanged; raises :class:`MerchantNameRefused` when it holds a card number."""
+    if contains_card_number(name):
+        raise MerchantNameRefused
+    return name
+
+
 @transaction.atomic
 def merchant_create(*, name: str) -> tuple[Merchant, IssuedApiKey]:
     """Create a merchant named ``name`` with one API key.
 
-    Raises ``IntegrityError`` when the name is taken.
+    Raises :class:`MerchantNameRefused` when the name holds a card number (before any query),
+    ``IntegrityError`` when the name is taken.
     """
+    merchant_name_check(name)
     merchant = Merchant.objects.create(name=name)
     return merchant, api_key_issue(merchant=merchant)

@@ -24,7 +24,13 @@ from rest_framework.views import APIView
 
 from idempotency.keys import parse_idempotency_key
 from payments.acquirer.client import acquirer_client
-from payments.card_data import KEY_REFUSAL, card_data_refusal, is_card_number
+from payments.card_data import (
+    KEY_REFUSAL,
+    QUERY_REFUSAL,
+    card_data_refusal,
+    looks_like_card_number,
+    query_card_data_fields,
+)
 from payments.lifecycle import OperationConflict
 from payments.lifecycle_services import payment_capture, payment_void, refund_create
 from payments.parsers import request_json
@@ -91,10 +97,24 @@ def _json(document: object) -> HttpResponse:
 
 
 def _idempotency_key(request: Request) -> str:
-    key = parse_idempotency_key(request.headers.get("idempotency-key"))
-    if is_card_number(key):  # it would be stored and shown to operators
+    raw = request.headers.get("idempotency-key")
+    # Checked as sent, before parsing: a key holding a card number anywhere, in any form, would
+    # be stored and shown to operators; a malformed one must not be named in another refusal.
+    if raw is not None and looks_like_card_number(raw):
         raise card_data_refusal(["Idempotency-Key"], detail=KEY_REFUSAL)
-    return key
+    return parse_idempotency_key(raw)
+
+
+class MerchantApi(APIView):
+    """The base of every merchant API view: once the request is authenticated, query
+    parameters (names and values) holding card data are refused with ``400
+    card_data_not_accepted`` before any view reads them."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        fields = query_card_data_fields(request.query_params)
+        if fields:
+            raise card_data_refusal(fields, detail=QUERY_REFUSAL)
 
 
 def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
@@ -145,7 +165,7 @@ def _list_answer(
     return _json(document)
 
 
-class OperationApi(APIView):
+class OperationApi(MerchantApi):
     """The POST of an operation after the authorization (capture, void, refund), idempotent:
     validate the body (an empty body is ``{}``), run the service under the request's
     idempotency key and answer; 404 and the 409 conflicts as problems.
@@ -196,7 +216,7 @@ class OperationApi(APIView):
         return operation_answer(result)
 
 
-class PaymentListCreateApi(APIView):
+class PaymentListCreateApi(MerchantApi):
     """``GET /payments`` (list) and ``POST /payments`` (create, idempotent)."""
 
     @extend_schema(
@@ -244,7 +264,7 @@ class PaymentListCreateApi(APIView):
         )
 
 
-class PaymentDetailApi(APIView):
+class PaymentDetailApi(MerchantApi):
     """``GET /payments/{id}``: another merchant's payment answers 404."""
 
     @extend_schema(
@@ -315,7 +335,7 @@ class PaymentRefundsApi(OperationApi):
         )
 
 
-class RefundDetailApi(APIView):
+class RefundDetailApi(MerchantApi):
     """``GET /refunds/{id}``: another merchant's refund answers 404."""
 
     @extend_schema(

@@ -1,56 +1,47 @@
 """Refusing card data: this service accepts payment method tokens only.
 
-A body in which any value (or key) holds a run of 13 to 19 digits, optionally separated by
-single spaces or dashes, is refused before anything is stored or logged (PCI DSS scope stays
-with the token vault). The refusal (:func:`card_data_refusal`, the one builder of it) names the
-field but never repeats its value.
+A body in which any value (or key) holds a card number is refused before anything is stored or
+logged (PCI DSS scope stays with the token vault); so are an ``Idempotency-Key`` and query
+parameters holding one. What a card number is (a Luhn-valid 13-19 digit run, any separators,
+any Unicode digits, percent-encoded or JSON-escaped) is decided by the framework-free
+``card_data`` package, the one detector of the project (``docs/card-data.md``). The refusal
+(:func:`card_data_refusal`, the one builder of it) names the field but never repeats its value.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from card_data import contains_card_number, find_card_numbers
 from payments.problems import Problem
-
-#: 13-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
-CARD_NUMBER_PATTERN = re.compile(r"(?<!\d)\d(?:[ -]?\d){12,18}(?!\d)")
 
 REDACTED = "[redacted]"
 
-#: The refusal's detail for a body (PaymentCreateInputSerializer) and for the key header.
+#: The refusal's detail for a body (PaymentCreateInputSerializer), the key header and a query.
 BODY_REFUSAL = "Card numbers are not accepted. Tokenise the card and send payment_method."
 KEY_REFUSAL = "Card numbers are not accepted, in the Idempotency-Key header either."
+QUERY_REFUSAL = "Card numbers are not accepted, in query parameters either."
 
 
 def looks_like_card_number(text: str) -> bool:
-    """True when ``text`` contains a run of 13-19 digits (spaces or dashes allowed between)."""
-    return CARD_NUMBER_PATTERN.search(text) is not None
+    """True when ``text`` contains a card number anywhere (``card_data.contains_card_number``:
+    a Luhn-valid run of 13-19 digits, separators and Unicode digit forms allowed)."""
+    return contains_card_number(text)
 
 
 def is_card_number(text: str) -> bool:
-    """True when ``text`` as a whole is a card number: 13-19 digits once spaces and dashes are
-    removed, passing the Luhn check (ISO/IEC 7812-1). Used for the Idempotency-Key header, where
-    a digit run inside a longer key (a UUID's hex) is common and harmless, but a key that IS a
-    card number must never be stored."""
-    digits = text.replace(" ", "").replace("-", "")
-    if not (13 <= len(digits) <= 19 and digits.isascii() and digits.isdigit()):
-        return False
-    total = 0
-    for position, char in enumerate(reversed(digits)):
-        value = int(char)
-        if position % 2 == 1:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
+    """True when ``text`` as a whole (leading and trailing spaces aside) is one card number,
+    as ``card_data`` reads it (``"4111 1111 1111 1111"``, not ``"order-4111111111111111"``)."""
+    stripped = text.strip()
+    return bool(stripped) and find_card_numbers(stripped) == [(0, len(stripped))]
 
 
 def card_data_fields(data: Any) -> list[str]:
     """Return the dotted paths of the fields of a parsed JSON value that look like card data.
 
-    Integers are checked by their decimal form; keys are checked too, and a key that looks like
-    card data is reported as ``[redacted]``. Iterative, so any depth is safe.
+    Strings, integers and floats (by their decimal form) are checked; keys are checked too, and
+    a key that holds card data is reported as ``[redacted]``. Iterative, so any depth is safe.
     """
     found: list[str] = []
     stack: list[tuple[str, Any]] = [("", data)]
@@ -65,7 +56,7 @@ def card_data_fields(data: Any) -> list[str]:
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
         elif (
-            isinstance(value, (str, int))
+            isinstance(value, (str, int, float))
             and not isinstance(value, bool)
             and looks_like_card_number(str(value))
         ):
@@ -89,3 +80,19 @@ def card_data_refusal(fields: Iterable[str], *, detail: str = BODY_REFUSAL) -> P
             for name in fields
         ],
     )
+
+
+def query_card_data_fields(query: Mapping[str, Any]) -> list[str]:
+    """The names of the query parameters of ``query`` (a Django ``QueryDict``, or any mapping of
+    a name to a value or a list of values) whose name or any value holds card data; a name that
+    does is reported as ``[redacted]``."""
+    found: set[str] = set()
+    getlist = getattr(query, "getlist", None)
+    for name in query:
+        values = getlist(name) if getlist is not None else query[name]
+        values = values if isinstance(values, (list, tuple)) else [values]
+        if contains_card_number(str(name)):
+            found.add(REDACTED)
+        elif any(contains_card_number(str(value)) for value in values):
+            found.add(str(name))
+    return sorted(found)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django import forms
 
+from console.forms import CardDataRefusingFormMixin
 from payments.models import RefundReason
 from payments.money import format_minor_units, parse_major_units
 from payments.operations import ADMIN_REFUND_KEY_PATTERN, NOTE_MAX_LENGTH
@@ -18,9 +19,11 @@ from payments.operations import ADMIN_REFUND_KEY_PATTERN, NOTE_MAX_LENGTH
 __all__ = ["NoteForm", "RefundForm", "ResolveForm"]
 
 
-class NoteForm(forms.Form):
+class NoteForm(CardDataRefusingFormMixin, forms.Form):
     """Every action asks why: a required note (stripped, at most ``NOTE_MAX_LENGTH`` characters),
-    stored with the operator in the payment's events or the breaker's admin history."""
+    stored with the operator in the payment's events or the breaker's admin history. A card
+    number in any field of this form or a subclass is refused, never echoed
+    (:class:`~console.forms.CardDataRefusingFormMixin`)."""
 
     note = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),

@@ -31,6 +31,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from card_data import contains_card_number
 from payments.lifecycle import (
     UnexpectedStatus,
     payment_answer_store,
@@ -69,18 +70,25 @@ DEFAULT_FAILURE_CODE = "not_authorized_at_acquirer"
 ADMIN_REFUND_KEY_PATTERN = re.compile(r"^admin-refund-[0-9a-f]{32}$")
 
 
+#: The refusal of a note or code holding a card number: it never repeats the value.
+CARD_DATA_REFUSED = "Card numbers are not accepted in notes or codes; nothing was recorded."
+
+
 class OperationRefused(Exception):
     """The action does not apply to this payment (its status changed, or a bad argument)."""
 
 
 def clean_note(*, operator: str, note: str) -> str:
-    """``note`` stripped; raises :class:`OperationRefused` without an operator or a note, or
-    for a note longer than :data:`NOTE_MAX_LENGTH` characters."""
+    """``note`` stripped; raises :class:`OperationRefused` without an operator or a note, for a
+    note longer than :data:`NOTE_MAX_LENGTH` characters, or for one holding a card number
+    (``card_data``; the message does not repeat it)."""
     note = (note or "").strip()
     if not operator:
         raise OperationRefused("The operator is required.")
     if not note:
         raise OperationRefused("A note is required.")
+    if contains_card_number(note):
+        raise OperationRefused(CARD_DATA_REFUSED)
     if len(note) > NOTE_MAX_LENGTH:
         raise OperationRefused(f"The note is longer than {NOTE_MAX_LENGTH} characters.")
     return note
@@ -150,6 +158,8 @@ def payment_resolve(
     if to_status not in RESOLUTIONS:
         raise OperationRefused(f"{to_status!r} is not a resolution.")
     code = (code or "").strip() or None
+    if any(contains_card_number(text or "") for text in (code, acquirer_reference)):
+        raise OperationRefused(CARD_DATA_REFUSED)
     if to_status == PaymentStatus.DECLINED and code is None:
         raise OperationRefused("A decline code is required to resolve as declined.")
     if to_status == PaymentStatus.FAILED and code is None:

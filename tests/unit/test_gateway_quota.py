@@ -7,7 +7,16 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from gateway_client.quota import QUOTA_PROFILES, quota_profile
+from gateway_client.classify import classify_status
+from gateway_client.errors import AuthenticationError
+from gateway_client.quota import (
+    QUOTA_PROFILES,
+    QuotaPolicy,
+    ServiceLimit,
+    parse_ratelimit,
+    parse_ratelimit_policy,
+    quota_profile,
+)
 from gateway_client.structured_fields import ParseError, Token, parse_list
 
 NOW = datetime(2019, 6, 3, 11, 0, 0, tzinfo=UTC).timestamp()
@@ -190,3 +199,78 @@ def test_parse_list_refuses_invalid_fields(text: str) -> None:
     """Anything off the RFC 8941 grammar raises ParseError."""
     with pytest.raises(ParseError):
         parse_list(text)
+
+
+# -- the member rules of RateLimit and RateLimit-Policy (draft-10) -----------------------------
+
+#: RateLimit values that parse as RFC 9651 Lists but break the field's member rules.
+RATELIMIT_BREAKING_ITS_RULES = {
+    "token-not-string": "default;r=0;t=30",
+    "display-string": '%"default";r=0;t=30',
+    "inner-list": '("default");r=0;t=30',
+    "integer-member": "1;r=0;t=30",
+    "r-missing": '"default";t=30',
+    "r-string": '"default";r="0";t=30',
+    "r-boolean": '"default";r=?0;t=30',
+    "r-decimal": '"default";r=0.0;t=30',
+    "r-date": '"default";r=@0;t=30',
+    "r-negative": '"default";r=-1;t=30',
+    "t-negative": '"default";r=0;t=-30',
+    "t-decimal": '"default";r=0;t=3.5',
+    "t-token": '"default";r=0;t=soon',
+    "pk-string": '"default";r=0;t=30;pk="user-1"',
+    "one-bad-member": '"burst";r=0;t=2, daily;r=0;t=3600',
+}
+
+
+@pytest.mark.parametrize(
+    "value", RATELIMIT_BREAKING_ITS_RULES.values(), ids=RATELIMIT_BREAKING_ITS_RULES.keys()
+)
+def test_ratelimit_breaking_its_member_rules_is_ignored_reported_and_never_acted_on(value):
+    """Valid structured-field syntax, wrong member types: no wait, listed as invalid, and a 403
+    carrying it is not taken for a rate limit (by the profile or by the classifier)."""
+    with pytest.raises(ParseError):
+        parse_ratelimit(value)
+    headers = httpx.Headers({"RateLimit": value})
+    result = AUTO.server_wait(429, headers, now=NOW)
+    assert (result.seconds, result.invalid) == (None, ("ratelimit",))
+    assert AUTO.confirms_rate_limit(headers, now=NOW) is False
+    assert classify_status(403, headers=headers) is AuthenticationError
+
+
+def test_ratelimit_members_are_read_and_extensions_ignored():
+    """Each item: policy, r, t, pk; an unknown parameter is an extension and is ignored."""
+    limits = parse_ratelimit('"burst";r=0;t=2;pk=:AQID:, "daily";r=7;x=?1')
+    assert limits == (
+        ServiceLimit("burst", 0, 2, b"\x01\x02\x03"),
+        ServiceLimit("daily", 7, None, None),
+    )
+    assert wait(AUTO, {"RateLimit": '"default";r=0;t=5;comment="hi"'}) == 5.0
+    assert parse_ratelimit("") == ()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['"burst";w=60', "burst;q=100", '"b";q=100;qu=requests', '"b";q=-1', '"b";q=100;w=1.5',
+     '"b";q=100;pk=abc', '("b");q=100'],
+    ids=["q-missing", "token", "qu-token", "q-negative", "w-decimal", "pk-token", "inner-list"],
+)  # fmt: skip
+def test_ratelimit_policy_breaking_its_member_rules_is_reported(value):
+    """RateLimit-Policy members are Strings with q (required) and w non-negative Integers, qu a
+    String and pk a Byte Sequence; anything else is invalid, and RateLimit still counts."""
+    with pytest.raises(ParseError):
+        parse_ratelimit_policy(value)
+    headers = {"RateLimit-Policy": value, "RateLimit": '"b";r=0;t=4'}
+    result = IETF.server_wait(429, httpx.Headers(headers), now=NOW)
+    assert (result.seconds, result.invalid) == (4.0, ("ratelimit-policy",))
+
+
+def test_ratelimit_policy_members_are_read():
+    """The draft's example policies, with the unit's default."""
+    policies = parse_ratelimit_policy(
+        '"burst";q=100;w=60, "daily";q=1000;w=86400;pk=:cHsxMjM0NTY3ODk=:;qu="content-bytes"'
+    )
+    assert policies == (
+        QuotaPolicy("burst", 100, "requests", 60, None),
+        QuotaPolicy("daily", 1000, "content-bytes", 86400, b"p{123456789"),
+    )

@@ -523,6 +523,33 @@ def test_ietf_ratelimit_t_is_the_floor_without_retry_after() -> None:
     assert clock.sleeps == [3.0]
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["default;r=0;t=30", '"default";r=0;t=-30', '"default";r="0";t=30', '"default";r=0;t=30,'],
+    ids=["token-member", "negative-t", "string-r", "trailing-comma"],
+)
+def test_ratelimit_breaking_its_specification_is_ignored_and_counted(value: str) -> None:
+    """A 429 whose RateLimit breaks its syntax or member rules: the header is not acted on (the
+    backoff's jitter, not 30 s), and invalid_header{header=ratelimit} counts it."""
+    metrics = CounterMetrics()
+    client, _, clock = build(status(429, {"RateLimit": value}), status(201), u=0.5, metrics=metrics)
+    assert client.authorize(request()).approved is True
+    assert clock.sleeps == [0.1]
+    assert metrics.get("invalid_header", header="ratelimit") == 1
+
+
+def test_403_with_an_invalid_ratelimit_is_not_a_rate_limit() -> None:
+    """A 403 whose RateLimit says r=0 in a field that breaks its rules stays an authentication
+    error: one request, no wait, the header counted."""
+    metrics = CounterMetrics()
+    client, acquirer, clock = build(
+        status(403, {"RateLimit": "default;r=0;t=1"}), status(201), metrics=metrics
+    )
+    assert type(raised(client)) is AuthenticationError
+    assert (len(acquirer.requests), clock.sleeps) == (1, [])
+    assert metrics.get("invalid_header", header="ratelimit") == 1
+
+
 def test_retry_after_takes_precedence_over_ratelimit() -> None:
     """RateLimit r=0;t=30 and Retry-After: 2: the wait is 2 s."""
     headers = {"RateLimit": '"default";r=0;t=30', "Retry-After": "2"}

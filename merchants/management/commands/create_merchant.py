@@ -9,7 +9,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from merchants.models import Merchant
-from merchants.services import api_key_issue, merchant_create
+from merchants.services import (
+    MerchantNameRefused,
+    api_key_issue,
+    merchant_create,
+    merchant_name_check,
+)
 
 
 class Command(BaseCommand):
@@ -28,6 +33,10 @@ class Command(BaseCommand):
         name = name.strip()
         if not name:
             raise CommandError("NAME must not be empty.")
+        try:
+            merchant_name_check(name)  # before the name reaches a query or a message
+        except MerchantNameRefused as exc:
+            raise CommandError(str(exc)) from None
         existing = Merchant.objects.filter(name=name).first()
         if existing is not None:
             if if_exists != "new-key":
