@@ -21,7 +21,7 @@ from console.admin import ReadOnlyAdminMixin
 from merchants.models import ApiKey, Merchant
 from merchants.services import api_key_issue, api_key_revoke
 
-ROTATE_PERMISSION = "merchants.rotate_api_key"
+ROTATE_PERMISSION = "merchants.manage_api_keys"
 
 
 class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):

@@ -3,7 +3,9 @@
 ``POST /payments`` (idempotent, see README), ``GET /payments``, ``GET /payments/{id}``,
 ``POST /payments/{id}/capture``, ``POST /payments/{id}/void``, ``POST /payments/{id}/refunds``
 (idempotent), ``GET /payments/{id}/refunds``, ``GET /refunds/{id}``, ``GET /healthz``. Every
-error is an RFC 9457 problem (``payments.problems``).
+error is an RFC 9457 problem (``payments.problems``). Every merchant request is counted against
+the merchant's request rate, and the POSTs that may call the acquirer hold one of its in-flight
+slots (``payments.limits``), both before the idempotency key is claimed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency.keys import parse_idempotency_key
+from merchants.models import Merchant
 from payments.acquirer.client import acquirer_client
 from payments.card_data import KEY_REFUSAL, card_data_refusal, is_card_number
 from payments.lifecycle import OperationConflict
 from payments.lifecycle_services import payment_capture, payment_void, refund_create
+from payments.limits import payment_slot, rate_limited, request_rate_check
 from payments.parsers import request_json
 from payments.problems import Problem
 from payments.responses import CreateResult, create_answer, json_bytes, operation_answer
@@ -145,7 +149,31 @@ def _list_answer(
     return _json(document)
 
 
-class OperationApi(APIView):
+class MerchantApiView(APIView):
+    """An API view of the merchant API: each authenticated request is counted against the
+    merchant's request rate before the handler runs (a refusal is ``429 rate_limited``), and
+    every answer to a counted request carries ``RateLimit-Policy`` and ``RateLimit``."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authentication and permissions first
+        if isinstance(request.user, Merchant):
+            decision = request_rate_check(request.user)
+            request.rate_decision = decision
+            if decision is not None and not decision.allowed:
+                raise rate_limited(decision)
+
+    def finalize_response(
+        self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        decision = getattr(request, "rate_decision", None)
+        if decision is not None:
+            for name, value in decision.headers().items():
+                response[name] = value
+        return response
+
+
+class OperationApi(MerchantApiView):
     """The POST of an operation after the authorization (capture, void, refund), idempotent:
     validate the body (an empty body is ``{}``), run the service under the request's
     idempotency key and answer; 404 and the 409 conflicts as problems.
@@ -170,7 +198,11 @@ class OperationApi(APIView):
             summary=cls.openapi_summary,
             request=cls.operation_body,
             parameters=[IDEMPOTENCY_KEY_HEADER],
-            responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
+            responses={
+                ok: answer,
+                202: answer,
+                **problems(400, 401, 404, 409, 422, 429, 502, 503),
+            },
         )
         extend_schema_view(post=schema)(cls)
 
@@ -180,13 +212,14 @@ class OperationApi(APIView):
         body.is_valid(raise_exception=True)
         key = _idempotency_key(request)
         try:
-            result = self.operation_service(
-                merchant=request.user,
-                payment_id=payment_id,
-                idempotency_key=key,
-                client=acquirer_client(),
-                **body.validated_data,
-            )
+            with payment_slot(request.user):
+                result = self.operation_service(
+                    merchant=request.user,
+                    payment_id=payment_id,
+                    idempotency_key=key,
+                    client=acquirer_client(),
+                    **body.validated_data,
+                )
         except PaymentNotFound as exc:
             raise _not_found("payment") from exc
         except OperationConflict as exc:
@@ -196,7 +229,7 @@ class OperationApi(APIView):
         return operation_answer(result)
 
 
-class PaymentListCreateApi(APIView):
+class PaymentListCreateApi(MerchantApiView):
     """``GET /payments`` (list) and ``POST /payments`` (create, idempotent)."""
 
     @extend_schema(
@@ -207,26 +240,27 @@ class PaymentListCreateApi(APIView):
         responses={
             201: PaymentSerializer,
             202: PaymentSerializer,
-            **problems(400, 401, 409, 422, 502, 503),
+            **problems(400, 401, 409, 422, 429, 502, 503),
         },
     )
     def post(self, request: Request) -> HttpResponse:
         key = _idempotency_key(request)
         body = PaymentCreateInputSerializer(data=request_json(request))
         body.is_valid(raise_exception=True)
-        result = payment_create(
-            merchant=request.user,
-            idempotency_key=key,
-            client=acquirer_client(),
-            **body.validated_data,
-        )
+        with payment_slot(request.user):
+            result = payment_create(
+                merchant=request.user,
+                idempotency_key=key,
+                client=acquirer_client(),
+                **body.validated_data,
+            )
         return create_answer(result)
 
     @extend_schema(
         operation_id="payments_list",
         summary="List payments, newest first",
         parameters=[PaymentListQuerySerializer],
-        responses={200: PaymentListSerializer, **problems(400, 401)},
+        responses={200: PaymentListSerializer, **problems(400, 401, 429)},
     )
     def get(self, request: Request) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -244,13 +278,13 @@ class PaymentListCreateApi(APIView):
         )
 
 
-class PaymentDetailApi(APIView):
+class PaymentDetailApi(MerchantApiView):
     """``GET /payments/{id}``: another merchant's payment answers 404."""
 
     @extend_schema(
         operation_id="payments_retrieve",
         summary="Retrieve a payment",
-        responses={200: PaymentSerializer, **problems(401, 404)},
+        responses={200: PaymentSerializer, **problems(401, 404, 429)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         try:
@@ -293,7 +327,7 @@ class PaymentRefundsApi(OperationApi):
         operation_id="refunds_list",
         summary="List a payment's refunds, newest first",
         parameters=[RefundListQuerySerializer],
-        responses={200: RefundListSerializer, **problems(400, 401, 404)},
+        responses={200: RefundListSerializer, **problems(400, 401, 404, 429)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -315,13 +349,13 @@ class PaymentRefundsApi(OperationApi):
         )
 
 
-class RefundDetailApi(APIView):
+class RefundDetailApi(MerchantApiView):
     """``GET /refunds/{id}``: another merchant's refund answers 404."""
 
     @extend_schema(
         operation_id="refunds_retrieve",
         summary="Retrieve a refund",
-        responses={200: RefundSerializer, **problems(401, 404)},
+        responses={200: RefundSerializer, **problems(401, 404, 429)},
     )
     def get(self, request: Request, refund_id: str) -> HttpResponse:
         try:
