@@ -2,20 +2,31 @@
 
 "Rotate API key" issues a new key (``merchants.services.api_key_issue``) and shows it once, in
 the answer to the confirming POST (``Cache-Control: no-store``); it is never stored in clear,
-put in a message or logged. Earlier keys stay active until revoked, so the merchant can switch
-without downtime; "Revoke" ends one. Both need the ``merchants.rotate_api_key`` permission (the
-``operator`` group) and are recorded in the admin's history with the key's prefix.
+put in a message or logged. Earlier keys keep working for the rotation overlap
+(``API_KEY_ROTATION_OVERLAP_SECONDS``, 24 h) and then expire, so the merchant can switch without
+downtime; "Revoke" ends one at once. Both need ``merchants.manage_api_keys`` (the
+``key_manager`` group, not the operators: whoever sees a new key can act as the merchant) and
+are recorded in the admin's history with the key's prefix. Each key shows when it last
+authenticated a request (to the minute) and when it expires.
+
+The merchant's own limits (``rate_limit_requests``, ``concurrent_payments_limit``; empty: the
+settings' defaults, ``payments.limits``) are edited on its page by whoever may change merchants.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.timesince import timeuntil
 
 from console.admin import ReadOnlyAdminMixin
 from merchants.models import ApiKey, Merchant
@@ -26,7 +37,7 @@ ROTATE_PERMISSION = "merchants.manage_api_keys"
 
 class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApiKey
-    fields = ("prefix", "created_at", "revoked_at", "revoke_link")
+    fields = ("prefix", "created_at", "last_used_at", "expires_at", "revoked_at", "revoke_link")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -42,8 +53,12 @@ class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Merchant)
 class MerchantAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "created_at")
+    list_display = ("id", "name", "created_at", "rate_limit_requests", "concurrent_payments_limit")
     search_fields = ("name",)
+    fieldsets = [
+        (None, {"fields": ["name"]}),
+        ("Limits", {"fields": ["rate_limit_requests", "concurrent_payments_limit"]}),
+    ]
     inlines = [ApiKeyInline]
     actions = ["rotate_key_action"]
 
@@ -98,6 +113,9 @@ class MerchantAdmin(admin.ModelAdmin):
                 **self.admin_site.each_context(request),
                 "opts": self.model._meta,
                 "merchant": merchant,
+                "overlap": timeuntil(
+                    timezone.now() + timedelta(seconds=settings.API_KEY_ROTATION_OVERLAP_SECONDS)
+                ),
                 **context,
             },
         )
@@ -107,11 +125,16 @@ class MerchantAdmin(admin.ModelAdmin):
         merchant = self._merchant(request, object_id)
         if request.method != "POST":
             return self._render(request, merchant, title=f"Rotate the API key of {merchant}")
-        issued = api_key_issue(merchant=merchant)
+        now = timezone.now()
+        issued = api_key_issue(merchant=merchant, now=now)
         self.log_change(request, merchant, f"Issued API key {issued.api_key.prefix}…")
         # admin_view marks every admin answer never_cache (Cache-Control: no-store, private).
         return self._render(
-            request, merchant, title=f"New API key of {merchant}", new_key=issued.raw
+            request,
+            merchant,
+            title=f"New API key of {merchant}",
+            new_key=issued.raw,
+            overlap_ends=now + timedelta(seconds=settings.API_KEY_ROTATION_OVERLAP_SECONDS),
         )
 
     def revoke_key_view(self, request: HttpRequest, object_id: str, key_id: int) -> HttpResponse:

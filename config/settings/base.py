@@ -62,7 +62,7 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "config" / "templates"],  # the admin login and two-factor pages
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -209,6 +209,7 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 # Staff must log in with a TOTP code (django-otp); production.py turns it on.
 ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
 OTP_TOTP_ISSUER = "Payment service admin"
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True  # a TOTP secret is shown once, at enrolment
 # django-axes: this many failed admin logins for one username from one address lock that pair
 # out for ADMIN_LOGIN_LOCKOUT_MINUTES (a success resets the count).
 AUTHENTICATION_BACKENDS = [
