@@ -51,8 +51,9 @@ def service_env(**overrides: str | None) -> dict[str, str]:
     Unless the environment or ``overrides`` say otherwise, its Celery broker is the suite's
     Redis (tests/support/redis.py) with a queue of its own, and its acquirer state is in
     memory, per process (``ACQUIRER_STATE_REDIS_URL`` empty), so no test reaches the broker or
-    state of a ``make run`` on this machine; its merchants have no limits. An override of ``None`` removes the variable
-    (``CELERY_BROKER_URL=None``: the subprocess falls back on the embedded Redis).
+    state of a ``make run`` on this machine; its merchants have no limits. An override of
+    ``None`` removes the variable (``CELERY_BROKER_URL=None``: the subprocess falls back on the
+    embedded Redis).
     """
     env = {
         "CELERY_BROKER_URL": suite_broker_url(suite_redis_url()),

@@ -37,7 +37,7 @@ def settings_defaults() -> dict[str, str]:
         ):
             for keyword in node.keywords:
                 if keyword.arg == "default":
-                    value = eval(ast.unparse(keyword.value), {"__builtins__": {}})  # noqa: S307
+                    value = eval(ast.unparse(keyword.value), {"__builtins__": {}})
                     defaults[node.args[0].value] = str(value).lower()
     return defaults
 
