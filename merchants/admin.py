@@ -43,6 +43,13 @@ class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
     can_delete = False
     ordering = ("-created_at",)
 
+    def get_fields(self, request, obj=None):
+        """The "Revoke" column only for those who may revoke."""
+        fields = super().get_fields(request, obj)
+        if request.user.has_perm(ROTATE_PERMISSION):
+            return fields
+        return [name for name in fields if name != "revoke_link"]
+
     @admin.display(description="")
     def revoke_link(self, api_key: ApiKey) -> str:
         if api_key.pk is None or api_key.revoked_at is not None:

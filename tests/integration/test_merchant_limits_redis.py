@@ -18,6 +18,7 @@ from gateway_client.structured_fields import parse_list
 from idempotency.models import IdempotencyKey
 from payments.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
 from tests.conftest import PAYMENT_BODY
+from tests.factories import PaymentFactory
 from tests.support.redis import suite_redis_url
 
 
@@ -167,3 +168,21 @@ def test_a_slot_is_released_when_the_block_raises(merchant_a, shared_limits) -> 
             raise RuntimeError("the service failed")
     client = redis.Redis.from_url(suite_redis_url())
     assert client.zcard(f"{shared_limits}:merchant_slots:{merchant_a.merchant.pk}") == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ["capture", "void", "refunds"])
+def test_the_lifecycle_posts_hold_a_slot_too(merchant_a, shared_limits, route) -> None:
+    """Cap 1, its slot held: capture, void and refund POSTs are 429 concurrency_limited and
+    store no key; a GET of the payment is served (reads hold no slot)."""
+    merchant_a.merchant.concurrent_payments_limit = 1
+    merchant_a.merchant.save()
+    payment = PaymentFactory(merchant=merchant_a.merchant, status="requires_capture")
+    with payment_slot(merchant_a.merchant):
+        answer = merchant_a.client.post(
+            f"/payments/{payment.pk}/{route}", {}, format="json", HTTP_IDEMPOTENCY_KEY="op-1"
+        )
+        assert merchant_a.client.get(f"/payments/{payment.pk}").status_code == 200
+    assert answer.status_code == 429
+    assert (answer.json()["code"], answer["Retry-After"]) == ("concurrency_limited", "1")
+    assert not IdempotencyKey.objects.filter(key="op-1").exists()
