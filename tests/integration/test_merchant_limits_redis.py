@@ -186,3 +186,21 @@ def test_the_lifecycle_posts_hold_a_slot_too(merchant_a, shared_limits, route) -
     assert answer.status_code == 429
     assert (answer.json()["code"], answer["Retry-After"]) == ("concurrency_limited", "1")
     assert not IdempotencyKey.objects.filter(key="op-1").exists()
+
+
+@pytest.mark.django_db
+def test_an_unreachable_redis_falls_back_to_counting_in_the_process(merchant_a, settings, caplog):
+    """Redis down (nothing listens): the limits count in memory, per process, and the store
+    logs the fallback once; the merchant is limited, never answered 500."""
+    settings.ACQUIRER_STATE_REDIS_URL = "redis://127.0.0.1:9/0"  # the discard port: refused
+    settings.ACQUIRER_STATE_NAMESPACE = f"test_limits_down_{uuid.uuid4().hex[:8]}"
+    merchant_a.merchant.rate_limit_requests = 1
+    merchant_a.merchant.save()
+    with caplog.at_level("WARNING", logger="gateway_client.store"):
+        assert merchant_a.client.get("/payments").status_code == 200
+        refused = merchant_a.client.get("/payments")
+    assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+    assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == [
+        "state store: Redis unreachable (ConnectionError); using the in-memory fallback, "
+        "shared by this process only"
+    ]
