@@ -51,11 +51,12 @@ clean:
 demo: install
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 15 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 16 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
 ## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput endpoint_compare replay_latency same_key_storm client_compare retry_storm
+BENCH ?= throughput endpoint_compare replay_latency same_key_storm client_compare retry_storm \
+         noisy_neighbour
 .PHONY: bench
 $(VENV)/.bench-stamp: pyproject.toml | $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

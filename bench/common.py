@@ -244,6 +244,10 @@ def django_env(db: Database, **overrides: str) -> dict[str, str]:
         "DATABASE_URL": db.url(),
         "PYTHONUNBUFFERED": "1",
         "LOG_LEVEL": os.environ.get("LOG_LEVEL", "INFO"),
+        # One merchant sends every benchmark's load: no per-merchant limits unless a benchmark
+        # sets them (noisy_neighbour.py does).
+        "MERCHANT_RATE_LIMIT_REQUESTS": "0",
+        "MERCHANT_CONCURRENT_PAYMENTS": "0",
     }
     env.update(overrides)
     return env

@@ -4,14 +4,19 @@
 :class:`config.apps.PaymentServiceAdminConfig` through ``default_site``): every app registers
 its models on it as usual (``@admin.register``), and the site adds the acquirer resilience page
 (:class:`payments.resilience_admin.ResilienceAdmin`) to its URLs and to the payments app of its
-app list (the index, the app index and the navigation sidebar).
+app list (the index, the app index and the navigation sidebar). Its login is throttled and takes
+a TOTP code, required for staff when ``ADMIN_OTP_REQUIRED`` is on (:mod:`config.two_factor`).
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import URLPattern, URLResolver
+from django.contrib.auth import REDIRECT_FIELD_NAME
+from django.http import HttpResponseRedirect
+from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils.http import urlencode
 
+from config.two_factor import AdminLoginForm, needs_second_factor, two_factor_view
 from payments.resilience_admin import ResilienceAdmin
 
 __all__ = ["PaymentServiceAdminSite"]
@@ -21,16 +26,36 @@ class PaymentServiceAdminSite(admin.AdminSite):
     """``/admin/``: the registered models' pages and the acquirer resilience page.
 
     URL names are the admin's own (``admin:<app>_<model>_...``) plus
-    ``admin:payments_resilience`` and ``admin:payments_resilience_action``.
+    ``admin:payments_resilience``, ``admin:payments_resilience_action`` and
+    ``admin:two_factor``.
     """
+
+    login_form = AdminLoginForm
+    login_template = "admin/otp_login.html"
 
     def __init__(self, name: str = "admin") -> None:
         super().__init__(name)
         self.resilience = ResilienceAdmin(self)
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
-        """The resilience page's routes first, then the admin's (models, login, index ...)."""
-        return [*self.resilience.get_urls(), *super().get_urls()]
+        """The resilience page's and the two-factor page's routes first, then the admin's
+        (models, login, index ...)."""
+        two_factor = path("two-factor/", lambda r: two_factor_view(r, self), name="two_factor")
+        return [two_factor, *self.resilience.get_urls(), *super().get_urls()]
+
+    def has_permission(self, request) -> bool:
+        """Django's rule (an active staff user), and a session verified by a TOTP code when
+        ``ADMIN_OTP_REQUIRED`` is on."""
+        return super().has_permission(request) and not needs_second_factor(request)
+
+    def login(self, request, extra_context=None):
+        """The login page; a staff user logged in with a password only while a second factor
+        is required goes on to the two-factor page (enrolment or code)."""
+        if needs_second_factor(request):
+            target = request.GET.get(REDIRECT_FIELD_NAME) or request.POST.get(REDIRECT_FIELD_NAME)
+            url = reverse("admin:two_factor", current_app=self.name)
+            return HttpResponseRedirect(url + (f"?{urlencode({'next': target})}" if target else ""))
+        return super().login(request, extra_context)
 
     def get_app_list(self, request, app_label: str | None = None) -> list[dict]:
         """The admin's app list with "Acquirer resilience" under Payments, for those who may

@@ -2,37 +2,55 @@
 
 "Rotate API key" issues a new key (``merchants.services.api_key_issue``) and shows it once, in
 the answer to the confirming POST (``Cache-Control: no-store``); it is never stored in clear,
-put in a message or logged. Earlier keys stay active until revoked, so the merchant can switch
-without downtime; "Revoke" ends one. Both need the ``merchants.rotate_api_key`` permission (the
-``operator`` group) and are recorded in the admin's history with the key's prefix.
+put in a message or logged. Earlier keys keep working for the rotation overlap
+(``API_KEY_ROTATION_OVERLAP_SECONDS``, 24 h) and then expire, so the merchant can switch without
+downtime; "Revoke" ends one at once. Both need ``merchants.manage_api_keys`` (the
+``key_manager`` group, not the operators: whoever sees a new key can act as the merchant) and
+are recorded in the admin's history with the key's prefix. Each key shows when it last
+authenticated a request (to the minute) and when it expires.
+
+The merchant's own limits (``rate_limit_requests``, ``concurrent_payments_limit``; empty: the
+settings' defaults, ``payments.limits``) are edited on its page by whoever may change merchants.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.timesince import timeuntil
 
 from console.admin import ReadOnlyAdminMixin
 from console.forms import CardDataRefusingFormMixin
 from merchants.models import ApiKey, Merchant
 from merchants.services import api_key_issue, api_key_revoke
 
-ROTATE_PERMISSION = "merchants.rotate_api_key"
+ROTATE_PERMISSION = "merchants.manage_api_keys"
 
 
 class ApiKeyInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ApiKey
-    fields = ("prefix", "created_at", "revoked_at", "revoke_link")
+    fields = ("prefix", "created_at", "last_used_at", "expires_at", "revoked_at", "revoke_link")
     readonly_fields = fields
     extra = 0
     can_delete = False
     ordering = ("-created_at",)
+
+    def get_fields(self, request, obj=None):
+        """The "Revoke" column only for those who may revoke."""
+        fields = super().get_fields(request, obj)
+        if request.user.has_perm(ROTATE_PERMISSION):
+            return fields
+        return [name for name in fields if name != "revoke_link"]
 
     @admin.display(description="")
     def revoke_link(self, api_key: ApiKey) -> str:
@@ -48,14 +66,18 @@ class MerchantForm(CardDataRefusingFormMixin, forms.ModelForm):
 
     class Meta:
         model = Merchant
-        fields = ["name"]
+        fields = ["name", "rate_limit_requests", "concurrent_payments_limit"]
 
 
 @admin.register(Merchant)
 class MerchantAdmin(admin.ModelAdmin):
     form = MerchantForm
-    list_display = ("id", "name", "created_at")
+    list_display = ("id", "name", "created_at", "rate_limit_requests", "concurrent_payments_limit")
     search_fields = ("name",)
+    fieldsets = [
+        (None, {"fields": ["name"]}),
+        ("Limits", {"fields": ["rate_limit_requests", "concurrent_payments_limit"]}),
+    ]
     inlines = [ApiKeyInline]
     actions = ["rotate_key_action"]
 
@@ -110,6 +132,9 @@ class MerchantAdmin(admin.ModelAdmin):
                 **self.admin_site.each_context(request),
                 "opts": self.model._meta,
                 "merchant": merchant,
+                "overlap": timeuntil(
+                    timezone.now() + timedelta(seconds=settings.API_KEY_ROTATION_OVERLAP_SECONDS)
+                ),
                 **context,
             },
         )
@@ -119,11 +144,16 @@ class MerchantAdmin(admin.ModelAdmin):
         merchant = self._merchant(request, object_id)
         if request.method != "POST":
             return self._render(request, merchant, title=f"Rotate the API key of {merchant}")
-        issued = api_key_issue(merchant=merchant)
+        now = timezone.now()
+        issued = api_key_issue(merchant=merchant, now=now)
         self.log_change(request, merchant, f"Issued API key {issued.api_key.prefix}…")
         # admin_view marks every admin answer never_cache (Cache-Control: no-store, private).
         return self._render(
-            request, merchant, title=f"New API key of {merchant}", new_key=issued.raw
+            request,
+            merchant,
+            title=f"New API key of {merchant}",
+            new_key=issued.raw,
+            overlap_ends=now + timedelta(seconds=settings.API_KEY_ROTATION_OVERLAP_SECONDS),
         )
 
     def revoke_key_view(self, request: HttpRequest, object_id: str, key_id: int) -> HttpResponse:

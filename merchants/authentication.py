@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from merchants.models import ApiKey, Merchant
-from merchants.services import api_key_hash
+from merchants.services import api_key_authenticate
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """Authenticate a merchant by API key (RFC 6750 bearer token syntax).
 
     ``request.user`` becomes the :class:`~merchants.models.Merchant` and ``request.auth`` the
-    :class:`~merchants.models.ApiKey`. A missing, malformed, unknown or revoked key raises
+    :class:`~merchants.models.ApiKey`. A missing, malformed, unknown, revoked or expired key
+    (a rotated key after its overlap) raises
     ``NotAuthenticated``/``AuthenticationFailed`` (401); the key itself never appears in an
     error message or a log line.
     """
@@ -29,11 +31,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "The Authorization header must be 'Bearer <API key>'."
             )
-        api_key = (
-            ApiKey.objects.select_related("merchant")
-            .filter(key_hash=api_key_hash(token), revoked_at__isnull=True)
-            .first()
-        )
+        api_key = api_key_authenticate(token, now=timezone.now())
         if api_key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid.")
         return api_key.merchant, api_key

@@ -2,7 +2,8 @@
 
 An API key is shown once, when it is issued, and stored only as a SHA-256 hash. Keys are 256
 bits of randomness, so a fast hash is enough (a password hash protects low-entropy secrets).
-A merchant may hold several active keys at once, so a key can be rotated without downtime.
+A merchant may hold several active keys at once, so a key can be rotated without downtime: a
+rotation gives the earlier keys an ``expires_at`` (the overlap), a revocation ends one at once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ class Merchant(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Per-merchant limits (payments/limits.py, ADR 0018); empty: the setting's default.
+    rate_limit_requests = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="API requests allowed per MERCHANT_RATE_LIMIT_WINDOW_SECONDS. Empty: the "
+        "MERCHANT_RATE_LIMIT_REQUESTS default; 0: no limit.",
+    )
+    concurrent_payments_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Payment POSTs (create, capture, void, refund) in progress at once. Empty: "
+        "the MERCHANT_CONCURRENT_PAYMENTS default; 0: no limit. Keep it below the web tier's "
+        "threads per worker (WEB_THREADS).",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -33,9 +48,15 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    #: Set when a newer key is issued: the key keeps working until then (the rotation overlap,
+    #: API_KEY_ROTATION_OVERLAP_SECONDS), and answers 401 from then on.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    #: When the key last authenticated a request, to the minute (written at most once a minute).
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "API key"
+        permissions = [("manage_api_keys", "Can rotate and revoke merchants' API keys")]
 
     def __str__(self) -> str:
         return f"{self.prefix}…"

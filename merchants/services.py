@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from card_data import contains_card_number
@@ -16,6 +19,8 @@ from merchants.models import ApiKey, Merchant
 API_KEY_PREFIX = "sk_live_"
 #: Characters of the key kept in clear for display (the prefix plus 4 random characters).
 DISPLAY_PREFIX_LENGTH = len(API_KEY_PREFIX) + 4
+#: ``last_used_at`` is written when it is older than this (at most one write a minute a key).
+LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 
 def api_key_hash(raw_key: str) -> str:
@@ -31,16 +36,47 @@ class IssuedApiKey:
     raw: str
 
 
-def api_key_issue(*, merchant: Merchant) -> IssuedApiKey:
-    """Issue a new API key (``sk_live_`` + 43 URL-safe characters) for ``merchant``.
+@transaction.atomic
+def api_key_issue(*, merchant: Merchant, now: datetime | None = None) -> IssuedApiKey:
+    """Issue a new API key (``sk_live_`` + 43 URL-safe characters) for ``merchant`` (rotation).
 
-    Earlier keys stay active (rotation); revoke them with :func:`api_key_revoke`.
+    Each earlier key still active keeps working for the overlap,
+    ``API_KEY_ROTATION_OVERLAP_SECONDS`` (default 24 h) from ``now`` (aware; default the
+    current time), then expires: its ``expires_at`` is set, or moved earlier, to that time.
+    Revoke one at once with :func:`api_key_revoke`.
     """
+    now = now or timezone.now()
+    ends = now + timedelta(seconds=settings.API_KEY_ROTATION_OVERLAP_SECONDS)
+    merchant.api_keys.filter(revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=ends)
+    ).update(expires_at=ends)
     raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
         merchant=merchant, prefix=raw[:DISPLAY_PREFIX_LENGTH], key_hash=api_key_hash(raw)
     )
     return IssuedApiKey(api_key=api_key, raw=raw)
+
+
+def api_key_authenticate(raw_key: str, *, now: datetime) -> ApiKey | None:
+    """The active key ``raw_key`` names (its merchant loaded), or None: unknown, revoked, or
+    expired at ``now`` (aware), the end of its rotation overlap.
+
+    Records the use: ``last_used_at`` becomes ``now`` when it is empty or older than a minute
+    (one conditional ``UPDATE``, so at most one write a minute a key, whatever the traffic).
+    """
+    api_key = (
+        ApiKey.objects.select_related("merchant")
+        .filter(key_hash=api_key_hash(raw_key), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
+    if api_key is None:
+        return None
+    if api_key.last_used_at is None or api_key.last_used_at < now - LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=api_key.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+        ).update(last_used_at=now)
+    return api_key
 
 
 def api_key_revoke(*, api_key: ApiKey) -> None:

@@ -3,7 +3,9 @@
 ``POST /payments`` (idempotent, see README), ``GET /payments``, ``GET /payments/{id}``,
 ``POST /payments/{id}/capture``, ``POST /payments/{id}/void``, ``POST /payments/{id}/refunds``
 (idempotent), ``GET /payments/{id}/refunds``, ``GET /refunds/{id}``, ``GET /healthz``. Every
-error is an RFC 9457 problem (``payments.problems``).
+error is an RFC 9457 problem (``payments.problems``). Every merchant request is counted against
+the merchant's request rate, and the POSTs that may call the acquirer hold one of its in-flight
+slots (``payments.limits``), both before the idempotency key is claimed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency.keys import parse_idempotency_key
+from merchants.models import Merchant
 from payments.acquirer.client import acquirer_client
 from payments.card_data import (
     KEY_REFUSAL,
@@ -33,6 +36,7 @@ from payments.card_data import (
 )
 from payments.lifecycle import OperationConflict
 from payments.lifecycle_services import payment_capture, payment_void, refund_create
+from payments.limits import payment_slot, rate_limited, request_rate_check
 from payments.parsers import request_json
 from payments.problems import Problem
 from payments.responses import CreateResult, create_answer, json_bytes, operation_answer
@@ -106,15 +110,32 @@ def _idempotency_key(request: Request) -> str:
 
 
 class MerchantApi(APIView):
-    """The base of every merchant API view: once the request is authenticated, query
-    parameters (names and values) holding card data are refused with ``400
-    card_data_not_accepted`` before any view reads them."""
+    """The base of every merchant API view. Once the request is authenticated (and permitted),
+    it is counted against the merchant's request rate (a refusal is ``429 rate_limited``), then
+    query parameters (names and values) holding card data are refused with ``400
+    card_data_not_accepted`` before any view reads them. Every answer to a counted request
+    carries ``RateLimit-Policy`` and ``RateLimit``."""
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
+        super().initial(request, *args, **kwargs)  # authentication and permissions first
+        if isinstance(request.user, Merchant):
+            decision = request_rate_check(request.user)
+            request.rate_decision = decision
+            if decision is not None and not decision.allowed:
+                raise rate_limited(decision)
         fields = query_card_data_fields(request.query_params)
         if fields:
             raise card_data_refusal(fields, detail=QUERY_REFUSAL)
+
+    def finalize_response(
+        self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        decision = getattr(request, "rate_decision", None)
+        if decision is not None:
+            for name, value in decision.headers().items():
+                response[name] = value
+        return response
 
 
 def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
@@ -190,7 +211,11 @@ class OperationApi(MerchantApi):
             summary=cls.openapi_summary,
             request=cls.operation_body,
             parameters=[IDEMPOTENCY_KEY_HEADER],
-            responses={ok: answer, 202: answer, **problems(400, 401, 404, 409, 422, 502, 503)},
+            responses={
+                ok: answer,
+                202: answer,
+                **problems(400, 401, 404, 409, 422, 429, 502, 503),
+            },
         )
         extend_schema_view(post=schema)(cls)
 
@@ -200,13 +225,14 @@ class OperationApi(MerchantApi):
         body.is_valid(raise_exception=True)
         key = _idempotency_key(request)
         try:
-            result = self.operation_service(
-                merchant=request.user,
-                payment_id=payment_id,
-                idempotency_key=key,
-                client=acquirer_client(),
-                **body.validated_data,
-            )
+            with payment_slot(request.user):
+                result = self.operation_service(
+                    merchant=request.user,
+                    payment_id=payment_id,
+                    idempotency_key=key,
+                    client=acquirer_client(),
+                    **body.validated_data,
+                )
         except PaymentNotFound as exc:
             raise _not_found("payment") from exc
         except OperationConflict as exc:
@@ -227,26 +253,27 @@ class PaymentListCreateApi(MerchantApi):
         responses={
             201: PaymentSerializer,
             202: PaymentSerializer,
-            **problems(400, 401, 409, 422, 502, 503),
+            **problems(400, 401, 409, 422, 429, 502, 503),
         },
     )
     def post(self, request: Request) -> HttpResponse:
         key = _idempotency_key(request)
         body = PaymentCreateInputSerializer(data=request_json(request))
         body.is_valid(raise_exception=True)
-        result = payment_create(
-            merchant=request.user,
-            idempotency_key=key,
-            client=acquirer_client(),
-            **body.validated_data,
-        )
+        with payment_slot(request.user):
+            result = payment_create(
+                merchant=request.user,
+                idempotency_key=key,
+                client=acquirer_client(),
+                **body.validated_data,
+            )
         return create_answer(result)
 
     @extend_schema(
         operation_id="payments_list",
         summary="List payments, newest first",
         parameters=[PaymentListQuerySerializer],
-        responses={200: PaymentListSerializer, **problems(400, 401)},
+        responses={200: PaymentListSerializer, **problems(400, 401, 429)},
     )
     def get(self, request: Request) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -270,7 +297,7 @@ class PaymentDetailApi(MerchantApi):
     @extend_schema(
         operation_id="payments_retrieve",
         summary="Retrieve a payment",
-        responses={200: PaymentSerializer, **problems(401, 404)},
+        responses={200: PaymentSerializer, **problems(401, 404, 429)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         try:
@@ -313,7 +340,7 @@ class PaymentRefundsApi(OperationApi):
         operation_id="refunds_list",
         summary="List a payment's refunds, newest first",
         parameters=[RefundListQuerySerializer],
-        responses={200: RefundListSerializer, **problems(400, 401, 404)},
+        responses={200: RefundListSerializer, **problems(400, 401, 404, 429)},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -341,7 +368,7 @@ class RefundDetailApi(MerchantApi):
     @extend_schema(
         operation_id="refunds_retrieve",
         summary="Retrieve a refund",
-        responses={200: RefundSerializer, **problems(401, 404)},
+        responses={200: RefundSerializer, **problems(401, 404, 429)},
     )
     def get(self, request: Request, refund_id: str) -> HttpResponse:
         try:

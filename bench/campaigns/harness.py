@@ -53,6 +53,9 @@ SERVICE_ENV: dict[str, str] = {
     "PYTHONUNBUFFERED": "1",
     "LOG_LEVEL": "DEBUG",
     "IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS": "10",  # above the API's 8 s acquirer deadline
+    # The storms send one merchant's requests faster and more at once than its default limits.
+    "MERCHANT_RATE_LIMIT_REQUESTS": "0",
+    "MERCHANT_CONCURRENT_PAYMENTS": "0",
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS": "1",
     "RECONCILIATION_FIRST_CHECK_SECONDS": "1",
     "RECONCILIATION_GRACE_SECONDS": "3",

@@ -5,6 +5,7 @@ Every value an operator may change is an environment variable; docs/configuratio
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -30,6 +31,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_prometheus",
+    "django_otp",  # the admin's second factor (TOTP), ADR 0019
+    "django_otp.plugins.otp_totp",
+    "axes",  # the admin login's throttling, ADR 0019
     "merchants",
     "idempotency",
     "payments",
@@ -44,8 +48,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -56,7 +62,7 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "config" / "templates"],  # the admin login and two-factor pages
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -180,6 +186,41 @@ PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS = env.int(
 PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
+
+# --- Per-merchant limits (payments/limits.py, ADR 0018); a merchant's own values in the admin
+# override them, 0 is no limit. The state is in the acquirer state store (ACQUIRER_STATE_*).
+MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=600)
+MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=60)
+# Below the web tier's threads per worker (WEB_THREADS, 4), so one merchant's slow payments
+# never hold every thread of a worker.
+MERCHANT_CONCURRENT_PAYMENTS = env.int("MERCHANT_CONCURRENT_PAYMENTS", default=3)
+# A slot's lease: the web timeout (WEB_TIMEOUT, 30 s), the longest a request may live.
+MERCHANT_PAYMENT_LEASE_SECONDS = env.int("MERCHANT_PAYMENT_LEASE_SECONDS", default=30)
+MERCHANT_CONCURRENCY_RETRY_AFTER_SECONDS = env.int(
+    "MERCHANT_CONCURRENCY_RETRY_AFTER_SECONDS", default=1
+)
+
+# --- Merchants' API keys and the admin's operators (ADR 0019) --------------------------------
+# A rotated key keeps working this long after the new one is issued, then answers 401.
+API_KEY_ROTATION_OVERLAP_SECONDS = env.int("API_KEY_ROTATION_OVERLAP_SECONDS", default=24 * 3600)
+# Admin sessions: a working day, and none survives closing the browser.
+SESSION_COOKIE_AGE = env.int("ADMIN_SESSION_SECONDS", default=8 * 3600)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+# Staff must log in with a TOTP code (django-otp); production.py turns it on.
+ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
+OTP_TOTP_ISSUER = "Payment service admin"
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True  # a TOTP secret is shown once, at enrolment
+# django-axes: this many failed admin logins for one username from one address lock that pair
+# out for ADMIN_LOGIN_LOCKOUT_MINUTES (a success resets the count).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("ADMIN_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("ADMIN_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "admin/login_locked_out.html"
 
 # Test-only crash injection for fault campaigns (payments/crashpoints.py); empty: off.
 PAYMENTS_CRASH_POINT = env("PAYMENTS_CRASH_POINT", default="")

@@ -15,3 +15,5 @@ PAYMENTS_CRASH_POINT = ""  # crash injection is for fault campaigns, never produ
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
+# Staff log in to the admin with a second factor (django-otp TOTP; ADR 0019).
+ADMIN_OTP_REQUIRED = True

@@ -15,3 +15,7 @@ ACQUIRER_BASE_URL = "http://127.0.0.1:9"
 ACQUIRER_READ_TIMEOUT_SECONDS = 1.0
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
+# The suite's merchants have no limits unless a test sets them (on the merchant, or here):
+# tests/integration/test_merchant_limits*.py do.
+MERCHANT_RATE_LIMIT_REQUESTS = 0
+MERCHANT_CONCURRENT_PAYMENTS = 0

@@ -100,6 +100,14 @@ def _state_store(redis_url: str, namespace: str) -> StateStore:
     return MemoryStore(namespace=namespace)
 
 
+def shared_state_store() -> StateStore:
+    """The process's state store for the current settings: Redis at
+    ``ACQUIRER_STATE_REDIS_URL`` (namespace ``ACQUIRER_STATE_NAMESPACE``) with its in-memory
+    fallback, or memory when the URL is empty. The acquirer client's gate, budget, breakers and
+    limits use it, and so do the merchants' limits (``payments.limits``)."""
+    return _state_store(settings.ACQUIRER_STATE_REDIS_URL, settings.ACQUIRER_STATE_NAMESPACE)
+
+
 _clients_lock = threading.Lock()
 _clients: dict[tuple, AcquirerClient] = {}
 

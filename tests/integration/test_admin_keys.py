@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
 from merchants.models import ApiKey
-from merchants.services import api_key_hash, merchant_create
+from merchants.services import api_key_hash, api_key_issue, merchant_create
 from tests.factories import MerchantFactory, PaymentFactory
 
 pytestmark = pytest.mark.django_db
@@ -23,10 +23,12 @@ pytestmark = pytest.mark.django_db
 KEYS_URL = "/admin/idempotency/idempotencykey/"
 MERCHANTS_URL = "/admin/merchants/merchant/"
 ROLES_MIGRATION = importlib.import_module("payments.migrations.0004_operations_roles")
+KEY_MANAGER_MIGRATION = importlib.import_module("payments.migrations.0008_key_manager_role")
 
 
 def staff_client(client, role: str):
     ROLES_MIGRATION.create_roles(apps, None)
+    KEY_MANAGER_MIGRATION.create_key_manager(apps, None)
     user = User.objects.create_user(f"{role}-1", password="pw", is_staff=True)
     user.groups.add(Group.objects.get(name=role))
     client.force_login(user)
@@ -41,6 +43,11 @@ def operator(client):
 @pytest.fixture
 def support(client):
     return staff_client(client, "support")
+
+
+@pytest.fixture
+def key_manager(client):
+    return staff_client(client, "key_manager")
 
 
 def make_key(key: str = "order-1", *, expired: bool = False, status: str = "completed", **kw):
@@ -130,47 +137,77 @@ def test_api_keys_are_listed_by_prefix_and_never_by_hash(support):
     assert issued.raw not in page and issued.api_key.key_hash not in page
 
 
-def test_rotate_key_confirms_before_issuing(operator):
+def test_rotate_key_confirms_before_issuing(key_manager):
     """GET shows a confirmation page and issues nothing."""
     merchant, _ = merchant_create(name="shop")
-    response = operator.get(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/")
+    response = key_manager.get(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/")
     assert response.status_code == 200 and ApiKey.objects.count() == 1
 
 
-def test_rotate_key_shows_the_new_key_once_and_stores_only_its_hash(operator):
+def test_rotate_key_shows_the_new_key_once_and_stores_only_its_hash(key_manager):
     """POST issues a key shown in that answer only (no-store); the earlier key stays active."""
     merchant, first = merchant_create(name="shop")
-    response = operator.post(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/")
+    response = key_manager.post(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/")
     new_key = response.context["new_key"]
     assert new_key in response.content.decode() and "no-store" in response["Cache-Control"]
     assert ApiKey.objects.get(key_hash=api_key_hash(new_key)).merchant == merchant
     assert ApiKey.objects.get(pk=first.api_key.pk).revoked_at is None
-    assert new_key not in operator.get(f"{MERCHANTS_URL}{merchant.pk}/change/").content.decode()
+    assert new_key not in key_manager.get(f"{MERCHANTS_URL}{merchant.pk}/change/").content.decode()
     assert new_key not in str(list(LogEntry.objects.values_list("change_message", flat=True)))
 
 
-def test_rotate_key_is_offered_as_an_action_on_one_merchant(operator):
+def test_rotate_key_is_offered_as_an_action_on_one_merchant(key_manager):
     """The list action opens the rotate page of the one selected merchant."""
     merchant, _ = merchant_create(name="shop")
-    response = operator.post(
+    response = key_manager.post(
         MERCHANTS_URL, {"action": "rotate_key_action", "_selected_action": [merchant.pk]}
     )
     assert response["Location"] == f"{MERCHANTS_URL}{merchant.pk}/rotate-key/"
 
 
-def test_revoke_key_ends_it(operator):
+def test_revoke_key_ends_it(key_manager):
     """Revoke (after a confirmation page) sets revoked_at."""
     merchant, issued = merchant_create(name="shop")
     url = f"{MERCHANTS_URL}{merchant.pk}/revoke-key/{issued.api_key.pk}/"
-    assert operator.get(url).status_code == 200
-    operator.post(url)
+    assert key_manager.get(url).status_code == 200
+    key_manager.post(url)
     assert ApiKey.objects.get(pk=issued.api_key.pk).revoked_at is not None
 
 
-def test_support_cannot_rotate_or_revoke(support):
-    """Both pages answer 403 to the support role; no key is issued."""
+@pytest.mark.parametrize("role", ["support", "operator"])
+def test_support_and_operators_cannot_rotate_or_revoke(client, role):
+    """Both pages answer 403 to the support and operator roles (a new key would let them act
+    as the merchant): that is the key_manager's permission. No key is issued or revoked."""
+    staff = staff_client(client, role)
     merchant, issued = merchant_create(name="shop")
-    assert support.post(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/").status_code == 403
+    assert staff.post(f"{MERCHANTS_URL}{merchant.pk}/rotate-key/").status_code == 403
     revoke = f"{MERCHANTS_URL}{merchant.pk}/revoke-key/{issued.api_key.pk}/"
-    assert support.post(revoke).status_code == 403
+    assert staff.post(revoke).status_code == 403
     assert ApiKey.objects.filter(revoked_at__isnull=True).count() == 1
+    page = staff.get(f"{MERCHANTS_URL}{merchant.pk}/change/").content.decode()
+    assert "rotate-key/" not in page and "revoke-key/" not in page
+
+
+def test_a_merchants_limits_are_set_on_its_page(admin_client):
+    """Whoever may change merchants sets its own rate and in-flight cap; empty is the default."""
+    merchant, _ = merchant_create(name="shop")
+    url = f"{MERCHANTS_URL}{merchant.pk}/change/"
+    page = admin_client.get(url)
+    assert "concurrent_payments_limit" in page.content.decode()
+    data = {"name": "shop", "rate_limit_requests": "120", "concurrent_payments_limit": ""}
+    for inline in page.context["inline_admin_formsets"]:  # the keys' (read-only) inline
+        formset = inline.formset
+        for form in [formset.management_form, *formset.forms]:
+            data |= {f.html_name: f.value() for f in form if f.value() is not None}
+    answer = admin_client.post(url, data)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    merchant.refresh_from_db()
+    assert (merchant.rate_limit_requests, merchant.concurrent_payments_limit) == (120, None)
+
+
+def test_the_merchant_page_shows_when_each_key_was_last_used_and_expires(support):
+    """The keys' inline lists last_used_at and expires_at (a rotated key's end)."""
+    merchant, _ = merchant_create(name="shop")
+    api_key_issue(merchant=merchant)
+    page = support.get(f"{MERCHANTS_URL}{merchant.pk}/change/").content.decode()
+    assert "Last used at" in page and "Expires at" in page

@@ -1,4 +1,5 @@
-"""The support and operator groups made by the roles data migration (payments 0004)."""
+"""The support, operator and key_manager groups made by the roles data migrations (payments
+0004, 0005, 0007, 0008)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
 BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
 LEDGER_MIGRATION = importlib.import_module("ledger.migrations.0002_audit_view_roles")
 REFUND_MIGRATION = importlib.import_module("payments.migrations.0007_refunds_console")
+KEY_MANAGER_MIGRATION = importlib.import_module("payments.migrations.0008_key_manager_role")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -29,7 +31,12 @@ VIEW_PERMISSIONS = {
 ACTION_PERMISSIONS = {
     "payments.reconcile_payment",
     "payments.resolve_payment",
-    "merchants.rotate_api_key",
+}
+#: Migration 0008: rotating and revoking keys is the key_manager's, no longer the operator's.
+KEY_MANAGER_PERMISSIONS = {
+    "merchants.view_merchant",
+    "merchants.view_apikey",
+    "merchants.manage_api_keys",
 }
 #: Granted to operator by migration 0005 (the resilience page's breaker actions).
 BREAKER_PERMISSIONS = {"payments.operate_breaker"}
@@ -45,6 +52,7 @@ def run_migration_function() -> None:
     BREAKER_MIGRATION.grant_operate_breaker(apps, None)
     LEDGER_MIGRATION.grant_view(apps, None)
     REFUND_MIGRATION.grant_refund(apps, None)
+    KEY_MANAGER_MIGRATION.create_key_manager(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:
@@ -60,8 +68,8 @@ def test_support_may_only_view():
 
 
 def test_operator_may_view_and_act():
-    """operator: the view permissions plus reconcile, resolve, rotate, operate_breaker and
-    refund."""
+    """operator: the view permissions plus reconcile, resolve, operate_breaker and refund;
+    not the keys' rotation."""
     run_migration_function()
     assert (
         permissions_of("operator")
@@ -69,10 +77,27 @@ def test_operator_may_view_and_act():
     )
 
 
-def test_no_role_may_change_or_delete_payments_or_keys():
-    """Neither group holds an add, change or delete permission."""
+def test_key_manager_may_view_merchants_and_manage_their_keys_only():
+    """key_manager: merchants and keys (by prefix), and manage_api_keys; nobody else has it."""
     run_migration_function()
-    for group in Group.objects.filter(name__in=["support", "operator"]):
+    assert permissions_of("key_manager") == KEY_MANAGER_PERMISSIONS
+    operator = permissions_of("operator")
+    assert "merchants.manage_api_keys" not in operator | permissions_of("support")
+    assert "merchants.rotate_api_key" not in operator
+
+
+def test_the_key_manager_migration_is_reversible():
+    """Unapplying 0008 deletes key_manager and gives operator rotate_api_key back."""
+    run_migration_function()
+    KEY_MANAGER_MIGRATION.remove_key_manager(apps, None)
+    assert not Group.objects.filter(name="key_manager").exists()
+    assert "merchants.rotate_api_key" in permissions_of("operator")
+
+
+def test_no_role_may_change_or_delete_payments_or_keys():
+    """No group holds an add, change or delete permission."""
+    run_migration_function()
+    for group in Group.objects.filter(name__in=["support", "operator", "key_manager"]):
         codenames = set(group.permissions.values_list("codename", flat=True))
         assert not {c for c in codenames if c.startswith(("add_", "change_", "delete_"))}
 

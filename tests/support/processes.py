@@ -51,13 +51,18 @@ def service_env(**overrides: str | None) -> dict[str, str]:
     Unless the environment or ``overrides`` say otherwise, its Celery broker is the suite's
     Redis (tests/support/redis.py) with a queue of its own, and its acquirer state is in
     memory, per process (``ACQUIRER_STATE_REDIS_URL`` empty), so no test reaches the broker or
-    state of a ``make run`` on this machine. An override of ``None`` removes the variable
-    (``CELERY_BROKER_URL=None``: the subprocess falls back on the embedded Redis).
+    state of a ``make run`` on this machine; its merchants have no limits. An override of
+    ``None`` removes the variable (``CELERY_BROKER_URL=None``: the subprocess falls back on the
+    embedded Redis).
     """
     env = {
         "CELERY_BROKER_URL": suite_broker_url(suite_redis_url()),
         "CELERY_DEFAULT_QUEUE": f"test-{uuid.uuid4().hex}",
         "ACQUIRER_STATE_REDIS_URL": "",
+        # No per-merchant limits (payments/limits.py) unless a test sets them: the storms and
+        # campaigns send one merchant's requests faster and more at once than the defaults.
+        "MERCHANT_RATE_LIMIT_REQUESTS": "0",
+        "MERCHANT_CONCURRENT_PAYMENTS": "0",
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
         "DJANGO_DEBUG": "false",

@@ -19,6 +19,7 @@ from bench import (
     client_compare,
     common,
     endpoint_compare,
+    noisy_neighbour,
     profile_stacks,
     replay_latency,
     retry_storm,
@@ -31,7 +32,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     "module",
-    [throughput, endpoint_compare, replay_latency, same_key_storm, client_compare, retry_storm],
+    [
+        throughput,
+        endpoint_compare,
+        replay_latency,
+        same_key_storm,
+        client_compare,
+        retry_storm,
+        noisy_neighbour,
+    ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
     args = module.parse_args([])

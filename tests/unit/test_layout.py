@@ -218,7 +218,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
     (
         "primitives: the state machine, the acquirer boundary, the answers",
         {
-            "lifecycle", "responses", "crashpoints", "acquirer", "acquirer.client",
+            "lifecycle", "responses", "crashpoints", "limits", "acquirer", "acquirer.client",
             "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
             "acquirer.selectors", "acquirer.services", "acquirer.operations",
         },
