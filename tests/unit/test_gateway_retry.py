@@ -602,7 +602,7 @@ def test_gate_waits_are_bounded_when_sleep_does_not_move_the_clock() -> None:
     """A sleep that does not advance time cannot loop forever on a closed gate."""
     clock = ManualClock()
     store = shared(clock)
-    RateGate(store).close(scope_for("acquirer", API_KEY), 2.0)
+    RateGate(store).close(scope_for("acquirer"), 2.0)
     client, acquirer, _ = build(status(201), clock=clock, store=store)
     client._sleep = lambda seconds: None  # a broken sleep
     error = raised(client)
