@@ -48,7 +48,7 @@ def bare_env(tmp_path: Path, **variables: str) -> dict[str, str]:
     """A process environment with none of the service's variables: only ``variables``, the
     production settings by default, and an embedded-server directory that must stay absent."""
     return {
-        "PATH": os.environ["PATH"],
+        "PATH": os.defpath,  # the commands run as sys.executable -m ...
         "HOME": str(tmp_path),
         "PYTHONUNBUFFERED": "1",
         "PGSERVER_DATA_DIR": str(tmp_path / "pgdata"),
