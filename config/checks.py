@@ -60,7 +60,11 @@ def production_settings_are_set(app_configs=None, **kwargs) -> list[CheckMessage
         if not read()
     ]
     base_url = settings.ACQUIRER_BASE_URL
-    if base_url and urlsplit(base_url).scheme != "https" and not settings.ACQUIRER_ALLOW_INSECURE_HTTP:
+    if (
+        base_url
+        and urlsplit(base_url).scheme != "https"
+        and not settings.ACQUIRER_ALLOW_INSECURE_HTTP
+    ):
         errors.append(
             Error(
                 "ACQUIRER_BASE_URL must be an https:// URL in production.",

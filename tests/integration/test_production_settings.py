@@ -41,6 +41,7 @@ PRODUCTION_ENV = {
     "METRICS_BEARER_TOKEN": "metrics-example-token",
 }
 
+POSTGRESQL = "django.db.backends.postgresql"
 urlpatterns = [path("metrics", metrics_views.metrics_view, name="metrics")]
 
 
@@ -93,8 +94,7 @@ def test_each_missing_variable_is_an_error_naming_it_never_a_value():
         assert production_settings_are_set() == []
     emptied = {
         "DJANGO_SECRET_KEY": {"SECRET_KEY": ""},
-        "DATABASE_URL": {"DATABASES": {"default": {"ENGINE": "django.db.backends.postgresql",
-                                                   "NAME": ""}}},  # fmt: skip
+        "DATABASE_URL": {"DATABASES": {"default": {"ENGINE": POSTGRESQL, "NAME": ""}}},
         "ACQUIRER_BASE_URL": {"ACQUIRER_BASE_URL": ""},
         "ACQUIRER_API_KEY": {"ACQUIRER_API_KEY": ""},
         "METRICS_BEARER_TOKEN": {"METRICS_BEARER_TOKEN": ""},

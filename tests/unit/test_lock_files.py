@@ -19,7 +19,11 @@ from packaging.utils import canonicalize_name
 from scripts.lock import BUILD_PROFILE, PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
-PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$")  # noqa: E501
+#: `name==version ; marker \` (the marker only in universal locks).
+PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)"
+    r"\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$"
+)
 TOP_LEVEL = "payment-service (pyproject.toml)"
 HINT = "requirements/ is out of date with pyproject.toml: run `make lock`"
 
