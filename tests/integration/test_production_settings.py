@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from config.checks import REQUIRED_IN_PRODUCTION, production_settings_are_set
 from payments import metrics_views
 from payments.acquirer.client import acquirer_client
-from tests.support.processes import CELERY_WORKER, GUNICORN, free_port
+from tests.support.processes import CELERY_WORKER, GUNICORN
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = list(REQUIRED_IN_PRODUCTION)
@@ -173,7 +173,7 @@ def test_no_metric_label_derives_from_the_api_key(client):
 def test_gunicorn_refuses_to_start_naming_each_missing_variable(tmp_path):
     """gunicorn with no production variable: its worker fails to boot on the checks and the
     master halts (exit code 3) with each variable named; nothing was served."""
-    env = bare_env(tmp_path, WEB_BIND=f"127.0.0.1:{free_port()}", WEB_CONCURRENCY="1")
+    env = bare_env(tmp_path, WEB_BIND="127.0.0.1:0", WEB_CONCURRENCY="1")  # any free port
     done = run(GUNICORN, env)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "Worker failed to boot" in done.stderr
