@@ -63,7 +63,7 @@ def production_settings_are_set(app_configs=None, **kwargs) -> list[CheckMessage
     if (
         base_url
         and urlsplit(base_url).scheme != "https"
-        and not settings.ACQUIRER_ALLOW_INSECURE_HTTP
+        and not getattr(settings, "ACQUIRER_ALLOW_INSECURE_HTTP", False)
     ):
         errors.append(
             Error(
