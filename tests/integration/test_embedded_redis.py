@@ -179,7 +179,7 @@ def test_production_settings_never_start_it(data_dir):
         DJANGO_SECRET_KEY="x" * 50,
         ACQUIRER_API_KEY="sk_test_unused",
     )
-    code = "import django.core.management as m; django.setup(); m.call_command('check')"
+    code = "import django, django.core.management as m; django.setup(); m.call_command('check')"
     done = python(code, env)
     assert done.returncode != 0
     assert "CELERY_BROKER_URL must be set in production" in done.stderr
