@@ -1,43 +1,63 @@
-# Two commands for a new user: `make run` and `make test`. Everything installs from pyproject.toml.
+# Two commands for a new user: `make run` and `make test`. Each installs what it needs, exactly:
+# the lock file of its profile (requirements/<profile>.txt, every package pinned with its hashes,
+# regenerated from pyproject.toml by `make lock`; docs/adr/0017).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+# Every package, transitive ones included, must be in the lock file with a matching hash.
+PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes
+UV_VERSION := 0.13.9
 
-.PHONY: run test install lint db-stop clean
+.PHONY: run test install lint db-stop clean lock
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required" if sys.version_info < (3, 11) else 0)'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
-	@touch $(STAMP)
+# The project itself, editable, built by the locked setuptools (no unpinned build download).
+$(VENV)/.project-installed: pyproject.toml requirements/build.txt | $(BIN)/python
+	$(PIP_LOCKED) -r requirements/build.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
 
-install: $(STAMP)
+# One stamp per profile: runtime + local (make run), + test (make test), runtime + lint (make
+# lint), every extra (make bench). All are constrained to one resolution, so they stack.
+$(VENV)/.%-installed: requirements/%.txt | $(VENV)/.project-installed
+	$(PIP_LOCKED) -r $<
+	@touch $@
+
+## make install: a developer's virtualenv (what make test and make lint need).
+install: $(VENV)/.test-installed $(VENV)/.lint-installed
+
+## make lock: regenerate requirements/*.txt from pyproject.toml after changing a dependency
+## (keeps the other pins; UPGRADE=1 moves every package to its newest allowed version).
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(BIN)/python scripts/lock.py $(if $(UPGRADE),--upgrade)
 
 ## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
-run: install
+run: $(VENV)/.local-installed
 	@mkdir -p .celery
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+	@# gunicorn and Celery default to the production settings; make run's are the local ones.
+	DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
+	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
 ## (REDIS_URL, or the embedded server).
-test: install
+test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
 ## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,
 ## detect-private-key, mypy --strict on gateway_client); CI runs it before make test.
-lint: install
+lint: $(VENV)/.lint-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 
 ## Stop the embedded PostgreSQL and the embedded Redis (started when their URLs are unset).
-db-stop: install
+db-stop: $(VENV)/.local-installed
 	$(BIN)/python -m config.embedded_db stop
 	$(BIN)/python -m config.embedded_redis stop
 
@@ -48,7 +68,7 @@ clean:
 ## running in another terminal. DEMO_ARGS="--api URL --sandbox URL --api-key KEY" to point it
 ## elsewhere.
 .PHONY: demo
-demo: install
+demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
 ## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 16 minutes),
@@ -58,11 +78,7 @@ demo: install
 BENCH ?= throughput endpoint_compare replay_latency same_key_storm client_compare retry_storm \
          noisy_neighbour
 .PHONY: bench
-$(VENV)/.bench-stamp: pyproject.toml | $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
-	@touch $@
-
-bench: install $(VENV)/.bench-stamp
+bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && apt-get update -qq && apt-get install -y -qq wrk; } \
 	  || { echo "wrk is needed: apt-get install wrk (Debian/Ubuntu) or brew install wrk"; exit 1; }
@@ -75,8 +91,8 @@ bench: install $(VENV)/.bench-stamp
 ## (or CAMPAIGN_DATABASE_URL), recreated. make campaign-short: the short versions (about 4
 ## minutes, soak 60 s). CAMPAIGN_ARGS="storms crash --out DIR" picks campaigns and options.
 .PHONY: campaign campaign-short
-campaign: install
+campaign: $(VENV)/.test-installed
 	$(BIN)/python -m bench.campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
-campaign-short: install
+campaign-short: $(VENV)/.test-installed
 	$(BIN)/python -m bench.campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)

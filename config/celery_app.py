@@ -1,19 +1,53 @@
 """The Celery application.
 
 Settings come from Django settings under the ``CELERY_`` namespace (see
-``config/settings/base.py``). Tasks are discovered in the installed apps.
+``config/settings/base.py``); without ``DJANGO_SETTINGS_MODULE``, the production ones. Tasks are
+discovered in the installed apps. The worker and beat run the system checks at start and exit
+on an Error (a missing production variable among them, config/checks.py): Celery's own Django
+fixup runs them but ignores the result.
 """
 
 import os
+import sys
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_init, worker_ready
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _worker_refuses_to_start_on_errors(**kwargs) -> None:
+    """Exit the worker before it consumes anything when a system check fails."""
+    _refuse_to_start_on_errors("worker")
+
+
+@beat_init.connect
+def _beat_refuses_to_start_on_errors(**kwargs) -> None:
+    """Exit beat before it schedules anything when a system check fails."""
+    _refuse_to_start_on_errors("beat")
+
+
+def _refuse_to_start_on_errors(process: str) -> None:
+    # Not at the top: this module is imported with the settings (config/__init__.py), before
+    # Django's app registry is ready, and the checks read the settings. No cycle.
+    import django
+    from django.core.exceptions import ImproperlyConfigured
+
+    django.setup()
+    from config.checks import refuse_to_start_on_errors
+
+    try:
+        refuse_to_start_on_errors(process)
+    except ImproperlyConfigured as refused:
+        # To the process's real stderr: beat has replaced sys.stderr with a logging proxy by
+        # now. Then SystemExit, the one exception Celery's signals do not log and swallow.
+        sys.__stderr__.write(f"{refused}\n")
+        raise SystemExit(1) from None
 
 
 @worker_ready.connect

@@ -60,8 +60,11 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     """Return Django ``DATABASES`` for PostgreSQL from ``DATABASE_URL`` or the embedded server.
 
     ``env`` is a ``django-environ`` ``Env``. ``ATOMIC_REQUESTS`` is always off: the payment
-    flow commits before it calls the acquirer. Raises ``ImproperlyConfigured`` when the URL is
-    not PostgreSQL, or is missing and ``allow_embedded`` is false (production).
+    flow commits before it calls the acquirer. Missing with ``allow_embedded`` false
+    (production): an entry without a database name, which nothing may use; the production
+    check ``config.E001`` names ``DATABASE_URL`` and stops every process first, while
+    ``collectstatic`` (no database) still runs. Raises ``ImproperlyConfigured`` when the URL is
+    not PostgreSQL.
     """
     from django.core.exceptions import ImproperlyConfigured
 
@@ -70,7 +73,7 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     elif allow_embedded:
         default = embedded_database_config()
     else:
-        raise ImproperlyConfigured("DATABASE_URL must be set in production.")
+        default = {"ENGINE": "django.db.backends.postgresql", "NAME": ""}
     if default["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_URL must point to PostgreSQL (no SQLite here).")
     default["ATOMIC_REQUESTS"] = False

@@ -181,7 +181,7 @@ class AcquirerClient(RetryLoop):
         )
         self.budget = budget if budget is not None else RetryBudget(self.store, config.name)
         self.gate = RateGate(self.store)
-        self.scope = scope_for(config.name, config.api_key, config.rate_scope)
+        self.scope = scope_for(config.name, config.rate_scope)
         self.breakers = self._build_breakers(breakers)
         if isinstance(limiter, AimdLimiter):
             self.limiter = limiter

@@ -8,8 +8,9 @@ deadline (and the configured maximum wait), and otherwise fails at once with
 `RateLimitedError(retry_after, not_before)`, without sending. Without a shared gate, each worker
 would wait alone while together they keep exceeding the limit (docs/reference/retries.md).
 
-A scope names the quota: the acquirer's name plus a fingerprint of the API key (the first 12
-hex digits of its SHA-256), or the configured `AcquirerConfig.rate_scope`; never the raw key.
+A scope names the quota: the configured `AcquirerConfig.rate_scope`, else the acquirer's
+name. It is configuration, never derived from the API key: it is a Redis key and a metric
+label, and a fingerprint of a secret (an unsalted hash) must be neither.
 
 The gate keeps T on the store's clock and answers with durations ("closed for 12.5 s more"),
 so processes whose clocks disagree still agree on the wait. A gate only moves later: a shorter
@@ -18,7 +19,6 @@ wait never reopens it early.
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 from . import _twins
@@ -27,12 +27,9 @@ from .store import AtomicScript, StateStore
 __all__ = ["RateGate", "scope_for"]
 
 
-def scope_for(name: str, api_key: str, override: str | None = None) -> str:
-    """Return the quota scope `"<name>:<12 hex of sha256(api_key)>"`, or `override` if given."""
-    if override:
-        return override
-    fingerprint = hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:12]
-    return f"{name}:{fingerprint}"
+def scope_for(name: str, rate_scope: str | None = None) -> str:
+    """Return the quota scope: `rate_scope` when given, else the acquirer's `name`."""
+    return rate_scope or name
 
 
 GATE_READ = AtomicScript.packaged("gate_read", "gate_read.lua", _twins.gate_read)

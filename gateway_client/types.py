@@ -103,8 +103,9 @@ class AcquirerConfig:
     the same key, so ambiguous outcomes may be re-sent. `name` names the acquirer in logs,
     metrics and the retry budget. `quota_profile` says which rate headers the acquirer sends:
     "auto" (Retry-After, IETF RateLimit, GitHub-style x-ratelimit-*), "ietf", "github" or
-    "retry-after" (see quota.py). `rate_scope` names the quota shared by the rate gate; None
-    derives it from `name` and a fingerprint of `api_key` (never the key itself).
+    "retry-after" (see quota.py). `rate_scope` names the quota shared by the rate gate and the
+    concurrency limit (a Redis key and a metric label); None: `name`. Never derived from
+    `api_key`.
     """
 
     base_url: str

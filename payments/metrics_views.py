@@ -68,19 +68,27 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: Prometheus text format, in-process metrics then the scrape-time gauges
     (database, acquirer resilience state).
 
-    When ``settings.METRICS_BEARER_TOKEN`` is set, the scrape must send
-    ``Authorization: Bearer <token>`` (401 otherwise). Keep ``/metrics`` off the public
-    network either way: it tells how many payments are stuck.
+    When ``settings.METRICS_BEARER_TOKEN`` is set, and always under the production settings
+    (``REQUIRE_PRODUCTION_SETTINGS``: an empty token then admits nobody), the scrape must send
+    ``Authorization: Bearer <token>`` (RFC 6750; the scheme is case-insensitive, the token
+    compared in constant time), else ``401`` with ``WWW-Authenticate: Bearer``. Keep
+    ``/metrics`` off the public network either way: it tells how many payments are stuck.
     """
     token = getattr(settings, "METRICS_BEARER_TOKEN", "")
-    if token:
-        sent = request.headers.get("authorization", "")
-        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            return HttpResponse(status=401, headers={"WWW-Authenticate": "Bearer"})
+    if (token or getattr(settings, "REQUIRE_PRODUCTION_SETTINGS", False)) and not (
+        token and _bearer_token_matches(request.headers.get("authorization", ""), token)
+    ):
+        return HttpResponse(status=401, headers={"WWW-Authenticate": "Bearer"})
     started = time.monotonic()
     body = generate_latest(_process_registry()) + generate_latest(_DATABASE_REGISTRY)
     logger.debug("metrics rendered in %.3f s", time.monotonic() - started)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def _bearer_token_matches(authorization: str, token: str) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer <token>`` (scheme in any case)."""
+    scheme, _, sent = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(sent.encode(), token.encode())
 
 
 def worker_metrics_server_start(port: int, addr: str = "127.0.0.1") -> None:

@@ -19,3 +19,5 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {}
 # tests/integration/test_merchant_limits*.py do.
 MERCHANT_RATE_LIMIT_REQUESTS = 0
 MERCHANT_CONCURRENT_PAYMENTS = 0
+# The suite's own, whatever a developer's .env (docker compose's, README) sets.
+METRICS_BEARER_TOKEN = ""

@@ -171,16 +171,18 @@ def test_set_urls_win_and_an_empty_state_url_keeps_memory(data_dir):
 
 
 def test_production_settings_never_start_it(data_dir):
-    """config.settings.production without CELERY_BROKER_URL fails and starts no server."""
+    """config.settings.production without CELERY_BROKER_URL fails its checks (config.E001)
+    and starts no server."""
     env = child_env(
         data_dir,
         DJANGO_SETTINGS_MODULE="config.settings.production",
         DJANGO_SECRET_KEY="x" * 50,
         ACQUIRER_API_KEY="sk_test_unused",
     )
-    done = python("import django; django.setup()", env)
+    code = "import django, django.core.management as m; django.setup(); m.call_command('check')"
+    done = python(code, env)
     assert done.returncode != 0
-    assert "CELERY_BROKER_URL" in done.stderr
+    assert "CELERY_BROKER_URL must be set in production" in done.stderr
     assert not data_dir.exists()
 
 

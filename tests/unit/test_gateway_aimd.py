@@ -38,7 +38,7 @@ from gateway_client.metrics import CounterMetrics
 
 StoreFactory = Callable[[ManualClock], StateStore]
 API_KEY = "sk_aimd_test"
-SCOPE = scope_for("acq", API_KEY)
+SCOPE = scope_for("acq")
 
 
 @pytest.fixture

@@ -286,7 +286,7 @@ def test_a_cancelled_probe_gives_its_permit_back() -> None:
 def test_a_call_stopped_by_the_rate_gate_gives_its_permit_back() -> None:
     """The gate refuses after the breaker admitted a probe: nothing sent, the permit freed."""
     rig = half_open_with_one_permit()
-    RateGate(rig.store).close(scope_for("acq", API_KEY), 120.0)
+    RateGate(rig.store).close(scope_for("acq"), 120.0)
     assert isinstance(rig.call(approve), RateLimitedError)
     assert rig.snapshot().half_open_permits_in_use == 0
     assert rig.acquirer.sent == 5

@@ -629,7 +629,7 @@ def test_gate_waits_are_bounded_when_sleep_does_not_move_the_clock() -> None:
     """A sleep that does not advance time cannot loop forever on a closed gate."""
     clock = ManualClock()
     store = shared(clock)
-    RateGate(store).close(scope_for("acquirer", API_KEY), 2.0)
+    RateGate(store).close(scope_for("acquirer"), 2.0)
     client, acquirer, _ = build(status(201), clock=clock, store=store)
     client._sleep = lambda seconds: None  # a broken sleep
     error = raised(client)
@@ -638,7 +638,7 @@ def test_gate_waits_are_bounded_when_sleep_does_not_move_the_clock() -> None:
 
 
 def test_gate_is_per_scope() -> None:
-    """Another API key is another quota scope: its calls are not held by the gate."""
+    """Another configured quota scope (another account) is not held by the first's gate."""
     clock = ManualClock()
     store = shared(clock)
     a, _, _ = build(status(429, {"Retry-After": "30"}), clock=clock, store=store)
@@ -659,9 +659,9 @@ def test_exhausted_quota_on_a_success_closes_the_gate() -> None:
 
 
 def test_scope_never_contains_the_api_key() -> None:
-    """The quota scope is the acquirer's name and a fingerprint, never the raw key."""
+    """The quota scope is the acquirer's name (no configured scope), nothing of the key."""
     client, _, _ = build(status(201), name="acme")
-    assert client.scope.startswith("acme:")
+    assert client.scope == "acme"
     assert API_KEY not in client.scope
 
 

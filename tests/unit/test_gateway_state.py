@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from gateway_client import ManualClock, MemoryStore, RedisStore
+from gateway_client import AcquirerClient, AcquirerConfig, ManualClock, MemoryStore, RedisStore
 from gateway_client.budget import RetryBudget
 from gateway_client.gate import RateGate, scope_for
 from gateway_client.metrics import CounterMetrics
@@ -134,14 +134,15 @@ def test_gate_rejects_infinite_or_negative_waits() -> None:
             gate.close("s", bad)
 
 
-def test_scope_is_name_and_key_fingerprint() -> None:
-    """scope_for gives name plus 12 hex digits of SHA-256, stable, never the key."""
-    scope = scope_for("acme", "sk_live_secret")
-    assert scope == scope_for("acme", "sk_live_secret")
-    assert scope.startswith("acme:") and len(scope) == len("acme:") + 12
-    assert "sk_live_secret" not in scope
-    assert scope != scope_for("acme", "sk_live_other")
-    assert scope_for("acme", "sk_live_secret", "account-7") == "account-7"
+def test_scope_comes_from_configuration_never_from_the_key() -> None:
+    """scope_for gives the configured rate scope, else the acquirer's name; the client's scope
+    (a Redis key and a metric label) carries nothing derived from its API key."""
+    assert scope_for("acme") == "acme"
+    assert scope_for("acme", "account-7") == "account-7"
+    config = AcquirerConfig("https://acquirer.test", "sk_live_secret", name="acme")
+    assert AcquirerClient(config).scope == "acme"
+    configured = AcquirerConfig("https://acquirer.test", "sk_live_secret", rate_scope="eu-1")
+    assert AcquirerClient(configured).scope == "eu-1"
 
 
 # -- memory store and reusable scripts ---------------------------------------------------------

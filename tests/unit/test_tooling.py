@@ -20,11 +20,11 @@ def pre_commit_hooks() -> dict[str, dict]:
     return {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
 
 
-def dev_requirement(name: str) -> str:
-    for requirement in pyproject()["project"]["optional-dependencies"]["dev"]:
+def lint_requirement(name: str) -> str:
+    for requirement in pyproject()["project"]["optional-dependencies"]["lint"]:
         if re.match(rf"{re.escape(name)}\b", requirement):
             return requirement
-    raise AssertionError(f"{name} is not in the dev extra")
+    raise AssertionError(f"{name} is not in the lint extra")
 
 
 def test_pre_commit_runs_the_agreed_hooks():
@@ -37,14 +37,14 @@ def test_pre_commit_runs_the_agreed_hooks():
     assert hooks["mypy"]["args"] == ["gateway_client"]
 
 
-def test_hooks_call_the_pinned_tools_of_the_dev_extra():
-    """Each hook's program is pinned in the dev extra, so hooks, make lint and CI agree."""
+def test_hooks_call_the_pinned_tools_of_the_lint_extra():
+    """Each hook's program is pinned in the lint extra, so hooks, make lint and CI agree."""
     for hook in pre_commit_hooks().values():
         assert hook["language"] == "system", hook["id"]
     for tool in ("ruff", "pre-commit-hooks", "django-upgrade"):
-        assert "==" in dev_requirement(tool), tool
-    dev_requirement("mypy")
-    dev_requirement("pre-commit")
+        assert "==" in lint_requirement(tool), tool
+    lint_requirement("mypy")
+    lint_requirement("pre-commit")
 
 
 def test_ci_runs_lint_before_the_tests():
@@ -64,8 +64,13 @@ def test_mypy_is_strict_on_gateway_client():
 
 
 def test_docker_image_copies_every_installed_package():
-    """The Dockerfile COPYs each package that pyproject.toml installs (a new app is not lost)."""
+    """The Dockerfile COPYs each package that pyproject.toml installs (a new app is not lost):
+    the service's into the runtime stage, the sandbox acquirer into its own stage only."""
     include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*") for pattern in include}
-    copied = set(re.findall(r"^COPY (\S+) \1$", (ROOT / "Dockerfile").read_text(), re.M))
-    assert packages <= copied, sorted(packages - copied)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    sandbox, runtime = dockerfile.split("AS runtime")
+    copied = set(re.findall(r"^COPY (\S+) \1$", runtime, re.M))
+    assert packages - {"sandbox_acquirer"} <= copied, sorted(packages - copied)
+    assert "sandbox_acquirer" not in copied
+    assert "COPY sandbox_acquirer sandbox_acquirer" in sandbox.split("AS sandbox")[1]

