@@ -46,6 +46,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
