@@ -19,12 +19,14 @@ install: $(STAMP)
 
 ## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
+## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md).
 run: install
 	@mkdir -p .celery
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+	PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
+	  $(BIN)/honcho start -f Procfile
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
 ## (REDIS_URL, or the embedded server).
