@@ -7,13 +7,18 @@ Settings come from Django settings under the ``CELERY_`` namespace (see
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutdown
+
+from heartbeats.celery import HeartbeatStep, forget_worker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Each worker's heartbeat while its consumer runs; beat's comes from CELERY_BEAT_SCHEDULER.
+app.steps["consumer"].add(HeartbeatStep)
+worker_shutdown.connect(forget_worker)
 
 
 @worker_ready.connect

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "idempotency",
     "payments",
     "ledger",
+    "heartbeats",
 ]
 
 MIDDLEWARE = [
@@ -236,6 +237,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+# Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
+HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
+CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",

@@ -3,7 +3,7 @@
 The worker runs as the Procfile runs it (prefork, two processes, gossip, mingle and heartbeat
 on), against a Redis of this test's own (tests/support/private_redis.py), which is SIGKILLed
 with tasks in flight (unacknowledged messages to restore) and started again, three times;
-after each restart the worker must still be alive and execute a new task. With celery and
+after each restart the worker must still be alive, execute a new task and beat again. With celery and
 kombu 5.7.0 the worker could exit with ``Unrecoverable error: AttributeError("'NoneType'
 object has no attribute 'hostname'")`` while restoring the unacknowledged messages;
 docs/operations.md ("The Celery worker and its broker") has the cause and the pin.
@@ -19,6 +19,7 @@ import pytest
 from django.utils import timezone
 
 from config.celery_app import app
+from heartbeats.models import Heartbeat
 from idempotency.models import IdempotencyKey
 from tests.factories import MerchantFactory
 from tests.support.private_redis import PrivateRedis
@@ -71,9 +72,13 @@ def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
                     break
                 _send(broker.broker_url, queue, 20)  # in flight when the broker dies
                 broker.kill()
+                restarted_at = timezone.now()
                 broker.start()
                 assert worker.poll() is None, log_path.read_text()
             assert worker.poll() is None, log_path.read_text()
+            # The consumer's heartbeat started again with it (heartbeats/celery.py).
+            (beat,) = Heartbeat.objects.filter(kind="worker")
+            assert beat.seen_at > restarted_at
         finally:
             worker.terminate()
             try:
@@ -82,5 +87,7 @@ def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
                 worker.kill()
                 worker.wait()
     text = log_path.read_text()
+    assert worker.returncode == 0, text  # a warm shutdown, which forgets the heartbeat
+    assert not Heartbeat.objects.filter(kind="worker").exists()
     assert text.count("Connection to broker lost") >= RESTARTS
     assert "Unrecoverable error" not in text, text

@@ -57,6 +57,8 @@ FORBIDDEN_IMPORTS = {
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
     "payments": {"sandbox_acquirer"},
     "ledger": {"sandbox_acquirer", "gateway_client"},
+    "heartbeats": {"payments", "idempotency", "merchants", "ledger", "gateway_client",
+                   "sandbox_acquirer"},
 }  # fmt: skip
 
 
@@ -87,7 +89,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "bench", "scripts",
+    "sandbox_acquirer", "ledger", "heartbeats", "bench", "scripts",
 )  # fmt: skip
 
 
