@@ -3,9 +3,9 @@
 The worker runs as the Procfile runs it (prefork, two processes, gossip, mingle and heartbeat
 on), against a Redis of this test's own (tests/support/private_redis.py), which is SIGKILLed
 with tasks in flight (unacknowledged messages to restore) and started again, three times;
-after each restart the worker must still be alive, execute a new task and beat again. With celery and
-kombu 5.7.0 the worker could exit with ``Unrecoverable error: AttributeError("'NoneType'
-object has no attribute 'hostname'")`` while restoring the unacknowledged messages;
+after each restart the worker must still be alive, execute a new task and beat again. Celery
+5.7.0's worker exited here (``Unrecoverable error: AttributeError("'NoneType' object has no
+attribute 'hostname'")`` while restoring the unacknowledged messages, in one run of two);
 docs/operations.md ("The Celery worker and its broker") has the cause and the pin.
 """
 
