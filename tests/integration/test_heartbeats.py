@@ -22,7 +22,7 @@ def test_a_heartbeat_is_upserted_and_its_age_exported(client):
     assert heartbeat_record("worker", "celery@a", now=then)
     assert heartbeat_record("worker", "celery@a", now=then + timedelta(seconds=30))
     assert Heartbeat.objects.count() == 1
-    (kind, name, age), = heartbeat_ages(now=then + timedelta(seconds=100))
+    ((kind, name, age),) = heartbeat_ages(now=then + timedelta(seconds=100))
     assert (kind, name, age) == ("worker", "celery@a", 70.0)
     text = client.get("/metrics").content.decode()
     assert 'payments_process_heartbeat_age_seconds{kind="worker",name="celery@a"}' in text
