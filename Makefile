@@ -25,8 +25,12 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
-	  $(BIN)/honcho start -f Procfile
+	@PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
+	  $(BIN)/honcho start -f Procfile; rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 130 ] && [ $$rc -ne 143 ]; then \
+	    echo "*** make run: a process exited (rc=$$rc; its 'stopped (rc=...)' line is above)," \
+	         "so honcho stopped all the others. Nothing restarts it here; see" \
+	         "docs/operations.md, 'Supervision and heartbeats'. ***" >&2; fi; exit $$rc
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
 ## (REDIS_URL, or the embedded server).
