@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from datetime import timedelta
+import sys
 
 import pytest
 from django.utils import timezone
@@ -21,7 +21,7 @@ from django.utils import timezone
 from config.celery_app import app
 from heartbeats.models import Heartbeat
 from idempotency.models import IdempotencyKey
-from tests.factories import MerchantFactory
+from tests.e2e.test_celery_worker import expired_key
 from tests.support.private_redis import PrivateRedis
 from tests.support.processes import ROOT, service_env, wait_until
 from tests.unit.test_layout import procfile_commands
@@ -30,15 +30,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PURGE = "payments.tasks.purge_expired_idempotency_keys"
 RESTARTS = 3
-
-
-def _expired_key(name: str) -> None:
-    past = timezone.now() - timedelta(days=2)
-    IdempotencyKey.objects.create(
-        merchant=MerchantFactory(), key=name, method="POST", route="/payments",
-        request_fingerprint="0" * 64, status="in_progress", locked_at=past,
-        created_at=past, expires_at=past + timedelta(days=1),
-    )  # fmt: skip
 
 
 def _send(broker_url: str, queue: str, count: int) -> None:
@@ -50,17 +41,18 @@ def _send(broker_url: str, queue: str, count: int) -> None:
 def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
     queue = f"test-{tmp_path.name}"
     command = shlex.split(procfile_commands()["worker"])
+    assert command[0] == "celery"
     log_path = tmp_path / "worker.log"
     with PrivateRedis(tmp_path) as broker, log_path.open("w") as log:
         env = service_env(CELERY_BROKER_URL=broker.broker_url, CELERY_DEFAULT_QUEUE=queue)
         worker = subprocess.Popen(
-            [str(ROOT / ".venv/bin/celery"), *command[1:]] if command[0] == "celery" else command,
+            [sys.executable, "-m", *command],  # the Procfile's `celery ...`, this interpreter
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
             for round_ in range(RESTARTS + 1):
                 key = f"round-{round_}"
-                _expired_key(key)
+                expired_key(key)
                 _send(broker.broker_url, queue, 1)
                 wait_until(
                     lambda key=key: not IdempotencyKey.objects.filter(key=key).exists(),

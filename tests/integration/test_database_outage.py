@@ -106,13 +106,35 @@ def _charges(sandbox, body: dict) -> int:
     return sum(len(sandbox.charges(payment.pk)) for payment in payments)
 
 
-def _reconcile_later(payment: Payment) -> None:
-    """What the sweep does once the payment is due (after the key's lock timeout)."""
-    later = timezone.now() + timedelta(seconds=120)
+def _after_the_acquirer_call(monkeypatch, fault) -> None:
+    """Run ``fault()`` right after the acquirer has answered, before phase 2."""
+    authorize = services.payment_authorize
+
+    def authorize_then_fault(client, payment):
+        attempt = authorize(client, payment)
+        fault()
+        return attempt
+
+    monkeypatch.setattr(services, "payment_authorize", authorize_then_fault)
+
+
+def _assert_left_as_after_a_crash_then_reconciled(merchant, sandbox, body, key) -> None:
+    """The payment is ``processing`` with its key locked (what a crash before phase 2
+    leaves); once due, reconciliation finds the charge; the merchant's retry replays it."""
+    payment = Payment.objects.get(reference=body["reference"])
+    assert payment.status == "processing"
+    assert payment.idempotency_key.status == IdempotencyKey.Status.IN_PROGRESS
+    later = timezone.now() + timedelta(seconds=120)  # after the key's lock timeout
     assert reconciliation_claim_payment(payment_id=payment.pk, now=later, policy=POLICY)
     payment_reconcile(
         payment_id=payment.pk, client=acquirer_client(), policy=POLICY, clock=lambda: later
     )
+    payment.refresh_from_db()
+    assert payment.status == "succeeded"
+    replay = merchant.create_payment(body, key=key)
+    assert replay.status_code == 201
+    assert replay["Idempotent-Replayed"] == "true"
+    assert _charges(sandbox, body) == 1
 
 
 def test_an_unreachable_database_answers_503_within_the_connect_timeout(
@@ -137,29 +159,12 @@ def test_a_connection_lost_after_the_acquirer_call_ends_as_a_crash_before_phase_
     """The acquirer charged, then the database went away: 503, the payment stays processing
     with its key locked (what a crash there leaves), reconciliation finds the charge, and the
     merchant's retry replays it; one charge."""
-    authorize = services.payment_authorize
-
-    def authorize_then_lose_the_database(client, payment):
-        attempt = authorize(client, payment)
-        database_proxy.cut()
-        return attempt
-
-    monkeypatch.setattr(services, "payment_authorize", authorize_then_lose_the_database)
+    _after_the_acquirer_call(monkeypatch, database_proxy.cut)
     body = _body()
     _assert_unavailable(_request(lambda: merchant_a.create_payment(body, key="outage-2")))
     monkeypatch.undo()
     database_proxy.restore()
-
-    payment = Payment.objects.get(reference=body["reference"])
-    assert payment.status == "processing"
-    assert payment.idempotency_key.status == IdempotencyKey.Status.IN_PROGRESS
-    _reconcile_later(payment)
-    payment.refresh_from_db()
-    assert payment.status == "succeeded"
-    replay = merchant_a.create_payment(body, key="outage-2")
-    assert replay.status_code == 201
-    assert replay["Idempotent-Replayed"] == "true"
-    assert _charges(sandbox, body) == 1
+    _assert_left_as_after_a_crash_then_reconciled(merchant_a, sandbox, body, "outage-2")
 
 
 def test_a_table_lock_in_phase_1_answers_503_within_lock_timeout_and_writes_nothing(
@@ -184,27 +189,14 @@ def test_a_table_lock_in_phase_2_answers_503_and_reconciliation_resolves_the_pay
     """The payments table is locked between the acquirer's answer and phase 2 (an operator's
     long migration, say): phase 2 gives up at lock_timeout, 503; the charge is found by
     reconciliation and replayed to the merchant, never made twice."""
-    authorize = services.payment_authorize
     locker = _locker()
-
-    def authorize_then_lock_payments(client, payment):
-        attempt = authorize(client, payment)
-        locker.execute(f"LOCK TABLE {Payment._meta.db_table} IN ACCESS EXCLUSIVE MODE")
-        return attempt
-
-    monkeypatch.setattr(services, "payment_authorize", authorize_then_lock_payments)
+    _after_the_acquirer_call(
+        monkeypatch,
+        lambda: locker.execute(f"LOCK TABLE {Payment._meta.db_table} IN ACCESS EXCLUSIVE MODE"),
+    )
     body = _body()
     with locker:
         _assert_unavailable(merchant_a.create_payment(body, key="locked-2"))
         assert locker.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     monkeypatch.undo()
-
-    payment = Payment.objects.get(reference=body["reference"])
-    assert payment.status == "processing"
-    assert payment.idempotency_key.status == IdempotencyKey.Status.IN_PROGRESS
-    _reconcile_later(payment)
-    payment.refresh_from_db()
-    assert payment.status == "succeeded"
-    replay = merchant_a.create_payment(body, key="locked-2")
-    assert replay["Idempotent-Replayed"] == "true"
-    assert _charges(sandbox, body) == 1
+    _assert_left_as_after_a_crash_then_reconciled(merchant_a, sandbox, body, "locked-2")
