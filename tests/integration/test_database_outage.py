@@ -200,3 +200,11 @@ def test_a_table_lock_in_phase_2_answers_503_and_reconciliation_resolves_the_pay
         assert locker.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     monkeypatch.undo()
     _assert_left_as_after_a_crash_then_reconciled(merchant_a, sandbox, body, "locked-2")
+
+
+def test_a_view_outside_the_api_answers_503_too(client, database_proxy):
+    """The admin's login (a Django view, not DRF's) during an outage: the middleware answers
+    503 service_unavailable instead of Django's 500."""
+    database_proxy.cut()
+    response = _request(lambda: client.post("/admin/login/", {"username": "a", "password": "b"}))
+    _assert_unavailable(response)
