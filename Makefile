@@ -37,14 +37,20 @@ lock: | $(BIN)/python
 
 ## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
+## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md).
 run: $(VENV)/.local-installed
 	@mkdir -p .celery
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
 	@# gunicorn and Celery default to the production settings; make run's are the local ones.
-	DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
-	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+	@DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
+	  PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
+	  $(BIN)/honcho start -f Procfile; rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 130 ] && [ $$rc -ne 143 ]; then \
+	    echo "*** make run: a process exited (rc=$$rc; its 'stopped (rc=...)' line is above)," \
+	         "so honcho stopped all the others. Nothing restarts it here; see" \
+	         "docs/operations.md, 'Supervision and heartbeats'. ***" >&2; fi; exit $$rc
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
 ## (REDIS_URL, or the embedded server).

@@ -11,13 +11,18 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import beat_init, worker_init, worker_ready
+from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
+
+from heartbeats.celery import HeartbeatStep, forget_worker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Each worker's heartbeat while its consumer runs; beat's comes from CELERY_BEAT_SCHEDULER.
+app.steps["consumer"].add(HeartbeatStep)
+worker_shutdown.connect(forget_worker)
 
 
 @worker_init.connect

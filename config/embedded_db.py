@@ -79,7 +79,39 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     default["ATOMIC_REQUESTS"] = False
     default["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     default["CONN_HEALTH_CHECKS"] = True
+    default["OPTIONS"] = connection_options(env, default.get("OPTIONS") or {})
     return {"default": default}
+
+
+def connection_options(env: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Return ``options`` (a ``DATABASES`` ``OPTIONS`` dict, perhaps from the URL's query) with
+    the timeouts every connection carries: libpq's ``connect_timeout`` (whole seconds) and the
+    server-side ``statement_timeout``, ``lock_timeout`` and
+    ``idle_in_transaction_session_timeout`` (milliseconds, 0 turns one off), added to its
+    ``options`` string as ``-c name=value``.
+
+    The defaults (3 s, 5 s, 2 s, 10 s) stay well below the web server's worker timeout
+    (``WEB_TIMEOUT``, 30 s), so a stuck statement, lock wait or forgotten transaction ends as a
+    database error, answered ``503 service_unavailable``, before gunicorn kills the worker in
+    the middle of a request (docs/adr/0020-database-outages-and-timeouts.md). A parameter
+    already in the URL's query wins over the environment. Raises ``ValueError`` (from
+    django-environ) for a value that is not an integer.
+    """
+    timeouts = {
+        "statement_timeout": env.int("DATABASE_STATEMENT_TIMEOUT_MS", default=5000),
+        "lock_timeout": env.int("DATABASE_LOCK_TIMEOUT_MS", default=2000),
+        "idle_in_transaction_session_timeout": env.int(
+            "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS", default=10000
+        ),
+    }
+    result = dict(options)
+    result.setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT_SECONDS", default=3))
+    parameters = str(result.get("options", ""))
+    for parameter, milliseconds in timeouts.items():
+        if f"{parameter}=" not in parameters:
+            parameters += f" -c {parameter}={milliseconds}"
+    result["options"] = parameters.strip()
+    return result
 
 
 def stop_embedded_database() -> bool:

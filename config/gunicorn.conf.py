@@ -8,6 +8,10 @@ threads = int(os.environ.get("WEB_THREADS", "4"))
 # Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is
 # never cut off by the worker timeout in the middle of phase 2.
 timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
+# On SIGTERM, requests in flight get this long to finish: a request's worst case (database
+# waits and the acquirer deadline, ADR 0020: 21 s, plus an enqueue on a dead broker) fits, and
+# a container's stop grace period must exceed it (docs/operations.md, "Stopping").
+graceful_timeout = int(os.environ.get("WEB_GRACEFUL_TIMEOUT", "25"))
 accesslog = "-"
 # No control socket in the home directory: two copies on one machine would share it.
 control_socket_disable = True

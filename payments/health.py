@@ -1,11 +1,16 @@
-"""``GET /readyz``: whether this process can serve payments (the database and the broker answer).
+"""``GET /readyz``: whether this process can serve payments (the database answers).
 
-``/healthz`` (payments.apis) says the process is up; ``/readyz`` says its dependencies are
-reachable, for load balancers and docker-compose healthchecks. Not ready answers ``503``
-``application/problem+json`` (code ``not_ready``) naming the failed checks; neither answer
-reveals a host name, a URL or an error message. The acquirer is deliberately not checked: a
-down acquirer is handled by the payment flow (503 with ``Retry-After``, reconciliation), and
-taking every instance out of rotation because of it would make the outage worse.
+``/healthz`` (payments.apis) says the process is up; ``/readyz`` says what serving payments
+needs is reachable, for load balancers and docker-compose healthchecks. Only the database
+decides: not ready answers ``503`` ``application/problem+json`` (code ``not_ready``) naming the
+failed checks. The broker is checked and reported, in the body (``"status": "degraded"``,
+``"broker": "unavailable"``) and in ``payments_dependency_up{dependency="broker"}``, but it
+never takes the web tier out of rotation: a payment needs no broker (tasks are enqueued after
+commit, ``robust``, and the reconciliation sweep finds whatever a lost enqueue left), and
+pulling every instance because Redis blinked would turn a broker outage into a payments
+outage. The acquirer is not checked either: a down acquirer is handled by the payment flow
+(503 with ``Retry-After``, reconciliation). No answer reveals a host name, a URL or an error
+message.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
+from prometheus_client import Gauge
 
 from payments.problems import PROBLEM_CONTENT_TYPE, problem_body
 
@@ -27,6 +33,15 @@ logger = logging.getLogger(__name__)
 
 #: Seconds each check may take (a healthcheck must answer well within its own timeout).
 CHECK_TIMEOUT_SECONDS = 2.0
+#: The broker's: shorter, so a blackholed broker never makes the probe itself time out.
+BROKER_CHECK_TIMEOUT_SECONDS = 1.0
+
+DEPENDENCY_UP = Gauge(
+    "payments_dependency_up",
+    "1 when the last /readyz check of this dependency passed, 0 when it failed.",
+    ["dependency"],
+    multiprocess_mode="mostrecent",
+)
 
 
 def database_ready() -> None:
@@ -41,24 +56,30 @@ def broker_ready() -> None:
     options = dict(getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {})
     with Connection(
         settings.CELERY_BROKER_URL,
-        connect_timeout=CHECK_TIMEOUT_SECONDS,
+        connect_timeout=BROKER_CHECK_TIMEOUT_SECONDS,
         transport_options={
             **options,
-            "socket_connect_timeout": CHECK_TIMEOUT_SECONDS,
-            "socket_timeout": CHECK_TIMEOUT_SECONDS,
+            "socket_connect_timeout": BROKER_CHECK_TIMEOUT_SECONDS,
+            "socket_timeout": BROKER_CHECK_TIMEOUT_SECONDS,
         },
     ) as broker:
-        broker.ensure_connection(max_retries=1, interval_start=0, timeout=CHECK_TIMEOUT_SECONDS)
+        broker.ensure_connection(
+            max_retries=1, interval_start=0, timeout=BROKER_CHECK_TIMEOUT_SECONDS
+        )
 
 
 #: Check name -> function that raises when the dependency is not reachable.
 CHECKS: dict[str, Callable[[], None]] = {"database": database_ready, "broker": broker_ready}
+#: The checks that decide readiness; the others are reported only.
+REQUIRED_CHECKS = frozenset({"database"})
 
 
 @never_cache
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
-    """200 ``{"status": "ready", "checks": {...}}`` or 503 problem ``not_ready``."""
+    """200 ``{"status": "ready" | "degraded", "checks": {...}}`` while the database answers
+    (``degraded``: a reported-only check, the broker, failed); 503 problem ``not_ready``
+    when a required check failed. Each result also sets ``payments_dependency_up``."""
     results: dict[str, str] = {}
     for name, check in CHECKS.items():
         try:
@@ -67,12 +88,13 @@ def readyz(request: HttpRequest) -> HttpResponse:
         except Exception as exc:  # noqa: BLE001 - a probe: any failure of a check means "not ready"
             logger.warning("readiness check %s failed: %s", name, type(exc).__name__)
             results[name] = "unavailable"
-    if all(value == "ok" for value in results.values()):
+        DEPENDENCY_UP.labels(dependency=name).set(1 if results[name] == "ok" else 0)
+    failed = sorted(name for name, value in results.items() if value != "ok")
+    if not REQUIRED_CHECKS & set(failed):
         return HttpResponse(
-            json.dumps({"status": "ready", "checks": results}),
+            json.dumps({"status": "degraded" if failed else "ready", "checks": results}),
             content_type="application/json",
         )
-    failed = sorted(name for name, value in results.items() if value != "ok")
     document = json.loads(
         problem_body(
             status_code=503,

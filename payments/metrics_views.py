@@ -4,9 +4,10 @@
 * In-process counters: :mod:`payments.metrics` (payments) and :mod:`payments.acquirer.metrics`
   (the gateway client), in the default registry, or every process's files when
   ``PROMETHEUS_MULTIPROC_DIR`` is set.
-* Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL) and
-  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state),
-  in a registry of their own, served by the web only.
+* Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL),
+  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state)
+  and :class:`heartbeats.metrics.HeartbeatCollector` (the Celery processes' heartbeats), in a
+  registry of their own, served by the web only.
 
 django-prometheus adds the request, response and latency metrics (``django_http_*``).
 
@@ -34,6 +35,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from heartbeats.metrics import HeartbeatCollector
 from payments.acquirer.collectors import ResilienceCollector
 from payments.metrics import PaymentsCollector
 
@@ -43,12 +45,14 @@ logger = logging.getLogger(__name__)
 
 _PAYMENTS_COLLECTOR = PaymentsCollector()
 _RESILIENCE_COLLECTOR = ResilienceCollector()
+_HEARTBEAT_COLLECTOR = HeartbeatCollector()
 
 
 def _scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_PAYMENTS_COLLECTOR)
     registry.register(_RESILIENCE_COLLECTOR)
+    registry.register(_HEARTBEAT_COLLECTOR)
     return registry
 
 

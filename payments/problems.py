@@ -10,14 +10,28 @@ be able to put card data into a log line or an answer.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import sys
+from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions, status
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+logger = logging.getLogger(__name__)
+
+#: What Django raises when PostgreSQL cannot be reached or gave up on a statement: refused or
+#: timed-out connections (``connect_timeout``), a connection lost mid-request, and the
+#: server-side ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout``
+#: (docs/adr/0020-database-outages-and-timeouts.md). ``IntegrityError`` and the other
+#: ``DatabaseError`` kinds are bugs or races, not outages, and stay ``500``.
+DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 
 class Problem(exceptions.APIException):
@@ -124,11 +138,14 @@ def problem_exception_handler(exc: Exception, context: dict) -> HttpResponse | N
     """DRF ``EXCEPTION_HANDLER``: render every API error as a problem document.
 
     An unsupported ``Content-Type`` is answered 400 ``unsupported_media_type`` (the API accepts
-    only ``application/json``). Exceptions that are not API errors return ``None``, so Django
-    answers them with :func:`server_error` (500) after logging them.
+    only ``application/json``). A database outage (:data:`DATABASE_UNAVAILABLE_ERRORS`) is
+    answered by :func:`database_unavailable` (503). Other exceptions that are not API errors
+    return ``None``, so Django answers them with :func:`server_error` (500) after logging them.
     """
     from rest_framework.views import set_rollback  # here: rest_framework.views imports parsers
 
+    if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS):
+        return database_unavailable(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -186,8 +203,57 @@ def not_found(request, exception=None) -> HttpResponse:
     )
 
 
+def database_unavailable(exc: BaseException) -> HttpResponse:
+    """The answer to a request during a database outage or after a database timeout: ``503``
+    problem ``service_unavailable`` with ``Retry-After`` (``PAYMENTS_UNAVAILABLE_RETRY_AFTER_
+    SECONDS``). Logged at WARNING with the exception's class and SQLSTATE only (psycopg's
+    messages name hosts and ports).
+
+    Nothing is undone or written here: the failed transaction rolled back, and whatever an
+    earlier, committed phase left (a ``processing`` payment, a locked key) is what a crash at
+    that line leaves, which reconciliation and the key's lock timeout resolve. So the answer
+    promises nothing about the outcome; it tells the client to retry with the same key.
+    """
+    cause = exc.__cause__
+    logger.warning(
+        "database unavailable: %s (sqlstate %s)",
+        type(cause or exc).__name__,
+        getattr(cause, "sqlstate", None) or "-",
+    )
+    return problem_response(
+        status_code=503,
+        code="service_unavailable",
+        title="Service temporarily unavailable",
+        detail="The service's database did not answer in time. The request may or may not "
+        "have taken effect; retry later with the same Idempotency-Key, which is never "
+        "applied twice.",
+        headers={"Retry-After": str(settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS)},
+    )
+
+
+class DatabaseUnavailableMiddleware:
+    """Answers a database outage in a view that is not DRF's (the admin, ``/metrics``) with
+    :func:`database_unavailable` rather than a ``500``, in debug mode too. DRF views never
+    get here: their exception handler answers first."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, DATABASE_UNAVAILABLE_ERRORS):
+            return database_unavailable(exception)
+        return None
+
+
 def server_error(request) -> HttpResponse:
-    """Django ``handler500``: the error was logged by Django; the answer reveals nothing."""
+    """Django ``handler500``: the error was logged by Django; the answer reveals nothing. A
+    database outage raised outside any view (by a middleware, say) still answers ``503``."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS):
+        return database_unavailable(exc)
     return problem_response(
         status_code=500,
         code="internal_error",

@@ -16,6 +16,10 @@ Acquirer-wide conditions can be set from the start with ``--outage``, ``--flappi
 or ``key=value,...`` (``--outage failure=503,duration_seconds=30,retry_after=5``). They are
 re-applied, timers restarted, by every ``POST /_sandbox/reset``.
 
+With ``--data-dir DIR`` (else the environment variable ``SANDBOX_ACQUIRER_DATA_DIR``) its
+charges, refunds and idempotency keys are kept in ``DIR/journal.jsonl`` and survive a restart
+(``sandbox_acquirer/journal.py``).
+
 The API key comes from ``--api-key`` (repeat it to accept several keys, one account each),
 else from the environment variable ``SANDBOX_ACQUIRER_API_KEY``, else it is
 ``sandbox_sk_dev``: a development default, public by design, for a process that only ever
@@ -32,6 +36,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -44,6 +49,8 @@ from sandbox_acquirer.store import DEFAULT_MAX_ARRIVAL_BUCKETS, DEFAULT_MAX_TRAC
 API_KEY_ENV = "SANDBOX_ACQUIRER_API_KEY"
 #: Environment variable read when no ``--host`` is given (a container sets ``0.0.0.0``).
 HOST_ENV = "SANDBOX_ACQUIRER_HOST"
+#: Environment variable read when no ``--data-dir`` is given (``make run`` sets ``.sandbox``).
+DATA_DIR_ENV = "SANDBOX_ACQUIRER_DATA_DIR"
 #: The development default API key (not a secret: the sandbox holds only fake data).
 DEV_API_KEY = "sandbox_sk_dev"
 
@@ -162,6 +169,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         default=24.0,
         help="how long an idempotency key is remembered after its first request (default 24)",
     )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=os.environ.get(DATA_DIR_ENV) or None,
+        help="keep charges, refunds and idempotency keys in DIR/journal.jsonl across restarts, "
+        f"as a real acquirer does (default: ${DATA_DIR_ENV}, else in memory only)",
+    )
     args = parser.parse_args(argv)
 
     api_keys = args.api_keys or [os.environ.get(API_KEY_ENV) or DEV_API_KEY]
@@ -188,6 +202,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         conditions=conditions,
         max_tracked_keys=args.max_tracked_keys,
         max_arrival_buckets=args.max_arrival_buckets,
+        data_dir=None if args.data_dir is None else Path(args.data_dir),
     )
 
 

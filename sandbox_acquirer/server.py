@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +53,7 @@ from sandbox_acquirer.app import (
     valid_idempotency_key,
 )
 from sandbox_acquirer.conditions import ConditionSet
+from sandbox_acquirer.journal import Journal
 from sandbox_acquirer.scenarios import (
     DEFAULT_HANG_SECONDS,
     DEFAULT_TRICKLE_SECONDS_PER_BYTE,
@@ -97,7 +99,8 @@ class SandboxConfig:
     long keys are remembered; ``clock`` dates charges and decides expiry and windows;
     ``conditions`` the command line's acquirer-wide conditions (name -> JSON object), applied
     at start and again after every reset; ``max_tracked_keys`` and ``max_arrival_buckets``
-    bound the store's memory.
+    bound the store's memory; ``data_dir`` (None: memory only) keeps the records in a journal
+    there across restarts (``sandbox_acquirer/journal.py``).
     """
 
     api_keys: tuple[str, ...]
@@ -111,6 +114,7 @@ class SandboxConfig:
     conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS
     max_arrival_buckets: int = DEFAULT_MAX_ARRIVAL_BUCKETS
+    data_dir: Path | None = None
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -165,6 +169,7 @@ def build_server(config: SandboxConfig) -> SandboxServer:
         idempotency_retention=config.idempotency_retention,
         max_tracked_keys=config.max_tracked_keys,
         max_arrival_buckets=config.max_arrival_buckets,
+        journal=None if config.data_dir is None else Journal(config.data_dir),
     )
     stopping = threading.Event()
     app = SandboxApp(

@@ -1,7 +1,10 @@
 """In-memory state of the sandbox acquirer: ledger, idempotency records, counters.
 
 Everything lives in one ``SandboxStore`` guarded by one lock, so it is safe to share between
-the server's request threads. Nothing is persisted: a restart forgets every charge and key.
+the server's request threads. Without a ``journal`` nothing is persisted: a restart forgets
+every charge and key. With one (``--data-dir``, ``sandbox_acquirer/journal.py``) every charge
+and operation is appended to it as it is recorded and replayed when the store is built, so
+charges, refunds and completed idempotency keys survive a restart.
 
 Idempotency follows the Stripe-like model, scoped per account (one account per API key)::
 
@@ -49,6 +52,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from sandbox_acquirer.journal import (
+    Journal,
+    charge_from_json,
+    charge_to_json,
+    refund_from_json,
+    refund_to_json,
+    response_from_json,
+    response_to_json,
+)
 from sandbox_acquirer.models import Charge, OperationRefused, Refund, StoredResponse
 
 __all__ = [
@@ -283,7 +295,8 @@ class SandboxStore:
     ``clock`` returns aware UTC datetimes (``utc_now`` by default); it dates charges, decides
     expiry, lookup lag and arrival buckets. ``idempotency_retention`` is how long a key is
     remembered after its first request. ``max_tracked_keys`` and ``max_arrival_buckets``
-    bound memory (see the module docstring).
+    bound memory (see the module docstring). ``journal`` keeps the records across restarts:
+    its entries are replayed here, and every new record is appended to it.
     """
 
     def __init__(
@@ -293,6 +306,7 @@ class SandboxStore:
         idempotency_retention: timedelta = DEFAULT_IDEMPOTENCY_RETENTION,
         max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS,
         max_arrival_buckets: int = DEFAULT_MAX_ARRIVAL_BUCKETS,
+        journal: Journal | None = None,
     ) -> None:
         if idempotency_retention <= timedelta(0):
             raise ValueError("idempotency_retention must be positive")
@@ -309,6 +323,10 @@ class SandboxStore:
         # Gauges: live values, not cleared by reset().
         self._open_connections = 0
         self._in_flight = 0
+        self._journal = journal
+        if journal is not None:
+            for entry in journal.entries():
+                self._replay(entry)
 
     @property
     def idempotency_retention(self) -> timedelta:
@@ -382,19 +400,9 @@ class SandboxStore:
             if record is None:
                 return False
             record.response = response
-            state = self._state
-            entry = _ChargeEntry(account=claim.account, charge=charge, plan=plan)
-            state.lookup.add(
-                (claim.account, charge.reference), entry, self._clock() + visible_after
-            )
-            state.ledger.append(claim.account, claim.key, entry)
-            state.charges[(claim.account, charge.id)] = entry
-            while len(state.charges) > self._limit:
-                state.charges.popitem(last=False)
-                state.charges_evicted += 1
-            state.charges_total += 1
-            state.charges_by_reference.add(charge.reference)
-            state.charges_by_key.add(claim.key)
+            visible_at = self._clock() + visible_after
+            self._record_charge(claim.account, claim.key, charge, plan, visible_at)
+            self._journal_append("charge", claim, record, visible_at, charge=charge_to_json(charge))
             return True
 
     def charge_plan(self, account: str, charge_id: str) -> tuple[Charge, Any]:
@@ -430,20 +438,21 @@ class SandboxStore:
             record = self._owned_record(claim)
             if record is None:
                 return None
-            state = self._state
             entry = self._entry(claim.account, charge_id)
             now = self._clock()
             charge, refund = apply(entry.charge, now)
             record.response = render(charge, refund)
-            entry.charge = charge
-            if refund is not None:
-                state.refund_lookup.add(
-                    (claim.account, refund.reference), refund, now + visible_after
-                )
-                state.refund_ledger.append(claim.account, claim.key, refund)
-            state.operations_total[kind] += 1
-            state.operations_by_reference[kind].add(charge.reference)
-            state.operations_by_key[kind].add(claim.key)
+            visible_at = now + visible_after
+            self._record_operation(claim.account, claim.key, kind, charge, refund, visible_at)
+            self._journal_append(
+                "operation",
+                claim,
+                record,
+                visible_at,
+                kind=kind,
+                charge=charge_to_json(charge),
+                refund=None if refund is None else refund_to_json(refund),
+            )
             return charge, refund
 
     def release(self, claim: Claim) -> None:
@@ -649,11 +658,86 @@ class SandboxStore:
         with self._lock:
             self._generation += 1
             self._state = self._new_state()
+            if self._journal is not None:
+                self._journal.clear()
 
     # -- internals (call with the lock held) -----------------------------------------------
 
     def _new_state(self) -> _State:
         return _State(limit=self._limit, bucket_limit=self._bucket_limit)
+
+    def _record_charge(
+        self, account: str, key: str, charge: Charge, plan: Any, visible_at: datetime
+    ) -> None:
+        state = self._state
+        entry = _ChargeEntry(account=account, charge=charge, plan=plan)
+        state.lookup.add((account, charge.reference), entry, visible_at)
+        state.ledger.append(account, key, entry)
+        state.charges[(account, charge.id)] = entry
+        while len(state.charges) > self._limit:
+            state.charges.popitem(last=False)
+            state.charges_evicted += 1
+        state.charges_total += 1
+        state.charges_by_reference.add(charge.reference)
+        state.charges_by_key.add(key)
+
+    def _record_operation(
+        self,
+        account: str,
+        key: str,
+        kind: OperationKind,
+        charge: Charge,
+        refund: Refund | None,
+        visible_at: datetime,
+    ) -> None:
+        state = self._state
+        entry = state.charges.get((account, charge.id))
+        if entry is not None:  # None only when replaying a charge evicted since
+            entry.charge = charge
+        if refund is not None:
+            state.refund_lookup.add((account, refund.reference), refund, visible_at)
+            state.refund_ledger.append(account, key, refund)
+        state.operations_total[kind] += 1
+        state.operations_by_reference[kind].add(charge.reference)
+        state.operations_by_key[kind].add(key)
+
+    def _journal_append(
+        self, entry_type: str, claim: Claim, record: _Record, visible_at: datetime, **data: Any
+    ) -> None:
+        if self._journal is None or record.response is None:
+            return
+        self._journal.append(
+            {
+                "type": entry_type,
+                "account": claim.account,
+                "key": claim.key,
+                "fingerprint": record.fingerprint,
+                "expires_at": record.expires_at.isoformat(),
+                "visible_at": visible_at.isoformat(),
+                "response": response_to_json(record.response),
+                **data,
+            }
+        )
+
+    def _replay(self, entry: dict[str, Any]) -> None:
+        """Apply one journal entry, as ``commit`` or ``commit_operation`` recorded it."""
+        account, key = entry["account"], entry["key"]
+        state = self._state
+        state.records.pop((account, key), None)  # a later entry of the key wins
+        state.records[(account, key)] = _Record(
+            fingerprint=entry["fingerprint"],
+            expires_at=datetime.fromisoformat(entry["expires_at"]),
+            claim_id=next(self._claim_ids),
+            response=response_from_json(entry["response"]),
+        )
+        self._evict_records()
+        visible_at = datetime.fromisoformat(entry["visible_at"])
+        charge = charge_from_json(entry["charge"])
+        if entry["type"] == "charge":
+            self._record_charge(account, key, charge, None, visible_at)
+        else:
+            refund = None if entry["refund"] is None else refund_from_json(entry["refund"])
+            self._record_operation(account, key, entry["kind"], charge, refund, visible_at)
 
     @staticmethod
     def _operation_stats(state: _State) -> dict[str, Any]:

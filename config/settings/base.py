@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "idempotency",
     "payments",
     "ledger",
+    "heartbeats",
 ]
 
 MIDDLEWARE = [
@@ -52,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
+    "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -261,7 +263,17 @@ LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 # (config/embedded_redis.py), the test settings on kombu's in-memory transport.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600)
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600),
+    # An unreachable broker fails an enqueue fast: a request never waits on the OS's timeout.
+    "socket_connect_timeout": 2,
+}
+# Enqueues after commit try twice, then give up (logged; the reconciliation sweep covers them):
+# at most ~4 s of a request on a dead broker, within the web timeout (docs/operations.md).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
 }
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
@@ -276,6 +288,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+# Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
+HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
+CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",

@@ -98,9 +98,10 @@ def test_collector_reports_down_instead_of_failing_the_scrape(client, monkeypatc
 
 
 def test_scrape_runs_a_bounded_number_of_queries(client, django_assert_max_num_queries):
-    """Four cheap queries whatever the table size (counts, two minimums, the statistics)."""
+    """Five cheap queries whatever the table size (counts, two minimums, the statistics, the
+    heartbeats' small table)."""
     PaymentFactory.create_batch(20, status="processing")
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         scrape(client)
 
 
@@ -179,15 +180,20 @@ def test_readyz_is_200_when_database_and_broker_answer(client):
     assert response.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok"}}
 
 
-def test_readyz_is_503_problem_when_the_broker_is_unreachable(client, settings):
-    """A broker nobody listens on: 503 problem+json naming the broker, no URL in the body."""
+def test_readyz_stays_200_and_reports_a_broker_nobody_listens_on(client, settings):
+    """The broker is not needed to serve payments: still 200 (in rotation), "degraded", the
+    broker "unavailable" in the body and at 0 in payments_dependency_up; no URL anywhere."""
     settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{closed_port()}/0"
     response = client.get("/readyz")
-    assert response.status_code == 503
-    assert response["Content-Type"] == "application/problem+json"
-    body = response.json()
-    assert body["code"] == "not_ready" and body["checks"]["broker"] == "unavailable"
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "degraded",
+        "checks": {"database": "ok", "broker": "unavailable"},
+    }
     assert "127.0.0.1" not in response.content.decode()
+    metrics = client.get("/metrics").content.decode()
+    assert 'payments_dependency_up{dependency="broker"} 0.0' in metrics
+    assert 'payments_dependency_up{dependency="database"} 1.0' in metrics
 
 
 def test_readyz_is_503_when_the_database_check_fails(client, monkeypatch):

@@ -61,6 +61,8 @@ FORBIDDEN_IMPORTS = {
     "card_data": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                   "merchants", "config", "gateway_client", "sandbox_acquirer", "ledger",
                   "console"},
+    "heartbeats": {"payments", "idempotency", "merchants", "ledger", "gateway_client",
+                   "sandbox_acquirer"},
 }  # fmt: skip
 
 
@@ -91,7 +93,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "bench", "scripts", "card_data",
+    "sandbox_acquirer", "ledger", "bench", "scripts", "heartbeats", "card_data",
 )  # fmt: skip
 
 
