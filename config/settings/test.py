@@ -15,3 +15,5 @@ ACQUIRER_BASE_URL = "http://127.0.0.1:9"
 ACQUIRER_READ_TIMEOUT_SECONDS = 1.0
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
+# Webhook receivers on this machine (http://127.0.0.1:...); never in production.
+WEBHOOK_ALLOW_LOCAL_URLS = True

@@ -47,6 +47,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 # Import direction (README, "Architecture"): payments -> idempotency -> merchants;
+# payments -> webhooks (the outbox under the state machine), never back;
 # gateway_client and the sandbox import no project app; nothing imports payments except config.
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
@@ -56,6 +57,7 @@ FORBIDDEN_IMPORTS = {
     "idempotency": {"payments", "gateway_client", "sandbox_acquirer"},
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
     "payments": {"sandbox_acquirer"},
+    "webhooks": {"payments", "ledger", "sandbox_acquirer", "config"},
     "ledger": {"sandbox_acquirer", "gateway_client"},
 }  # fmt: skip
 
@@ -87,7 +89,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "bench", "scripts",
+    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts",
 )  # fmt: skip
 
 
