@@ -15,7 +15,8 @@
    the timeout is ``delivered``; anything else is retried after a full-jitter wait
    (``uniform(0, bound)``, bounds :data:`RETRY_SCHEDULE`, the last repeated) until the
    delivery's retry window (3 days) ends, then ``failed``. ``410 Gone`` disables the endpoint;
-   an endpoint that has failed every attempt for ``disable_after`` (3 days) is disabled. A
+   an endpoint that has failed every attempt for ``disable_after`` (3 days), or every attempt
+   of a delivery's whole retry window, is disabled. A
    disabled endpoint's deliveries wait; enabling it again delivers those still in their window.
 
 Nothing here retries around a single attempt: the schedule is the only retry layer.
@@ -456,6 +457,17 @@ def _record(
                 locked.status = DeliveryStatus.FAILED
                 locked.next_attempt_at = None
                 record_delivery_outcome(AttemptOutcome.EXPIRED)
+                # Every attempt of a whole retry window failed: the endpoint is failing too.
+                if (
+                    endpoint.status == EndpointStatus.ENABLED
+                    and endpoint.failing_since is not None
+                    and endpoint.failing_since <= locked.window_started_at
+                ):
+                    _disable(endpoint, DisabledReason.FAILING, now)
+                    endpoint.updated_at = now
+                    endpoint.save(
+                        update_fields=["status", "disabled_reason", "disabled_at", "updated_at"]
+                    )
         locked.save()
     record_delivery_outcome(answer.outcome)
 
