@@ -4,6 +4,7 @@ still arrives, signed, with the same webhook-id."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,10 +34,8 @@ def start_worker(env: dict[str, str], tmp_path, name: str) -> subprocess.Popen:
 
 
 def kill_group(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(15)
 
 

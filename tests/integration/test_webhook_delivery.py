@@ -128,14 +128,13 @@ def test_failures_are_retried_on_the_schedule_with_full_jitter(receiver):
     got = receiver.at("/flaky")
     assert len(got) == 4 and len({r.headers["webhook-id"] for r in got}) == 1
     assert verify(secret, got[-1], now=h.clock.now)["type"] == "payment.succeeded"
-    assert list(DeliveryAttempt.objects.order_by("number").values_list("status_code", flat=True)) == [
-        500, None, 302, 200,
-    ]  # fmt: skip
+    codes = DeliveryAttempt.objects.order_by("number").values_list("status_code", flat=True)
+    assert list(codes) == [500, None, 302, 200]
 
 
 def test_410_disables_the_endpoint_and_enabling_it_delivers_what_is_still_due(receiver):
     h = Harness(receiver)
-    endpoint, secret = h.endpoint("/gone", [410, 200])
+    endpoint, _ = h.endpoint("/gone", [410, 200])
     h.event("pay_1")
     assert h.deliver() == [AttemptOutcome.GONE]
     endpoint.refresh_from_db()
@@ -179,7 +178,7 @@ def test_the_breaker_holds_a_dead_endpoints_backlog_and_spares_the_others(receiv
     breaker = BreakerConfig(window_size=20, minimum_calls=10, open_duration=60)
     h = Harness(receiver, breaker=breaker, endpoint_concurrency=50, batch_size=50, threads=1)
     dead, _ = h.endpoint("/dead", [500])
-    alive, _ = h.endpoint("/alive", [200])
+    h.endpoint("/alive", [200])
     for n in range(14):
         h.event(f"pay_{n}")
     outcomes = h.deliver() + h.deliver()
@@ -219,7 +218,7 @@ def test_claims_cap_each_endpoint_and_never_share_a_delivery(receiver):
     included; a second claim takes none of the leased ones; an expired lease is claimable again,
     and the first claimer's token no longer sends anything."""
     h = Harness(receiver, endpoint_concurrency=2, batch_size=10)
-    endpoint, _ = h.endpoint("/cap", [200])
+    h.endpoint("/cap", [200])
     for n in range(5):
         h.event(f"pay_{n}")
     first, first_token = claim_due(now=h.clock.now, policy=h.policy)
@@ -237,7 +236,7 @@ def test_claims_cap_each_endpoint_and_never_share_a_delivery(receiver):
 def test_a_url_that_now_resolves_to_a_private_address_is_not_called(receiver):
     """The URL is checked again before each attempt (DNS can change): not sent, retried."""
     h = Harness(receiver)
-    endpoint, _ = h.endpoint("/rebind", [200])
+    h.endpoint("/rebind", [200])
     h.event()
     private = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", 80))]
     h.runtime = DeliveryRuntime(
