@@ -71,7 +71,8 @@ def event_body(event: Event) -> bytes:
 
 
 class EndpointSerializer(serializers.Serializer):
-    """The endpoint object (OpenAPI)."""
+    """The endpoint object (rendered by :func:`endpoint_document`; the fields describe it for
+    the OpenAPI document)."""
 
     id = serializers.CharField()
     object = serializers.CharField(default="webhook_endpoint")
@@ -81,6 +82,9 @@ class EndpointSerializer(serializers.Serializer):
     disabled_reason = serializers.CharField(allow_null=True)
     description = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
+
+    def to_representation(self, instance: WebhookEndpoint) -> dict[str, Any]:
+        return endpoint_document(instance)
 
 
 class EndpointWithSecretSerializer(EndpointSerializer):
@@ -96,13 +100,17 @@ class EndpointListSerializer(serializers.Serializer):
 
 
 class EventSerializer(serializers.Serializer):
-    """The event object (OpenAPI)."""
+    """The event object (rendered by :func:`event_document`; the fields describe it for the
+    OpenAPI document)."""
 
     id = serializers.CharField()
     object = serializers.CharField(default="event")
     type = serializers.ChoiceField(choices=sorted(EVENT_TYPES))
     created_at = serializers.DateTimeField()
-    data = serializers.DictField()
+    data = serializers.DictField(help_text='{"object": <the payment or refund>}')
+
+    def to_representation(self, instance: Event) -> dict[str, Any]:
+        return event_document(instance)
 
 
 class EventListSerializer(serializers.Serializer):

@@ -202,7 +202,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         "interfaces: call services, build nothing",
         {
             "apis", "admin", "operations", "tasks", "health", "apps", "forms", "metrics_views",
-            "resilience_admin", "management.commands.demo_setup",
+            "resilience_admin", "webhook_apis", "management.commands.demo_setup",
             "management.commands.reconcile_payments",
         },
     ),
@@ -223,7 +223,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "reads and shapes: queries, serializers, counters, input checks",
-        {"selectors", "serializers", "metrics", "card_data", "parsers"},
+        {"selectors", "serializers", "metrics", "card_data", "parsers", "webhook_serializers"},
     ),
     ("models and values", {"models", "money", "problems", "checks"}),
 ]  # fmt: skip
