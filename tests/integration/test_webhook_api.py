@@ -158,7 +158,7 @@ def test_events_list_newest_first_with_type_filter_and_cursor(merchant_a):
                 object_id=f"pay_{n}",
                 obj={"id": f"pay_{n}", "object": "payment"},
                 now=now + timedelta(seconds=n),
-            )  # fmt: skip
+            )
             for n, event_type in enumerate(["payment.succeeded", "refund.failed"] * 3)
         ]
     client = merchant_a.client
