@@ -4,9 +4,10 @@
 * In-process counters: :mod:`payments.metrics` (payments) and :mod:`payments.acquirer.metrics`
   (the gateway client), in the default registry, or every process's files when
   ``PROMETHEUS_MULTIPROC_DIR`` is set.
-* Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL) and
-  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state),
-  in a registry of their own, served by the web only.
+* Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL),
+  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state)
+  and :class:`webhooks.metrics.WebhooksCollector` (the webhook backlog), in a registry of their
+  own, served by the web only.
 
 django-prometheus adds the request, response and latency metrics (``django_http_*``).
 
@@ -36,6 +37,7 @@ from prometheus_client import (
 
 from payments.acquirer.collectors import ResilienceCollector
 from payments.metrics import PaymentsCollector
+from webhooks.metrics import WebhooksCollector
 
 __all__ = ["metrics_view", "worker_metrics_server_start"]
 
@@ -43,12 +45,14 @@ logger = logging.getLogger(__name__)
 
 _PAYMENTS_COLLECTOR = PaymentsCollector()
 _RESILIENCE_COLLECTOR = ResilienceCollector()
+_WEBHOOKS_COLLECTOR = WebhooksCollector()
 
 
 def _scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_PAYMENTS_COLLECTOR)
     registry.register(_RESILIENCE_COLLECTOR)
+    registry.register(_WEBHOOKS_COLLECTOR)
     return registry
 
 

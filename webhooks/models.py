@@ -80,6 +80,7 @@ class WebhookEndpoint(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("enable_webhook_endpoint", "Can enable a disabled webhook endpoint again")]
         indexes = [
             models.Index(
                 fields=["merchant", "-created_at", "-id"],
@@ -121,6 +122,7 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("redeliver_event", "Can re-deliver a webhook event")]
         indexes = [
             models.Index(fields=["merchant", "-created_at", "-id"], name="event_merchant_created"),
             models.Index(

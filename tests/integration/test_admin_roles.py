@@ -17,6 +17,7 @@ ROLES_MIGRATION = importlib.import_module(f"payments.migrations.{MIGRATION}")
 BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_operator_permission")
 LEDGER_MIGRATION = importlib.import_module("ledger.migrations.0002_audit_view_roles")
 REFUND_MIGRATION = importlib.import_module("payments.migrations.0007_refunds_console")
+WEBHOOKS_MIGRATION = importlib.import_module("webhooks.migrations.0002_console_roles")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -25,11 +26,18 @@ VIEW_PERMISSIONS = {
     "merchants.view_merchant",
     "merchants.view_apikey",
     "ledger.view_auditrun",
+    "webhooks.view_webhookendpoint",
+    "webhooks.view_event",
+    "webhooks.view_delivery",
+    "webhooks.view_deliveryattempt",
+    "webhooks.view_operatoraction",
 }
 ACTION_PERMISSIONS = {
     "payments.reconcile_payment",
     "payments.resolve_payment",
     "merchants.rotate_api_key",
+    "webhooks.redeliver_event",
+    "webhooks.enable_webhook_endpoint",
 }
 #: Granted to operator by migration 0005 (the resilience page's breaker actions).
 BREAKER_PERMISSIONS = {"payments.operate_breaker"}
@@ -45,6 +53,7 @@ def run_migration_function() -> None:
     BREAKER_MIGRATION.grant_operate_breaker(apps, None)
     LEDGER_MIGRATION.grant_view(apps, None)
     REFUND_MIGRATION.grant_refund(apps, None)
+    WEBHOOKS_MIGRATION.grant(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:

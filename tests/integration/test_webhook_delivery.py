@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import transaction
+from prometheus_client import REGISTRY
 
 from gateway_client import BreakerConfig, MemoryStore
 from merchants.models import Merchant
@@ -83,6 +84,10 @@ class Harness:
         return deliver_due(runtime=self.runtime)
 
 
+def delivered_count() -> float:
+    return REGISTRY.get_sample_value("webhooks_deliveries_total", {"outcome": "delivered"}) or 0.0
+
+
 def delivery_of(endpoint: WebhookEndpoint) -> Delivery:
     return Delivery.objects.get(endpoint=endpoint)
 
@@ -93,7 +98,9 @@ def test_a_delivery_is_signed_as_standard_webhooks_says(receiver):
     h = Harness(receiver)
     endpoint, secret = h.endpoint("/ok", [200])
     event = h.event()
+    counted = delivered_count()
     assert h.deliver() == [AttemptOutcome.DELIVERED]
+    assert delivered_count() == counted + 1  # webhooks_deliveries_total{outcome="delivered"}
     (got,) = receiver.at("/ok")
     assert verify(secret, got, now=h.clock.now) == event_document(event)
     assert got.headers["webhook-id"] == event.id
