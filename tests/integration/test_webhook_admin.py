@@ -49,7 +49,8 @@ def test_every_list_and_page_shows_without_the_secret(client, setup):
     endpoint, event, secret = setup
     staff(client, "support")
     pages = [
-        "/admin/webhooks/webhookendpoint/", f"/admin/webhooks/webhookendpoint/{endpoint.id}/change/",
+        "/admin/webhooks/webhookendpoint/",
+        f"/admin/webhooks/webhookendpoint/{endpoint.id}/change/",
         "/admin/webhooks/event/", f"/admin/webhooks/event/{event.id}/change/",
         "/admin/webhooks/delivery/", "/admin/webhooks/deliveryattempt/",
         "/admin/webhooks/operatoraction/", f"/admin/webhooks/event/?q={event.id}",
@@ -80,7 +81,8 @@ def test_operators_redeliver_and_enable_with_a_note_audited(client, setup):
     assert WebhookEndpoint.objects.get().status == "disabled"
     action(client, "webhookendpoint", "enable_selected", endpoint.id, "they fixed it")
     assert WebhookEndpoint.objects.get().status == "enabled"
-    assert list(OperatorAction.objects.order_by("id").values_list("operator", "action", "note")) == [
+    audit = OperatorAction.objects.order_by("id").values_list("operator", "action", "note")
+    assert list(audit) == [
         (operator.username, "redeliver_event", "merchant lost it"),
         (operator.username, "enable_endpoint", "they fixed it"),
     ]  # fmt: skip
