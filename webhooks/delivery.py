@@ -551,9 +551,20 @@ def deliver_claimed(
 
 
 def deliver_due(
-    *, runtime: DeliveryRuntime | None = None, event_id: str | None = None
+    *,
+    runtime: DeliveryRuntime | None = None,
+    event_id: str | None = None,
+    budget_seconds: float = 0.0,
 ) -> list[AttemptOutcome | None]:
-    """Claim one batch of due deliveries (of ``event_id`` only, when given) and send them."""
+    """Claim one batch of due deliveries (of ``event_id`` only, when given) and send them;
+    with ``budget_seconds``, claim and send batch after batch until nothing is due or the
+    budget is spent (the beat sweep: a backlog drains at the endpoints' pace, each endpoint
+    within its concurrency cap). Returns every attempt's outcome."""
     runtime = runtime or DeliveryRuntime.from_settings()
-    ids, token = claim_due(now=runtime.clock(), policy=runtime.policy, event_id=event_id)
-    return deliver_claimed(ids, token, runtime=runtime)
+    started = runtime.monotonic()
+    outcomes: list[AttemptOutcome | None] = []
+    while True:
+        ids, token = claim_due(now=runtime.clock(), policy=runtime.policy, event_id=event_id)
+        outcomes += deliver_claimed(ids, token, runtime=runtime)
+        if not ids or runtime.monotonic() - started >= budget_seconds:
+            return outcomes

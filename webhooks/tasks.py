@@ -7,6 +7,7 @@ message lost or a worker killed mid-attempt only waits for the lease to run out 
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from webhooks.delivery import deliver_due
 
@@ -23,5 +24,6 @@ def deliver_event_task(event_id: str) -> int:
 
 @shared_task(name="webhooks.tasks.deliver_due", ignore_result=True)
 def deliver_due_task() -> int:
-    """The beat sweep: claim one batch of due deliveries and send them. Returns how many."""
-    return len(deliver_due())
+    """The beat sweep: claim and send due deliveries, batch after batch, for at most
+    ``WEBHOOK_SWEEP_BUDGET_SECONDS``. Returns how many attempts it made."""
+    return len(deliver_due(budget_seconds=settings.WEBHOOK_SWEEP_BUDGET_SECONDS))

@@ -231,6 +231,8 @@ WEBHOOK_BATCH_SIZE = env.int("WEBHOOK_BATCH_SIZE", default=20)
 WEBHOOK_ENDPOINT_CONCURRENCY = env.int("WEBHOOK_ENDPOINT_CONCURRENCY", default=2)
 WEBHOOK_DELIVERY_THREADS = env.int("WEBHOOK_DELIVERY_THREADS", default=8)
 WEBHOOK_SWEEP_INTERVAL_SECONDS = env.float("WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5.0)
+# A sweep claims batch after batch for at most this long (well below the task time limit).
+WEBHOOK_SWEEP_BUDGET_SECONDS = env.float("WEBHOOK_SWEEP_BUDGET_SECONDS", default=20.0)
 # true only in development and tests (config.settings.local, .test): http and loopback URLs.
 WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=False)
 # One failure-rate breaker per endpoint (gateway_client's), its state in the shared Redis.
