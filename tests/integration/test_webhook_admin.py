@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.utils import timezone
 
+from idempotency.models import IdempotencyKey
 from webhooks.models import Delivery, Event, OperatorAction, WebhookEndpoint
 from webhooks.outbox import event_record
 from webhooks.services import endpoint_create
@@ -25,8 +26,9 @@ ROLES = importlib.import_module("webhooks.migrations.0002_console_roles")
 @pytest.fixture
 def setup(merchant_a):
     answer = endpoint_create(
-        merchant=merchant_a.merchant, url="http://127.0.0.1:9/h", enabled_events=["*"]
-    )
+        merchant=merchant_a.merchant, url="http://127.0.0.1:9/h", enabled_events=["*"],
+        idempotency_key="adm-1",
+    )  # fmt: skip
     secret = json.loads(answer.body)["secret"]
     endpoint = WebhookEndpoint.objects.get()
     with transaction.atomic():
@@ -46,14 +48,16 @@ def staff(client, role: str):
 
 
 def test_every_list_and_page_shows_without_the_secret(client, setup):
+    """The webhooks pages, and the idempotency key whose stored answer holds the secret."""
     endpoint, event, secret = setup
-    staff(client, "support")
+    client.force_login(User.objects.create_superuser("root", password="x"))
     pages = [
         "/admin/webhooks/webhookendpoint/",
         f"/admin/webhooks/webhookendpoint/{endpoint.id}/change/",
         "/admin/webhooks/event/", f"/admin/webhooks/event/{event.id}/change/",
         "/admin/webhooks/delivery/", "/admin/webhooks/deliveryattempt/",
         "/admin/webhooks/operatoraction/", f"/admin/webhooks/event/?q={event.id}",
+        f"/admin/idempotency/idempotencykey/{IdempotencyKey.objects.get().pk}/change/",
     ]  # fmt: skip
     for page in pages:
         response = client.get(page)
