@@ -11,6 +11,7 @@ COPY payments payments
 COPY ledger ledger
 COPY gateway_client gateway_client
 COPY sandbox_acquirer sandbox_acquirer
+COPY webhooks webhooks
 COPY manage.py Procfile ./
 RUN pip install --no-cache-dir . && python manage.py collectstatic --noinput --verbosity 0
 RUN useradd --create-home app && mkdir -p /app/.celery && chown -R app /app/.celery

@@ -9,8 +9,10 @@ from datetime import timedelta
 
 import pytest
 from django.apps import apps
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
@@ -53,8 +55,8 @@ def test_every_list_and_page_shows_without_the_secret(client, setup):
     client.force_login(User.objects.create_superuser("root", password="x"))
     pages = [
         "/admin/webhooks/webhookendpoint/",
-        f"/admin/webhooks/webhookendpoint/{endpoint.id}/change/",
-        "/admin/webhooks/event/", f"/admin/webhooks/event/{event.id}/change/",
+        reverse("admin:webhooks_webhookendpoint_change", args=[quote(endpoint.id)]),
+        "/admin/webhooks/event/", reverse("admin:webhooks_event_change", args=[quote(event.id)]),
         "/admin/webhooks/delivery/", "/admin/webhooks/deliveryattempt/",
         "/admin/webhooks/operatoraction/", f"/admin/webhooks/event/?q={event.id}",
         f"/admin/idempotency/idempotencykey/{IdempotencyKey.objects.get().pk}/change/",
