@@ -15,6 +15,13 @@ from payments.apis import (
 )
 from payments.health import readyz
 from payments.metrics_views import metrics_view
+from payments.webhook_apis import (
+    EventDetailApi,
+    EventListApi,
+    WebhookEndpointDetailApi,
+    WebhookEndpointListCreateApi,
+    WebhookEndpointRotateSecretApi,
+)
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),
@@ -23,6 +30,19 @@ urlpatterns = [
     path("payments/<str:payment_id>/void", PaymentVoidApi.as_view(), name="payment-void"),
     path("payments/<str:payment_id>/refunds", PaymentRefundsApi.as_view(), name="payment-refunds"),
     path("refunds/<str:refund_id>", RefundDetailApi.as_view(), name="refund-detail"),
+    path("webhook_endpoints", WebhookEndpointListCreateApi.as_view(), name="webhook-endpoints"),
+    path(
+        "webhook_endpoints/<str:endpoint_id>",
+        WebhookEndpointDetailApi.as_view(),
+        name="webhook-endpoint-detail",
+    ),
+    path(
+        "webhook_endpoints/<str:endpoint_id>/rotate_secret",
+        WebhookEndpointRotateSecretApi.as_view(),
+        name="webhook-endpoint-rotate-secret",
+    ),
+    path("events", EventListApi.as_view(), name="events"),
+    path("events/<str:event_id>", EventDetailApi.as_view(), name="event-detail"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

@@ -21,6 +21,9 @@ from idempotency.models import IdempotencyKey
 
 __all__ = ["IdempotencyKeyAdmin"]
 
+#: What the console shows instead of a stored answer's ``secret``.
+REDACTED = "[redacted]"
+
 
 class ExpiredListFilter(admin.SimpleListFilter):
     """Expired (``expires_at`` at or before now: the key counts as absent) or live."""
@@ -126,12 +129,16 @@ class IdempotencyKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="stored body")
     def stored_body(self, record: IdempotencyKey) -> str:
-        """The stored body, pretty-printed when it is JSON (the bytes replayed are unchanged)."""
+        """The stored body, pretty-printed when it is JSON (the bytes replayed are unchanged);
+        a top-level ``secret`` (a webhook endpoint's, shown once to the merchant) is redacted."""
         if record.response_body is None:
             return "-"
         raw = bytes(record.response_body)
         try:
-            text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+            document = json.loads(raw)
+            if isinstance(document, dict) and "secret" in document:
+                document["secret"] = REDACTED  # a webhook endpoint's signing secret
+            text = json.dumps(document, indent=2, ensure_ascii=False)
         except ValueError:
             text = raw.decode("utf-8", errors="replace")
         return format_html("<pre>{}</pre>", text)

@@ -7,6 +7,10 @@ actions (``payments.operations``). Nothing here calls the acquirer or enqueues a
 * :data:`ALLOWED_TRANSITIONS` and :func:`payment_transition`: the only way a status changes,
   each change with its :class:`~payments.models.PaymentEvent`.
 * :func:`payment_event_record`: an event that does not change the status.
+* The webhook outbox (``webhooks.outbox.event_record``): every change into a status of
+  :data:`PAYMENT_WEBHOOK_EVENTS` (and of a refund into one of :data:`REFUND_WEBHOOK_EVENTS`)
+  writes its merchant event in the same transaction, so no change lacks its event and no event
+  lacks its change; the outbox enqueues the delivery when the transaction commits.
 * :func:`payment_answer_store`: the answer a replay of the merchant's idempotency key returns,
   rendered from what is true now and stored with the key.
 * :func:`payment_lock` and :func:`payment_lock_with_key`: the only row locks taken on
@@ -53,11 +57,15 @@ from payments.models import (
     new_operation_id,
 )
 from payments.responses import StoredResponse, render_operation_answer, render_payment_answer
+from payments.serializers import PaymentSerializer, RefundSerializer
+from webhooks.outbox import event_record
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "OPERATION_OUTCOMES",
     "OPERATION_TRANSITIONS",
+    "PAYMENT_WEBHOOK_EVENTS",
+    "REFUND_WEBHOOK_EVENTS",
     "InvalidTransition",
     "OperationConflict",
     "OperationRecorded",
@@ -126,6 +134,53 @@ _APPROVED_STATUS = {
     CaptureMethod.AUTOMATIC: PaymentStatus.SUCCEEDED,
     CaptureMethod.MANUAL: PaymentStatus.REQUIRES_CAPTURE,
 }
+
+
+#: The merchant's webhook event of a change into each payment status. The pending statuses
+#: (processing, capture_pending, void_pending) have none: the answer of the call says so.
+PAYMENT_WEBHOOK_EVENTS: dict[str, str] = {
+    PaymentStatus.SUCCEEDED: "payment.succeeded",
+    PaymentStatus.REQUIRES_CAPTURE: "payment.requires_capture",
+    PaymentStatus.DECLINED: "payment.declined",
+    PaymentStatus.FAILED: "payment.failed",
+    PaymentStatus.CANCELED: "payment.canceled",
+    PaymentStatus.NEEDS_REVIEW: "payment.needs_review",
+}
+
+#: The event of a refund's change into each of its statuses (a capture's or a void's own status
+#: is not the merchant's: the payment's change is).
+REFUND_WEBHOOK_EVENTS: dict[str, str] = {
+    OperationStatus.SUCCEEDED: "refund.succeeded",
+    OperationStatus.FAILED: "refund.failed",
+    OperationStatus.NEEDS_REVIEW: "refund.needs_review",
+}
+
+
+def _payment_webhook(payment: Payment, now: datetime) -> None:
+    """The outbox event of ``payment``'s change into its (new) status, if it has one."""
+    event_type = PAYMENT_WEBHOOK_EVENTS.get(payment.status)
+    if event_type is not None:
+        event_record(
+            merchant_id=payment.merchant_id,
+            event_type=event_type,
+            object_id=payment.id,
+            obj=PaymentSerializer(payment).data,
+            now=now,
+        )
+
+
+def _refund_webhook(payment: Payment, operation: PaymentOperation, now: datetime) -> None:
+    """The outbox event of a refund's change into its (new) status."""
+    if operation.kind != OperationKind.REFUND:
+        return
+    operation.payment = payment  # the locked row: the refund's currency without a query
+    event_record(
+        merchant_id=payment.merchant_id,
+        event_type=REFUND_WEBHOOK_EVENTS[operation.status],
+        object_id=operation.id,
+        obj=RefundSerializer(operation).data,
+        now=now,
+    )
 
 
 class InvalidTransition(Exception):
@@ -217,6 +272,7 @@ def payment_transition(
         data=data or {},
         created_at=now,
     )
+    _payment_webhook(payment, now)
 
 
 def payment_event_record(
@@ -484,6 +540,7 @@ def operation_settle(
             payment=payment, to_status=payment_status, event_type=event_type, now=now,
             data=event, **changes,
         )  # fmt: skip
+        _refund_webhook(payment, operation, now)
         return
     for name, value in changes.items():
         setattr(payment, name, value)
@@ -491,6 +548,7 @@ def operation_settle(
         payment.updated_at = now
         payment.save(update_fields=[*changes, "updated_at"])
     payment_event_record(payment=payment, event_type=event_type, now=now, data=event)
+    _refund_webhook(payment, operation, now)
 
 
 def operation_escalate(
@@ -517,6 +575,7 @@ def operation_escalate(
             "attempts": operation.reconciliation_attempts,
         },
     )
+    _refund_webhook(payment, operation, now)
 
 
 #: Phase 2's one table for operations: the attempt's outcome -> (succeeded, failure code).

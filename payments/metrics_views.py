@@ -5,9 +5,10 @@
   (the gateway client), in the default registry, or every process's files when
   ``PROMETHEUS_MULTIPROC_DIR`` is set.
 * Scrape-time gauges: :class:`payments.metrics.PaymentsCollector` (PostgreSQL),
-  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state)
-  and :class:`heartbeats.metrics.HeartbeatCollector` (the Celery processes' heartbeats), in a
-  registry of their own, served by the web only.
+  :class:`payments.acquirer.collectors.ResilienceCollector` (the acquirer client's shared state),
+  :class:`heartbeats.metrics.HeartbeatCollector` (the Celery processes' heartbeats) and
+  :class:`webhooks.metrics.WebhooksCollector` (the webhook backlog), in a registry of their
+  own, served by the web only.
 
 django-prometheus adds the request, response and latency metrics (``django_http_*``).
 
@@ -38,6 +39,7 @@ from prometheus_client import (
 from heartbeats.metrics import HeartbeatCollector
 from payments.acquirer.collectors import ResilienceCollector
 from payments.metrics import PaymentsCollector
+from webhooks.metrics import WebhooksCollector
 
 __all__ = ["metrics_view", "worker_metrics_server_start"]
 
@@ -46,6 +48,7 @@ logger = logging.getLogger(__name__)
 _PAYMENTS_COLLECTOR = PaymentsCollector()
 _RESILIENCE_COLLECTOR = ResilienceCollector()
 _HEARTBEAT_COLLECTOR = HeartbeatCollector()
+_WEBHOOKS_COLLECTOR = WebhooksCollector()
 
 
 def _scrape_registry() -> CollectorRegistry:
@@ -53,6 +56,7 @@ def _scrape_registry() -> CollectorRegistry:
     registry.register(_PAYMENTS_COLLECTOR)
     registry.register(_RESILIENCE_COLLECTOR)
     registry.register(_HEARTBEAT_COLLECTOR)
+    registry.register(_WEBHOOKS_COLLECTOR)
     return registry
 
 

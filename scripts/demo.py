@@ -64,6 +64,7 @@ from gateway_client.errors import (  # noqa: E402
 )
 from sandbox_acquirer.faults import PROBLEMS  # noqa: E402
 from sandbox_acquirer.scenarios import ScenarioSettings, resolve_scenario  # noqa: E402
+from scripts.demo_webhooks import webhook_after_reconciliation  # noqa: E402
 
 #: The README's API contract: what the service answers for each kind of acquirer outcome.
 DOCUMENTED = {
@@ -610,6 +611,16 @@ class Demo:
             "refund at the acquirer); the retry replays 201 succeeded, no acquirer call",
         )
 
+    def webhook_step(self) -> None:
+        """Webhooks (``scripts/demo_webhooks.py``): a 202 payment's final event arriving."""
+        self.heading("webhook after a 202")
+        title, ok, expected = webhook_after_reconciliation(
+            str(self.api.base_url).rstrip("/"),
+            str(self.sandbox.base_url).rstrip("/"),
+            self.api.headers["Authorization"].removeprefix("Bearer "),
+        )
+        self.verdict(title, ok, expected)
+
     def run(self) -> int:
         first = self.acquirer_scenario("approved", "tok_visa")
         first_key, first_body = f"demo-{self.run_id}-1", self.body("tok_visa", "1")
@@ -628,6 +639,7 @@ class Demo:
         if payment_id and self.partial_capture(payment_id, amount):
             self.two_refunds(payment_id)
         self.lost_refund()
+        self.webhook_step()
 
         failed = [title for title, ok in self.results if not ok]
         print(

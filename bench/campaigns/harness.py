@@ -57,6 +57,11 @@ SERVICE_ENV: dict[str, str] = {
     "MERCHANT_RATE_LIMIT_REQUESTS": "0",
     "MERCHANT_CONCURRENT_PAYMENTS": "0",
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS": "1",
+    # Webhooks: the retry schedule compressed to seconds and the breaker's open period short,
+    # so a campaign's flaky endpoint drains in seconds, not hours (bench/campaigns/webhooks.py).
+    "WEBHOOK_SWEEP_INTERVAL_SECONDS": "1",
+    "WEBHOOK_RETRY_SCHEDULE_SECONDS": "1,2,4",
+    "WEBHOOK_BREAKER_OPEN_SECONDS": "2",
     "RECONCILIATION_FIRST_CHECK_SECONDS": "1",
     "RECONCILIATION_GRACE_SECONDS": "3",
     "RECONCILIATION_BACKOFF_BASE_SECONDS": "1",

@@ -426,11 +426,17 @@ def run(
     seed: int = 8,
     recovery_timeout: float = 60.0,
     pace: float | None = None,
+    merchant: str = "matrix",
+    on_merchant: Callable[[int, str], None] | None = None,
 ) -> CampaignResult:
+    """The matrix for a merchant of its own (``merchant``); ``on_merchant(id, api_key)`` runs
+    before the first payment (the webhooks campaign registers its endpoints there)."""
     result = CampaignResult("matrix")
     rng = random.Random(seed)
     since = datetime.now(UTC)
-    merchant_id, api_key = stack.create_merchant("matrix")
+    merchant_id, api_key = stack.create_merchant(merchant)
+    if on_merchant is not None:
+        on_merchant(merchant_id, api_key)
     assert stack.sandbox is not None
     stats_before = stack.sandbox.stats()
     per_phase = max(1, payments // len(PHASES))

@@ -16,6 +16,7 @@ CAMPAIGNS: dict[str, str] = {
     "matrix": "bench.campaigns.matrix",
     "schemathesis": "bench.campaigns.fuzz",
     "soak": "bench.campaigns.soak",
+    "webhooks": "bench.campaigns.webhooks",
     "secrets": "bench.campaigns.secrets",
 }
 
@@ -26,6 +27,7 @@ MERCHANTS = {
     "matrix": "matrix",
     "schemathesis": "fuzz",
     "soak": "soak",
+    "webhooks": "webhooks",
     "secrets": "secrets",
 }
 
@@ -41,6 +43,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "schemathesis": {"min_requests": 10_000, "max_examples": 800},
         "soak": {"seconds": 600, "rate": 20},
         "secrets": {},
+        "webhooks": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
     },
     "short": {
         # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
@@ -52,6 +55,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "schemathesis": {"min_requests": 250, "max_examples": 25},
         "soak": {"seconds": 60, "rate": 20},
         "secrets": {},
+        "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
     },
 }
 

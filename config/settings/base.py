@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "payments",
     "ledger",
     "heartbeats",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -253,6 +254,40 @@ ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS = env.float(
     "ACQUIRER_IDEMPOTENCY_KEY_RETENTION_SECONDS", default=24 * 3600.0
 )
 
+# --- Webhooks (webhooks/; docs/webhooks.md) ---------------------------------------------------
+# A 2xx within the timeout is delivered; anything else is retried with full jitter, bounds in
+# seconds (the last repeats), until the retry window ends. An endpoint failing every attempt for
+# WEBHOOK_DISABLE_AFTER_SECONDS is disabled.
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+WEBHOOK_CONNECT_TIMEOUT_SECONDS = env.float("WEBHOOK_CONNECT_TIMEOUT_SECONDS", default=3.0)
+WEBHOOK_RETRY_SCHEDULE_SECONDS = env.list(
+    "WEBHOOK_RETRY_SCHEDULE_SECONDS", cast=float, default=[30, 300, 1800, 7200, 18000, 36000]
+)
+WEBHOOK_RETRY_WINDOW_SECONDS = env.float("WEBHOOK_RETRY_WINDOW_SECONDS", default=3 * 24 * 3600.0)
+WEBHOOK_DISABLE_AFTER_SECONDS = env.float("WEBHOOK_DISABLE_AFTER_SECONDS", default=3 * 24 * 3600.0)
+WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS = env.float(
+    "WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS", default=24 * 3600.0
+)
+# A claim's lease must outlast an attempt (at most about 2 x the timeout plus the connect).
+WEBHOOK_LEASE_SECONDS = env.float("WEBHOOK_LEASE_SECONDS", default=60.0)
+WEBHOOK_BATCH_SIZE = env.int("WEBHOOK_BATCH_SIZE", default=20)
+WEBHOOK_ENDPOINT_CONCURRENCY = env.int("WEBHOOK_ENDPOINT_CONCURRENCY", default=2)
+WEBHOOK_DELIVERY_THREADS = env.int("WEBHOOK_DELIVERY_THREADS", default=8)
+WEBHOOK_SWEEP_INTERVAL_SECONDS = env.float("WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5.0)
+# A sweep claims batch after batch for at most this long (well below the task time limit).
+WEBHOOK_SWEEP_BUDGET_SECONDS = env.float("WEBHOOK_SWEEP_BUDGET_SECONDS", default=20.0)
+# true only in development and tests (config.settings.local, .test): http and loopback URLs.
+WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=False)
+# One failure-rate breaker per endpoint (gateway_client's), its state in the shared Redis.
+WEBHOOK_STATE_NAMESPACE = env("WEBHOOK_STATE_NAMESPACE", default="payments:webhooks")
+WEBHOOK_BREAKER_WINDOW_SIZE = env.int("WEBHOOK_BREAKER_WINDOW_SIZE", default=20)
+WEBHOOK_BREAKER_MINIMUM_CALLS = env.int("WEBHOOK_BREAKER_MINIMUM_CALLS", default=10)
+WEBHOOK_BREAKER_FAILURE_RATE_THRESHOLD = env.float(
+    "WEBHOOK_BREAKER_FAILURE_RATE_THRESHOLD", default=50.0
+)
+WEBHOOK_BREAKER_OPEN_SECONDS = env.float("WEBHOOK_BREAKER_OPEN_SECONDS", default=60.0)
+WEBHOOK_BREAKER_HALF_OPEN_PERMITS = env.int("WEBHOOK_BREAKER_HALF_OPEN_PERMITS", default=1)
+
 # --- Ledger audit (ledger/): our payments against the acquirer's records -------------------
 LEDGER_AUDIT_CSV_DIR = env("LEDGER_AUDIT_CSV_DIR", default=str(BASE_DIR / "audits"))
 LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
@@ -307,6 +342,10 @@ CELERY_BEAT_SCHEDULE = {
     "void-expired-authorizations": {
         "task": "payments.tasks.void_expired_authorizations",
         "schedule": env.float("AUTHORIZATION_HOLD_SWEEP_INTERVAL_SECONDS", default=3600.0),
+    },
+    "deliver-due-webhooks": {
+        "task": "webhooks.tasks.deliver_due",
+        "schedule": WEBHOOK_SWEEP_INTERVAL_SECONDS,
     },
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",

@@ -10,3 +10,5 @@ DATABASES = database_settings(env, allow_embedded=True)
 # Unset URLs: the embedded Redis, so every process of `make run` shares one broker and one
 # acquirer state, as a deployment's processes do.
 CELERY_BROKER_URL, ACQUIRER_STATE_REDIS_URL = local_redis_urls()
+# Webhook receivers on this machine (http://127.0.0.1:...); never in production.
+WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=True)

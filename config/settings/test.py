@@ -30,3 +30,5 @@ MERCHANT_RATE_LIMIT_REQUESTS = 0
 MERCHANT_CONCURRENT_PAYMENTS = 0
 # The suite's own, whatever a developer's .env (docker compose's, README) sets.
 METRICS_BEARER_TOKEN = ""
+# Webhook receivers on this machine (http://127.0.0.1:...); never in production.
+WEBHOOK_ALLOW_LOCAL_URLS = True

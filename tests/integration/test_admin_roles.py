@@ -19,6 +19,7 @@ BREAKER_MIGRATION = importlib.import_module("payments.migrations.0005_breaker_op
 LEDGER_MIGRATION = importlib.import_module("ledger.migrations.0002_audit_view_roles")
 REFUND_MIGRATION = importlib.import_module("payments.migrations.0007_refunds_console")
 KEY_MANAGER_MIGRATION = importlib.import_module("payments.migrations.0008_key_manager_role")
+WEBHOOKS_MIGRATION = importlib.import_module("webhooks.migrations.0002_console_roles")
 
 VIEW_PERMISSIONS = {
     "payments.view_payment",
@@ -27,10 +28,17 @@ VIEW_PERMISSIONS = {
     "merchants.view_merchant",
     "merchants.view_apikey",
     "ledger.view_auditrun",
+    "webhooks.view_webhookendpoint",
+    "webhooks.view_event",
+    "webhooks.view_delivery",
+    "webhooks.view_deliveryattempt",
+    "webhooks.view_operatoraction",
 }
 ACTION_PERMISSIONS = {
     "payments.reconcile_payment",
     "payments.resolve_payment",
+    "webhooks.redeliver_event",
+    "webhooks.enable_webhook_endpoint",
 }
 #: Migration 0008: rotating and revoking keys is the key_manager's, no longer the operator's.
 KEY_MANAGER_PERMISSIONS = {
@@ -53,6 +61,7 @@ def run_migration_function() -> None:
     LEDGER_MIGRATION.grant_view(apps, None)
     REFUND_MIGRATION.grant_refund(apps, None)
     KEY_MANAGER_MIGRATION.create_key_manager(apps, None)
+    WEBHOOKS_MIGRATION.grant(apps, None)
 
 
 def permissions_of(role: str) -> set[str]:

@@ -30,6 +30,7 @@ SERVICE_SOURCES = (
     "idempotency",
     "payments",
     "ledger",
+    "webhooks",
     "gateway_client",
     "sandbox_acquirer",
 )

@@ -47,6 +47,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 # Import direction (README, "Architecture"): payments -> idempotency -> merchants;
+# payments -> webhooks (the outbox under the state machine), never back;
 # gateway_client and the sandbox import no project app; nothing imports payments except config.
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
@@ -56,6 +57,7 @@ FORBIDDEN_IMPORTS = {
     "idempotency": {"payments", "gateway_client", "sandbox_acquirer"},
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
     "payments": {"sandbox_acquirer"},
+    "webhooks": {"payments", "ledger", "sandbox_acquirer", "config"},
     "ledger": {"sandbox_acquirer", "gateway_client"},
     # The card-number detector is plain Python: every layer uses it, it uses nothing.
     "card_data": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
@@ -93,7 +95,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "bench", "scripts", "heartbeats", "card_data",
+    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
 )  # fmt: skip
 
 
@@ -206,7 +208,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         "interfaces: call services, build nothing",
         {
             "apis", "admin", "operations", "tasks", "health", "apps", "forms", "metrics_views",
-            "resilience_admin", "management.commands.demo_setup",
+            "resilience_admin", "webhook_apis", "management.commands.demo_setup",
             "management.commands.reconcile_payments",
         },
     ),
@@ -227,7 +229,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "reads and shapes: queries, serializers, counters, input checks",
-        {"selectors", "serializers", "metrics", "card_data", "parsers"},
+        {"selectors", "serializers", "metrics", "card_data", "parsers", "webhook_serializers"},
     ),
     ("models and values", {"models", "money", "problems", "checks"}),
 ]  # fmt: skip

@@ -1,0 +1,151 @@
+"""The webhooks' rules without a database: where a webhook may go (a generated corpus of
+addresses per forbidden range), our signatures against the ``standardwebhooks`` package, and
+the retry schedule."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import random
+import socket
+from datetime import UTC, datetime
+
+import pytest
+import standardwebhooks
+
+from webhooks.delivery import RETRY_SCHEDULE, retry_wait
+from webhooks.signing import new_secret, signature, webhook_headers
+from webhooks.url_safety import UnsafeUrl, resolve_allowed
+
+#: Every range a webhook must never reach, and a public one that it may.
+FORBIDDEN_NETWORKS = [
+    "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+    "100.64.0.0/10", "0.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4", "192.0.2.0/24",
+    "198.18.0.0/15", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "::/128",
+]  # fmt: skip
+
+
+def resolver_of(*addresses: str):
+    def resolve(host, port, type=None):
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in addresses
+        ]
+
+    return resolve
+
+
+def samples(network: str, rng: random.Random, n: int = 6) -> list[str]:
+    net = ipaddress.ip_network(network)
+    return [str(net[rng.randrange(net.num_addresses)]) for _ in range(n)]
+
+
+@pytest.mark.parametrize("network", FORBIDDEN_NETWORKS)
+def test_every_address_of_a_forbidden_range_is_refused(network):
+    """Sampled addresses of each range, alone, mixed with a public one, and IPv4 ones also
+    as IPv4-mapped IPv6: refused (``forbidden_address``), in production and development."""
+    rng = random.Random(network)
+    for address in samples(network, rng):
+        variants = [[address], ["93.184.216.34", address]]
+        if "." in address:
+            variants.append([f"::ffff:{address}"])
+        for resolved in variants:
+            for allow_local in (False, True):
+                if (
+                    allow_local
+                    and ipaddress.ip_address(resolved[-1].removeprefix("::ffff:")).is_loopback
+                ):
+                    continue  # development accepts a loopback receiver
+                with pytest.raises(UnsafeUrl) as refused:
+                    resolve_allowed(
+                        "https://hooks.example/x", allow_local=allow_local,
+                        resolver=resolver_of(*resolved),
+                    )  # fmt: skip
+                assert refused.value.code == "forbidden_address"
+
+
+def test_public_addresses_are_allowed_and_returned_for_pinning():
+    got = resolve_allowed(
+        "https://hooks.example:8443/x?a=1", allow_local=False,
+        resolver=resolver_of("93.184.216.34", "2606:2800:220:1::1"),
+    )  # fmt: skip
+    assert got == ["93.184.216.34", "2606:2800:220:1::1"]
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_local", "code"),
+    [
+        ("http://hooks.example/x", False, "insecure_scheme"),
+        ("http://127.0.0.1:8000/x", False, "insecure_scheme"),
+        ("https://user@hooks.example/x", False, "invalid_url"),
+        ("https://hooks.example/x#f", False, "invalid_url"),
+        ("gopher://hooks.example/x", True, "invalid_url"),
+        ("https://hooks.example:0/x", True, "invalid_url"),
+    ],
+)
+def test_scheme_and_form_rules(url, allow_local, code):
+    with pytest.raises(UnsafeUrl) as refused:
+        resolve_allowed(url, allow_local=allow_local, resolver=resolver_of("93.184.216.34"))
+    assert refused.value.code == code
+    assert url not in refused.value.message
+
+
+def test_development_allows_http_to_loopback_only():
+    assert resolve_allowed(
+        "http://127.0.0.1:8000/x", allow_local=True, resolver=resolver_of("127.0.0.1")
+    ) == ["127.0.0.1"]
+    with pytest.raises(UnsafeUrl) as refused:  # http to a public host: still https only
+        resolve_allowed(
+            "http://hooks.example/x", allow_local=True, resolver=resolver_of("93.184.216.34")
+        )
+    assert refused.value.code == "insecure_scheme"
+
+
+def test_a_host_that_does_not_resolve_is_refused():
+    def fail(*args, **kwargs):
+        raise socket.gaierror("no such host")
+
+    with pytest.raises(UnsafeUrl) as refused:
+        resolve_allowed("https://nowhere.invalid/x", allow_local=False, resolver=fail)
+    assert refused.value.code == "unresolvable"
+
+
+def test_our_signatures_are_standardwebhooks_signatures():
+    """For random secrets, ids, timestamps and bodies (unicode, long, empty strings): our
+    signature equals the package's, and its verifier accepts our headers."""
+    rng = random.Random(13)
+    for _ in range(50):
+        secret = new_secret()
+        msg_id = "evt_" + rng.randbytes(12).hex()
+        timestamp = int(datetime.now(UTC).timestamp()) - rng.randrange(0, 200)
+        body = json.dumps({"n": rng.random(), "s": rng.choice(["", "é😀", "x" * 5000])}).encode()
+        theirs = standardwebhooks.Webhook(secret).sign(
+            msg_id, datetime.fromtimestamp(timestamp, UTC), body.decode()
+        )
+        assert signature(secret, msg_id=msg_id, timestamp=timestamp, body=body) == theirs
+        headers = webhook_headers(
+            [new_secret(), secret], msg_id=msg_id, timestamp=timestamp, body=body
+        )
+        assert standardwebhooks.Webhook(secret).verify(body, headers) == json.loads(body)
+
+
+def test_a_new_secret_is_whsec_and_32_random_bytes():
+    secrets = {new_secret() for _ in range(100)}
+    assert len(secrets) == 100
+    assert all(len(base64.b64decode(s.removeprefix("whsec_"))) == 32 for s in secrets)
+
+
+def test_the_retry_schedule_is_full_jitter_first_within_30_seconds_spanning_about_3_days():
+    assert [retry_wait(n, schedule=RETRY_SCHEDULE, random=lambda: 0.999999) for n in (1, 2)] == [
+        pytest.approx(30, rel=1e-5), pytest.approx(300, rel=1e-5),
+    ]  # fmt: skip
+    assert retry_wait(1, schedule=RETRY_SCHEDULE, random=lambda: 0.0) == 0.0
+    assert retry_wait(40, schedule=RETRY_SCHEDULE, random=lambda: 0.5) == 18000
+    # The bounds of the first attempts of a 3-day window: 30 s, 5 min, 30 min, 2 h, 5 h, 10 h...
+    bounds, total = [], 0.0
+    while total < 3 * 24 * 3600:
+        bound = RETRY_SCHEDULE[min(len(bounds), len(RETRY_SCHEDULE) - 1)]
+        bounds.append(bound)
+        total += bound
+    assert bounds[:6] == [30, 300, 1800, 7200, 18000, 36000] and len(bounds) == 12

@@ -1,0 +1,573 @@
+"""Delivering the outbox: claim due deliveries, send each once, record what happened.
+
+1. **Claim** (:func:`claim_due`), one short transaction: ``SELECT ... FOR UPDATE SKIP LOCKED``
+   the due ``pending`` deliveries of enabled endpoints, lock their endpoints (``SKIP LOCKED``
+   too: one claimer per endpoint at a time), keep at most ``endpoint_concurrency`` leases per
+   endpoint (the ones already held count), and lease the chosen rows with a token. Two workers
+   never hold the same delivery; a killed worker's lease runs out and the row is taken again.
+2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
+   (``threads``), so one endpoint that hangs holds its own threads only, each for at most its
+   timeouts: the endpoint's breaker first (``gateway_client``'s failure-rate breaker, one per
+   endpoint: an endpoint that is down is not called, its backlog waits), then the URL checked
+   again and pinned to the checked address, then one ``POST`` signed as Standard Webhooks 1.0
+   says, no redirect followed, the answer read up to 64 KiB.
+3. **Record** (one transaction): the :class:`~webhooks.models.DeliveryAttempt`; a 2xx within
+   the timeout is ``delivered``; anything else is retried after a full-jitter wait
+   (``uniform(0, bound)``, bounds :data:`RETRY_SCHEDULE`, the last repeated) until the
+   delivery's retry window (3 days) ends, then ``failed``. ``410 Gone`` disables the endpoint;
+   an endpoint that has failed every attempt for ``disable_after`` (3 days), or every attempt
+   of a delivery's whole retry window, is disabled. A
+   disabled endpoint's deliveries wait; enabling it again delivers those still in their window.
+
+Nothing here retries around a single attempt: the schedule is the only retry layer.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random as _random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from django.conf import settings
+from django.db import connection, connections, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from gateway_client import BreakerConfig, MemoryStore, RedisStore, StateStore
+from gateway_client.breaker import CircuitBreaker
+from gateway_client.breaker_types import FAILURE, SUCCESS
+from webhooks.metrics import record_delivery_outcome
+from webhooks.models import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    DisabledReason,
+    EndpointStatus,
+    WebhookEndpoint,
+)
+from webhooks.serializers import event_body
+from webhooks.signing import webhook_headers
+from webhooks.url_safety import Resolver, UnsafeUrl, resolve_allowed
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "RETRY_SCHEDULE",
+    "AttemptOutcome",
+    "DeliveryPolicy",
+    "DeliveryRuntime",
+    "claim_due",
+    "deliver_claimed",
+    "deliver_due",
+    "endpoint_breaker",
+    "retry_wait",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Bounds of the full-jitter waits after failed attempts 1, 2, 3 ... (seconds; the last one
+#: repeats until the retry window ends): within 30 s, 5 min, 30 min, 2 h, 5 h, then 10 h.
+RETRY_SCHEDULE: tuple[float, ...] = (30.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0)
+#: The part of an answer's body that is read and stored.
+MAX_RESPONSE_BYTES = 64 * 1024
+
+
+class AttemptOutcome(enum.StrEnum):
+    """What one attempt (or one refusal to attempt) came to; the ``outcome`` of the metrics."""
+
+    DELIVERED = "delivered"  #: 2xx within the timeout
+    HTTP_ERROR = "http_error"  #: any other status (4xx, 5xx, 1xx)
+    REDIRECT = "redirect"  #: 3xx: never followed
+    GONE = "gone"  #: 410: the endpoint is disabled
+    TIMEOUT = "timeout"  #: no answer within the timeout
+    CONNECTION_ERROR = "connection_error"  #: refused, reset, closed, TLS or protocol error
+    URL_REFUSED = "url_refused"  #: the URL now resolves to a forbidden address (not sent)
+    BREAKER_OPEN = "breaker_open"  #: the endpoint's breaker refused (not sent, no attempt)
+    EXPIRED = "expired"  #: the retry window ended: the delivery is ``failed``
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """The rules of delivery. Durations in seconds (see ``WEBHOOK_*`` in
+    docs/configuration.md)."""
+
+    timeout: float = 10.0
+    connect_timeout: float = 3.0
+    schedule: tuple[float, ...] = RETRY_SCHEDULE
+    retry_window: float = 3 * 24 * 3600.0
+    disable_after: float = 3 * 24 * 3600.0
+    lease: float = 60.0
+    batch_size: int = 20
+    endpoint_concurrency: int = 2
+    threads: int = 8
+    allow_local: bool = False
+
+    @classmethod
+    def from_settings(cls) -> DeliveryPolicy:
+        return cls(
+            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
+            connect_timeout=settings.WEBHOOK_CONNECT_TIMEOUT_SECONDS,
+            schedule=tuple(float(s) for s in settings.WEBHOOK_RETRY_SCHEDULE_SECONDS),
+            retry_window=settings.WEBHOOK_RETRY_WINDOW_SECONDS,
+            disable_after=settings.WEBHOOK_DISABLE_AFTER_SECONDS,
+            lease=settings.WEBHOOK_LEASE_SECONDS,
+            batch_size=settings.WEBHOOK_BATCH_SIZE,
+            endpoint_concurrency=settings.WEBHOOK_ENDPOINT_CONCURRENCY,
+            threads=settings.WEBHOOK_DELIVERY_THREADS,
+            allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS,
+        )
+
+
+def retry_wait(failures: int, *, schedule: tuple[float, ...], random: Callable[[], float]) -> float:
+    """The wait in seconds after failed attempt number ``failures`` (1-based): full jitter,
+    ``random() * bound`` with ``random()`` in [0, 1) and ``bound`` the schedule's entry (its
+    last one past the end)."""
+    if failures < 1:
+        raise ValueError("failures must be >= 1")
+    return random() * schedule[min(failures, len(schedule)) - 1]
+
+
+# --- The per-endpoint breakers (gateway_client's breaker; state shared through Redis) ----------
+
+
+def breaker_config() -> BreakerConfig:
+    """The breaker of every endpoint (``WEBHOOK_BREAKER_*``; seconds, percent)."""
+    return BreakerConfig(
+        window_size=settings.WEBHOOK_BREAKER_WINDOW_SIZE,
+        minimum_calls=settings.WEBHOOK_BREAKER_MINIMUM_CALLS,
+        failure_rate_threshold=settings.WEBHOOK_BREAKER_FAILURE_RATE_THRESHOLD,
+        open_duration=settings.WEBHOOK_BREAKER_OPEN_SECONDS,
+        half_open_permits=settings.WEBHOOK_BREAKER_HALF_OPEN_PERMITS,
+    )
+
+
+@lru_cache(maxsize=4)
+def _state_store(redis_url: str, namespace: str) -> StateStore:
+    if redis_url:
+        return RedisStore.from_url(redis_url, namespace=namespace)
+    return MemoryStore(namespace=namespace)
+
+
+def endpoint_breaker(
+    endpoint_id: str, *, store: StateStore | None = None, config: BreakerConfig | None = None
+) -> CircuitBreaker:
+    """The breaker of one endpoint (group = its id, name ``webhooks``), in ``store`` (default:
+    the shared state of ``ACQUIRER_STATE_REDIS_URL`` under ``WEBHOOK_STATE_NAMESPACE``, so
+    every worker sees the same state)."""
+    if store is None:
+        store = _state_store(settings.ACQUIRER_STATE_REDIS_URL, settings.WEBHOOK_STATE_NAMESPACE)
+    return CircuitBreaker(store, endpoint_id, config or breaker_config(), name="webhooks")
+
+
+def state_stores_reset() -> None:
+    """Forget the cached state stores (tests)."""
+    _state_store.cache_clear()
+
+
+_client_lock = threading.Lock()
+_clients: dict[str, httpx.Client] = {}
+
+
+def _http_client() -> httpx.Client:
+    """The process's HTTP client: no redirects, no proxies from the environment, and no
+    kept-alive connections: an attempt connects to its checked address with its own TLS
+    server name, so a connection made for one endpoint is never reused for another one on the
+    same address."""
+    with _client_lock:
+        client = _clients.get("default")
+        if client is None:
+            client = httpx.Client(
+                follow_redirects=False,
+                trust_env=False,
+                headers={"user-agent": "payment-service-webhooks/1"},
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=0),
+            )
+            _clients["default"] = client
+        return client
+
+
+@dataclass(frozen=True)
+class DeliveryRuntime:
+    """What a delivery runs with: the policy, the clock (aware datetimes) and random source of
+    the schedule, the HTTP client, the breaker factory, the resolver and the monotonic clock of
+    the durations. Tests inject each one."""
+
+    policy: DeliveryPolicy
+    clock: Callable[[], datetime] = timezone.now
+    random: Callable[[], float] = _random.random
+    http: Callable[[], httpx.Client] = _http_client
+    breaker: Callable[[str], CircuitBreaker] = endpoint_breaker
+    resolver: Resolver = socket.getaddrinfo
+    monotonic: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def from_settings(cls) -> DeliveryRuntime:
+        return cls(DeliveryPolicy.from_settings())
+
+
+# --- 1. Claim -----------------------------------------------------------------------------------
+
+
+def claim_due(
+    *, now: datetime, policy: DeliveryPolicy, event_id: str | None = None
+) -> tuple[list[int], str]:
+    """Claim up to ``policy.batch_size`` due deliveries (of ``event_id`` only, when given),
+    oldest due first, at most ``policy.endpoint_concurrency`` leases per endpoint. Returns
+    their ids and the lease token that :func:`deliver_claimed` must present."""
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        due = Delivery.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
+        due = due.filter(
+            status=DeliveryStatus.PENDING,
+            next_attempt_at__lte=now,
+            endpoint__status=EndpointStatus.ENABLED,
+            endpoint__deleted_at__isnull=True,
+        ).filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+        if event_id is not None:
+            due = due.filter(event_id=event_id)
+        rows = list(
+            due.order_by("next_attempt_at", "id").values_list("id", "endpoint_id")[
+                : policy.batch_size * 4
+            ]
+        )
+        if not rows:
+            return [], token
+        locked = set(
+            WebhookEndpoint.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(id__in={endpoint_id for _, endpoint_id in rows})
+            .values_list("id", flat=True)
+        )
+        in_flight = dict(
+            Delivery.objects.filter(
+                endpoint_id__in=locked, status=DeliveryStatus.PENDING, lease_until__gt=now
+            )
+            .values("endpoint_id")
+            .annotate(n=Count("id"))
+            .values_list("endpoint_id", "n")
+        )
+        chosen: list[int] = []
+        for delivery_id, endpoint_id in rows:
+            if endpoint_id not in locked:
+                continue  # another claimer holds this endpoint: its next sweep
+            if in_flight.get(endpoint_id, 0) >= policy.endpoint_concurrency:
+                continue
+            in_flight[endpoint_id] = in_flight.get(endpoint_id, 0) + 1
+            chosen.append(delivery_id)
+            if len(chosen) >= policy.batch_size:
+                break
+        Delivery.objects.filter(id__in=chosen).update(
+            lease_until=now + timedelta(seconds=policy.lease), lease_token=token
+        )
+    return chosen, token
+
+
+# --- 2. Send ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    outcome: AttemptOutcome
+    status_code: int | None
+    error: str | None
+    body: str
+    truncated: bool
+    duration: float
+
+
+def _pinned(url: str, address: str) -> tuple[str, str, str]:
+    """``url`` aimed at ``address`` (the checked one), the ``Host`` header, the TLS name."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    target = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    return target, parts.netloc, parts.hostname or ""
+
+
+def _classify(status_code: int, elapsed: float, timeout: float) -> AttemptOutcome:
+    if elapsed > timeout:
+        return AttemptOutcome.TIMEOUT
+    if 200 <= status_code < 300:
+        return AttemptOutcome.DELIVERED
+    if status_code == 410:
+        return AttemptOutcome.GONE
+    if 300 <= status_code < 400:
+        return AttemptOutcome.REDIRECT
+    return AttemptOutcome.HTTP_ERROR
+
+
+def _post(
+    runtime: DeliveryRuntime, url: str, address: str, headers: dict[str, str], body: bytes
+) -> _Answer:
+    """One ``POST``, no redirect followed, the answer read up to :data:`MAX_RESPONSE_BYTES`."""
+    policy, monotonic = runtime.policy, runtime.monotonic
+    target, host_header, server_name = _pinned(url, address)
+    extensions = {"sni_hostname": server_name} if target.startswith("https:") else {}
+    started = monotonic()
+    try:
+        with runtime.http().stream(
+            "POST",
+            target,
+            content=body,
+            headers=headers | {"host": host_header},
+            extensions=extensions,
+            timeout=httpx.Timeout(policy.timeout, connect=policy.connect_timeout),
+        ) as response:
+            answered = monotonic() - started
+            read = bytearray()
+            truncated = False
+            try:
+                for chunk in response.iter_bytes():
+                    room = MAX_RESPONSE_BYTES - len(read)
+                    read += chunk[:room]
+                    if len(chunk) > room or monotonic() - started > policy.timeout:
+                        truncated = True
+                        break
+            except httpx.HTTPError:
+                truncated = True  # the status arrived; the rest of the body did not
+            return _Answer(
+                _classify(response.status_code, answered, policy.timeout),
+                response.status_code,
+                None,
+                read.decode("utf-8", errors="replace"),
+                truncated,
+                monotonic() - started,
+            )
+    except httpx.TimeoutException as exc:
+        return _Answer(
+            AttemptOutcome.TIMEOUT, None, type(exc).__name__, "", False, monotonic() - started
+        )
+    except httpx.HTTPError as exc:
+        return _Answer(
+            AttemptOutcome.CONNECTION_ERROR,
+            None,
+            type(exc).__name__,
+            "",
+            False,
+            monotonic() - started,
+        )
+
+
+# --- 3. Record ----------------------------------------------------------------------------------
+
+
+def _window_end(delivery: Delivery, policy: DeliveryPolicy) -> datetime:
+    return delivery.window_started_at + timedelta(seconds=policy.retry_window)
+
+
+def _release(delivery_id: int, token: str, *, next_attempt_at: datetime | None = None) -> None:
+    """Give a claimed delivery back without an attempt (optionally due later)."""
+    changes: dict = {"lease_until": None, "lease_token": None}
+    if next_attempt_at is not None:
+        changes["next_attempt_at"] = next_attempt_at
+    Delivery.objects.filter(pk=delivery_id, lease_token=token).update(**changes)
+
+
+def _expire(delivery_id: int, token: str) -> None:
+    Delivery.objects.filter(pk=delivery_id, lease_token=token).update(
+        status=DeliveryStatus.FAILED, next_attempt_at=None, lease_until=None, lease_token=None
+    )
+    record_delivery_outcome(AttemptOutcome.EXPIRED)
+
+
+def _disable(endpoint: WebhookEndpoint, reason: str, now: datetime) -> None:
+    endpoint.status = EndpointStatus.DISABLED
+    endpoint.disabled_reason = reason
+    endpoint.disabled_at = now
+    logger.warning("webhook endpoint %s disabled: %s", endpoint.id, reason)
+
+
+def _record(
+    delivery: Delivery,
+    token: str,
+    answer: _Answer,
+    *,
+    started_at: datetime,
+    runtime: DeliveryRuntime,
+) -> None:
+    """The attempt, its delivery's next state and its endpoint's, in one transaction."""
+    policy = runtime.policy
+    now = runtime.clock()
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.select_for_update(no_key=True).get(
+            pk=delivery.endpoint_id
+        )
+        locked = (
+            Delivery.objects.select_for_update(no_key=True)
+            .filter(pk=delivery.pk, lease_token=token)
+            .first()
+        )
+        number = (locked.attempts if locked is not None else delivery.attempts) + 1
+        DeliveryAttempt.objects.create(
+            delivery_id=delivery.pk,
+            endpoint_id=delivery.endpoint_id,
+            event_id=delivery.event_id,
+            number=number,
+            started_at=started_at,
+            duration_ms=max(0, round(answer.duration * 1000)),
+            status_code=answer.status_code,
+            outcome=answer.outcome.value,
+            error=answer.error,
+            response_body=answer.body,
+            response_truncated=answer.truncated,
+        )
+        endpoint_changes: set[str] = set()
+        if answer.outcome is AttemptOutcome.DELIVERED:
+            if endpoint.failing_since is not None:
+                endpoint.failing_since = None
+                endpoint_changes.add("failing_since")
+        else:
+            if endpoint.failing_since is None:
+                endpoint.failing_since = started_at
+                endpoint_changes.add("failing_since")
+            if answer.outcome is AttemptOutcome.GONE and endpoint.status == EndpointStatus.ENABLED:
+                _disable(endpoint, DisabledReason.GONE, now)
+            elif (
+                endpoint.status == EndpointStatus.ENABLED
+                and (now - endpoint.failing_since).total_seconds() >= policy.disable_after
+            ):
+                _disable(endpoint, DisabledReason.FAILING, now)
+            endpoint_changes.update({"status", "disabled_reason", "disabled_at"})
+        if endpoint_changes:
+            endpoint.updated_at = now
+            endpoint.save(update_fields=[*endpoint_changes, "updated_at"])
+        if locked is None:
+            return  # the lease ran out and another worker owns the delivery now: it decides
+        locked.attempts = number
+        locked.last_status_code = answer.status_code
+        locked.last_error = answer.error or (
+            None if answer.outcome is AttemptOutcome.DELIVERED else answer.outcome.value
+        )
+        locked.lease_until = None
+        locked.lease_token = None
+        if answer.outcome is AttemptOutcome.DELIVERED:
+            locked.status = DeliveryStatus.DELIVERED
+            locked.delivered_at = now
+            locked.next_attempt_at = None
+        else:
+            wait = retry_wait(number, schedule=policy.schedule, random=runtime.random)
+            locked.next_attempt_at = now + timedelta(seconds=wait)
+            if locked.next_attempt_at >= _window_end(locked, policy):
+                locked.status = DeliveryStatus.FAILED
+                locked.next_attempt_at = None
+                record_delivery_outcome(AttemptOutcome.EXPIRED)
+                # Every attempt of a whole retry window failed: the endpoint is failing too.
+                if (
+                    endpoint.status == EndpointStatus.ENABLED
+                    and endpoint.failing_since is not None
+                    and endpoint.failing_since <= locked.window_started_at
+                ):
+                    _disable(endpoint, DisabledReason.FAILING, now)
+                    endpoint.updated_at = now
+                    endpoint.save(
+                        update_fields=["status", "disabled_reason", "disabled_at", "updated_at"]
+                    )
+        locked.save()
+    record_delivery_outcome(answer.outcome)
+
+
+def _attempt(delivery_id: int, token: str, runtime: DeliveryRuntime) -> AttemptOutcome | None:
+    """Send one claimed delivery and record it. None: not ours any more, or not to be sent."""
+    if connection.in_atomic_block:
+        raise RuntimeError("A delivery calls the merchant's server: never inside a transaction.")
+    delivery = (
+        Delivery.objects.select_related("event", "endpoint")
+        .filter(pk=delivery_id, lease_token=token)
+        .first()
+    )
+    if delivery is None:
+        return None
+    endpoint, policy, now = delivery.endpoint, runtime.policy, runtime.clock()
+    if (
+        delivery.status != DeliveryStatus.PENDING
+        or endpoint.status != EndpointStatus.ENABLED
+        or endpoint.deleted_at is not None
+    ):
+        _release(delivery_id, token)
+        return None
+    if now >= _window_end(delivery, policy):
+        _expire(delivery_id, token)
+        return AttemptOutcome.EXPIRED
+    breaker = runtime.breaker(endpoint.id)
+    admission = breaker.acquire(lease=2 * policy.timeout + policy.connect_timeout)
+    if not admission.admitted:
+        _release(
+            delivery_id,
+            token,
+            next_attempt_at=now + timedelta(seconds=max(1.0, admission.retry_after)),
+        )
+        record_delivery_outcome(AttemptOutcome.BREAKER_OPEN)
+        return AttemptOutcome.BREAKER_OPEN
+    try:
+        addresses = resolve_allowed(
+            endpoint.url, allow_local=policy.allow_local, resolver=runtime.resolver
+        )
+    except UnsafeUrl as exc:
+        breaker.release(admission)  # our refusal says nothing about the endpoint's health
+        answer = _Answer(AttemptOutcome.URL_REFUSED, None, exc.code, "", False, 0.0)
+    else:
+        body = event_body(delivery.event)
+        headers = webhook_headers(
+            endpoint.signing_secrets(now),
+            msg_id=delivery.event_id,
+            timestamp=int(now.timestamp()),
+            body=body,
+        )
+        answer = _post(runtime, endpoint.url, addresses[0], headers, body)
+        breaker.record(
+            admission,
+            SUCCESS if answer.outcome is AttemptOutcome.DELIVERED else FAILURE,
+            duration=answer.duration,
+        )
+    _record(delivery, token, answer, started_at=now, runtime=runtime)
+    return answer.outcome
+
+
+def _attempt_in_thread(delivery_id: int, token: str, runtime: DeliveryRuntime):
+    try:
+        return _attempt(delivery_id, token, runtime)
+    except Exception:  # one delivery's bug must not stop the others; its lease runs out
+        logger.exception("webhook delivery %s failed unexpectedly", delivery_id)
+        return None
+    finally:
+        connections.close_all()  # this thread's connections only
+
+
+def deliver_claimed(
+    ids: list[int], token: str, *, runtime: DeliveryRuntime
+) -> list[AttemptOutcome | None]:
+    """Send the claimed deliveries ``ids`` (leased under ``token``), each in its own thread (at
+    most ``policy.threads`` at once), and record each. Returns each one's outcome."""
+    if len(ids) <= 1 or runtime.policy.threads <= 1:
+        return [_attempt(delivery_id, token, runtime) for delivery_id in ids]
+    with ThreadPoolExecutor(max_workers=min(len(ids), runtime.policy.threads)) as pool:
+        return list(pool.map(lambda i: _attempt_in_thread(i, token, runtime), ids))
+
+
+def deliver_due(
+    *,
+    runtime: DeliveryRuntime | None = None,
+    event_id: str | None = None,
+    budget_seconds: float = 0.0,
+) -> list[AttemptOutcome | None]:
+    """Claim one batch of due deliveries (of ``event_id`` only, when given) and send them;
+    with ``budget_seconds``, claim and send batch after batch until nothing is due or the
+    budget is spent (the beat sweep: a backlog drains at the endpoints' pace, each endpoint
+    within its concurrency cap). Returns every attempt's outcome."""
+    runtime = runtime or DeliveryRuntime.from_settings()
+    started = runtime.monotonic()
+    outcomes: list[AttemptOutcome | None] = []
+    while True:
+        ids, token = claim_due(now=runtime.clock(), policy=runtime.policy, event_id=event_id)
+        outcomes += deliver_claimed(ids, token, runtime=runtime)
+        if not ids or runtime.monotonic() - started >= budget_seconds:
+            return outcomes
