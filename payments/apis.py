@@ -90,17 +90,17 @@ CONFLICT_TITLES = {
 }
 
 
-def _not_found(noun: str) -> Problem:
+def not_found_problem(noun: str) -> Problem:
     """The 404 problem for a ``noun`` (payment, refund) the merchant does not have."""
     return Problem(f"No {noun} with this id.", code="not_found", title="Not found", status_code=404)
 
 
-def _json(document: object) -> HttpResponse:
+def json_answer(document: object) -> HttpResponse:
     """A 200 ``application/json`` answer of ``document`` (a serializer's data)."""
     return HttpResponse(json_bytes(document), content_type="application/json")
 
 
-def _idempotency_key(request: Request) -> str:
+def idempotency_key_header(request: Request) -> str:
     raw = request.headers.get("idempotency-key")
     # Checked as sent, before parsing: a key holding a card number anywhere, in any form, would
     # be stored and shown to operators; a malformed one must not be named in another refusal.
@@ -152,7 +152,7 @@ def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
         )
 
 
-def _list_answer(
+def list_answer(
     request: Request,
     query_serializer: type,
     fetch: Callable[[dict], tuple[Sequence[object], bool]],
@@ -183,7 +183,7 @@ def _list_answer(
         "data": item_serializer(items, many=True).data,
         "has_more": has_more,
     }
-    return _json(document)
+    return json_answer(document)
 
 
 class OperationApi(MerchantApi):
@@ -223,7 +223,7 @@ class OperationApi(MerchantApi):
         empty = request.headers.get("content-length") in (None, "", "0")
         body = self.operation_body(data={} if empty else request_json(request))
         body.is_valid(raise_exception=True)
-        key = _idempotency_key(request)
+        key = idempotency_key_header(request)
         try:
             with payment_slot(request.user):
                 result = self.operation_service(
@@ -234,7 +234,7 @@ class OperationApi(MerchantApi):
                     **body.validated_data,
                 )
         except PaymentNotFound as exc:
-            raise _not_found("payment") from exc
+            raise not_found_problem("payment") from exc
         except OperationConflict as exc:
             raise Problem(
                 exc.detail, code=exc.code, title=CONFLICT_TITLES[exc.code], status_code=409
@@ -257,7 +257,7 @@ class PaymentListCreateApi(MerchantApi):
         },
     )
     def post(self, request: Request) -> HttpResponse:
-        key = _idempotency_key(request)
+        key = idempotency_key_header(request)
         body = PaymentCreateInputSerializer(data=request_json(request))
         body.is_valid(raise_exception=True)
         with payment_slot(request.user):
@@ -280,7 +280,7 @@ class PaymentListCreateApi(MerchantApi):
             page = payment_list(merchant=request.user, **query)
             return page.payments, page.has_more
 
-        return _list_answer(
+        return list_answer(
             request,
             PaymentListQuerySerializer,
             fetch,
@@ -303,8 +303,8 @@ class PaymentDetailApi(MerchantApi):
         try:
             payment = payment_get(merchant=request.user, payment_id=payment_id)
         except PaymentNotFound as exc:
-            raise _not_found("payment") from exc
-        return _json(PaymentSerializer(payment).data)
+            raise not_found_problem("payment") from exc
+        return json_answer(PaymentSerializer(payment).data)
 
 
 class PaymentCaptureApi(OperationApi):
@@ -347,11 +347,11 @@ class PaymentRefundsApi(OperationApi):
             try:
                 payment = payment_get(merchant=request.user, payment_id=payment_id)
             except PaymentNotFound as exc:
-                raise _not_found("payment") from exc
+                raise not_found_problem("payment") from exc
             page = refund_list(payment=payment, **query)
             return page.refunds, page.has_more
 
-        return _list_answer(
+        return list_answer(
             request,
             RefundListQuerySerializer,
             fetch,
@@ -374,8 +374,8 @@ class RefundDetailApi(MerchantApi):
         try:
             refund = refund_get(merchant=request.user, refund_id=refund_id)
         except RefundNotFound as exc:
-            raise _not_found("refund") from exc
-        return _json(RefundSerializer(refund).data)
+            raise not_found_problem("refund") from exc
+        return json_answer(RefundSerializer(refund).data)
 
 
 def healthz(request) -> JsonResponse:

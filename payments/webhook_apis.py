@@ -18,11 +18,17 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.responses import replay_response
-from payments.apis import _idempotency_key, _json, _list_answer, _not_found, problems
+from payments.apis import (
+    MerchantApi,
+    idempotency_key_header,
+    json_answer,
+    list_answer,
+    not_found_problem,
+    problems,
+)
 from payments.metrics import record_idempotency_replay
 from payments.parsers import request_json
 from payments.services import claim_refused
@@ -63,7 +69,7 @@ OPTIONAL_IDEMPOTENCY_KEY = OpenApiParameter(
 def _optional_key(request: Request) -> str | None:
     if request.headers.get("idempotency-key") is None:
         return None
-    return _idempotency_key(request)
+    return idempotency_key_header(request)
 
 
 def _answer(run) -> HttpResponse:
@@ -82,7 +88,7 @@ def _answer(run) -> HttpResponse:
     return response
 
 
-class WebhookEndpointListCreateApi(APIView):
+class WebhookEndpointListCreateApi(MerchantApi):
     """``POST /webhook_endpoints`` (create; the secret is in this answer only) and ``GET``."""
 
     @extend_schema(
@@ -109,7 +115,7 @@ class WebhookEndpointListCreateApi(APIView):
     )
     def get(self, request: Request) -> HttpResponse:
         endpoints = endpoint_list(merchant=request.user)
-        return _json(
+        return json_answer(
             {
                 "object": "list",
                 "data": EndpointSerializer(endpoints, many=True).data,
@@ -118,7 +124,7 @@ class WebhookEndpointListCreateApi(APIView):
         )
 
 
-class WebhookEndpointDetailApi(APIView):
+class WebhookEndpointDetailApi(MerchantApi):
     """``GET`` (no secret) and ``DELETE /webhook_endpoints/{id}``."""
 
     @extend_schema(
@@ -130,8 +136,8 @@ class WebhookEndpointDetailApi(APIView):
         try:
             endpoint = endpoint_get(merchant=request.user, endpoint_id=endpoint_id)
         except EndpointNotFound as exc:
-            raise _not_found("webhook endpoint") from exc
-        return _json(EndpointSerializer(endpoint).data)
+            raise not_found_problem("webhook endpoint") from exc
+        return json_answer(EndpointSerializer(endpoint).data)
 
     @extend_schema(
         operation_id="webhook_endpoints_delete",
@@ -142,11 +148,11 @@ class WebhookEndpointDetailApi(APIView):
         try:
             deleted = endpoint_delete(merchant=request.user, endpoint_id=endpoint_id)
         except EndpointNotFound as exc:
-            raise _not_found("webhook endpoint") from exc
-        return _json(deleted)
+            raise not_found_problem("webhook endpoint") from exc
+        return json_answer(deleted)
 
 
-class WebhookEndpointRotateSecretApi(APIView):
+class WebhookEndpointRotateSecretApi(MerchantApi):
     """``POST /webhook_endpoints/{id}/rotate_secret``: a new secret, shown once; the old one
     signs alongside for 24 h."""
 
@@ -166,10 +172,10 @@ class WebhookEndpointRotateSecretApi(APIView):
                 )
             )
         except EndpointNotFound as exc:
-            raise _not_found("webhook endpoint") from exc
+            raise not_found_problem("webhook endpoint") from exc
 
 
-class EventListApi(APIView):
+class EventListApi(MerchantApi):
     """``GET /events``: newest first, ``type``, ``limit``, ``starting_after``."""
 
     @extend_schema(
@@ -183,7 +189,7 @@ class EventListApi(APIView):
             page = event_list(merchant=request.user, **query)
             return page.events, page.has_more
 
-        return _list_answer(
+        return list_answer(
             request,
             EventListQuerySerializer,
             fetch,
@@ -194,7 +200,7 @@ class EventListApi(APIView):
         )
 
 
-class EventDetailApi(APIView):
+class EventDetailApi(MerchantApi):
     """``GET /events/{id}``: another merchant's event answers 404."""
 
     @extend_schema(
@@ -206,5 +212,5 @@ class EventDetailApi(APIView):
         try:
             event = event_get(merchant=request.user, event_id=event_id)
         except EventNotFound as exc:
-            raise _not_found("event") from exc
-        return _json(EventSerializer(event).data)
+            raise not_found_problem("event") from exc
+        return json_answer(EventSerializer(event).data)
