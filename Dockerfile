@@ -4,6 +4,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY config config
+COPY card_data card_data
 COPY console console
 COPY merchants merchants
 COPY idempotency idempotency

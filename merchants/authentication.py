@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import structlog
 from rest_framework import authentication, exceptions
 
 from merchants.models import ApiKey, Merchant
@@ -36,6 +37,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         )
         if api_key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid.")
+        # Every later log line of the request names the merchant (config/request_context.py).
+        structlog.contextvars.bind_contextvars(merchant_id=api_key.merchant_id)
         return api_key.merchant, api_key
 
     def authenticate_header(self, request) -> str:

@@ -249,9 +249,11 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "reference__exact",
         "acquirer_reference__exact",
         "idempotency_key__key__exact",
+        "events__request_id__exact",
     )
     search_help_text = (
-        "Exact payment id, reference, acquirer reference or idempotency key (case-sensitive)."
+        "Exact payment id, reference, acquirer reference, idempotency key or request id "
+        "(case-sensitive)."
     )
     list_select_related = ("merchant",)
     ordering = ("-created_at", "-id")
@@ -333,10 +335,12 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return payment.decline_code or payment.failure_code or ""
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches on the id, reference, acquirer reference or idempotency key.
+        """Exact matches on the id, reference, acquirer reference, idempotency key or the
+        request id of one of its events (a ``Request-Id`` an operator found in a log line).
 
         One OR of equalities that PostgreSQL answers with a BitmapOr of index scans; the
-        idempotency key is resolved first (its own index), so no join is needed.
+        idempotency key and the request id are resolved first (their own indexes), so no join
+        is needed.
         """
         term = search_term.strip()
         if not term:
@@ -345,6 +349,11 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
         if key_ids:
             match |= Q(idempotency_key_id__in=key_ids)
+        requested = set(
+            PaymentEvent.objects.filter(request_id=term).values_list("payment_id", flat=True)[:100]
+        )
+        if requested:
+            match |= Q(id__in=requested)
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
@@ -470,7 +479,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return "No event."
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
             '<td><pre style="white-space: pre-wrap; margin: 0">{}</pre></td></tr>',
             (
                 (
@@ -478,6 +487,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     e.type,
                     f"{e.from_status} → {e.to_status}" if e.from_status != e.to_status else "",
                     e.data.get("operator", ""),
+                    e.request_id or "",
                     json.dumps(e.data, indent=1, sort_keys=True, ensure_ascii=False)
                     if e.data
                     else "",
@@ -487,7 +497,8 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         )
         return format_html(
             '<table class="payment-timeline"><thead><tr><th>at</th><th>event</th>'
-            "<th>status</th><th>operator</th><th>data</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>status</th><th>operator</th><th>request id</th><th>data</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
             body,
         )
 

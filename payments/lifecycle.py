@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from config.request_context import current_request_id
 from django.db import connection
 from django.db.models import Sum
 
@@ -216,6 +217,7 @@ def payment_transition(
         to_status=to_status,
         data=data or {},
         created_at=now,
+        request_id=current_request_id(),
     )
 
 
@@ -231,6 +233,7 @@ def payment_event_record(
         to_status=payment.status,
         data=data,
         created_at=now,
+        request_id=current_request_id(),
     )
 
 
