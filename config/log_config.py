@@ -39,14 +39,32 @@ _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__d
 QUIET_LOGGERS = ("httpx", "httpcore", "pgserver", "kombu", "amqp")
 
 
+#: The ``extra`` values copied into a line: plain data. An object (Django's ``request`` on
+#: its request logger's records, whose repr holds the raw path and query) is left out.
+_PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
+
+
 def _extra_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """Copy a stdlib record's ``extra`` values into the event (structlog's ``ExtraAdder``
-    with the attributes of this Python's ``LogRecord`` known)."""
+    """Copy a stdlib record's plain ``extra`` values into the event (structlog's
+    ``ExtraAdder``, with the attributes of this Python's ``LogRecord`` known)."""
     record = event_dict.get("_record")
     if record is not None:
         for name, value in record.__dict__.items():
-            if name not in _RECORD_ATTRIBUTES and not name.startswith("_"):
-                event_dict.setdefault(name, value)
+            if name in _RECORD_ATTRIBUTES or name.startswith("_") or not isinstance(value, _PLAIN):
+                continue
+            event_dict.setdefault(name, value)
+    return event_dict
+
+
+def _short_numbers(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Floats to 4 decimals, and integers of 12 digits or more as strings: a float's 17 digits
+    would read as a card number to the redaction (and a redacted bare number would break the
+    JSON line); quoted, a long integer is redacted inside its string."""
+    for name, value in event_dict.items():
+        if isinstance(value, float):
+            event_dict[name] = round(value, 4) if abs(value) < 1e8 else str(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**11:
+            event_dict[name] = str(value)
     return event_dict
 
 
@@ -67,10 +85,10 @@ def _formatter(log_format: str) -> dict[str, Any]:
     renderer: Any
     if log_format == "json":
         # The traceback as one string field (never its frames' local variables).
-        tail: list[Any] = [structlog.processors.format_exc_info]
+        tail: list[Any] = [structlog.processors.format_exc_info, _short_numbers]
         renderer = structlog.processors.JSONRenderer(default=str)
     else:
-        tail = []
+        tail = [_short_numbers]
         renderer = structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback
         )

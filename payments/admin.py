@@ -31,7 +31,7 @@ from datetime import timedelta
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import BigIntegerField, CharField, Q, Value
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -345,13 +345,21 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        key_ids = list(IdempotencyKey.objects.filter(key=term).values_list("pk", flat=True)[:100])
+        # One query for both: (key id, None) rows and (None, payment id) rows.
+        keys = IdempotencyKey.objects.filter(key=term).annotate(none=Value(None, CharField()))
+        events = PaymentEvent.objects.filter(request_id=term).annotate(
+            none=Value(None, BigIntegerField())
+        )
+        found = list(
+            keys.values_list("pk", "none")[:100].union(
+                events.values_list("none", "payment_id")[:100], all=True
+            )
+        )
         match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
+        key_ids = [key_id for key_id, _ in found if key_id is not None]
+        requested = [payment_id for _, payment_id in found if payment_id is not None]
         if key_ids:
             match |= Q(idempotency_key_id__in=key_ids)
-        requested = set(
-            PaymentEvent.objects.filter(request_id=term).values_list("payment_id", flat=True)[:100]
-        )
         if requested:
             match |= Q(id__in=requested)
         return queryset.filter(match), False

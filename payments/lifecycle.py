@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from config.request_context import current_request_id
 from django.db import connection
 from django.db.models import Sum
 
+from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
 from idempotency.services import idempotency_key_complete, idempotency_key_release
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
