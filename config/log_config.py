@@ -56,16 +56,23 @@ def _extra_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]
     return event_dict
 
 
+def _short_number(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4) if abs(value) < 1e8 else str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**11:
+        return str(value)
+    if isinstance(value, dict):
+        return {name: _short_number(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_short_number(item) for item in value]
+    return value
+
+
 def _short_numbers(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """Floats to 4 decimals, and integers of 12 digits or more as strings: a float's 17 digits
-    would read as a card number to the redaction (and a redacted bare number would break the
-    JSON line); quoted, a long integer is redacted inside its string."""
-    for name, value in event_dict.items():
-        if isinstance(value, float):
-            event_dict[name] = round(value, 4) if abs(value) < 1e8 else str(value)
-        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**11:
-            event_dict[name] = str(value)
-    return event_dict
+    """Floats to 4 decimals, and integers of 12 digits or more as strings, at any depth: a
+    float's 17 digits would read as a card number to the redaction (and a redacted bare number
+    would break the JSON line); quoted, a long integer is redacted inside its string."""
+    return {name: _short_number(value) for name, value in event_dict.items()}
 
 
 def _shared_processors() -> list[Any]:
@@ -143,7 +150,9 @@ def environment_log_format(environ: Mapping[str, str]) -> str:
 
 def structlog_configure() -> None:
     """Let ``structlog.get_logger()`` loggers go through the same stdlib handlers (and so the
-    same formatter and redaction) as every other record."""
+    same formatter and redaction) as every other record, and Python's warnings too (the
+    ``py.warnings`` logger) rather than straight to stderr."""
+    logging.captureWarnings(True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
