@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+import card_data
 from payments.problems import Problem
 
 #: 13-19 digits, single spaces or dashes allowed between digits, not part of a longer digit run.
@@ -37,13 +38,7 @@ def is_card_number(text: str) -> bool:
     digits = text.replace(" ", "").replace("-", "")
     if not (13 <= len(digits) <= 19 and digits.isascii() and digits.isdigit()):
         return False
-    total = 0
-    for position, char in enumerate(reversed(digits)):
-        value = int(char)
-        if position % 2 == 1:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
+    return card_data.contains_card_number(digits)
 
 
 def card_data_fields(data: Any) -> list[str]:

@@ -184,3 +184,18 @@ def test_log_format_of_processes_without_settings():
     assert environment_log_format({"LOG_FORMAT": "json"}) == "json"
     with pytest.raises(ValueError, match="LOG_FORMAT"):
         logging_config(log_format="xml")
+
+
+def test_gunicorn_logs_through_the_same_configuration():
+    """gunicorn's master and workers use the builder's configuration (pgserver's "already
+    running" INFO line quiet), and the access log writes the path without the query string."""
+    import runpy
+    from pathlib import Path
+
+    conf = runpy.run_path(str(Path(__file__).resolve().parents[2] / "config/gunicorn.conf.py"))
+    formatter = conf["logconfig_dict"]["formatters"]["structured"]
+    assert formatter["()"] == "config.log_filters.RedactingProcessorFormatter"
+    assert conf["logconfig_dict"]["loggers"]["pgserver"] == {"level": "WARNING"}
+    access = conf["access_log_format"]
+    assert "%(U)s" in access and "%(r)s" not in access and "%(q)s" not in access
+    assert "{request-id}o" in access
