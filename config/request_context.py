@@ -15,10 +15,10 @@ the ``payments.request`` logger: method, route (the URL pattern, never the raw p
 query string), status, duration in milliseconds, and what the request bound on the way:
 ``merchant_id`` (merchants/authentication.py), ``idempotency`` (``new``, ``taken_over``,
 ``replay``, ``in_use``, ``reused``: idempotency/services.py) and ``payment_id``. Levels:
-INFO below 500 (a 4xx is the client's expected answer), WARNING for 502 and 503 (expected
-acquirer answers), ERROR for the rest. Django's own ``django.request`` line for the answer
-is then skipped (the response is marked logged); an unhandled exception keeps its ERROR
-traceback from Django.
+INFO below 500 (a 4xx is the client's expected answer; DEBUG for a successful health check
+or scrape), WARNING for 502 and 503 (expected acquirer answers), ERROR for the rest.
+Django's own ``django.request`` line for the answer is then skipped (the response is marked
+logged); an unhandled exception keeps its ERROR traceback from Django.
 """
 
 from __future__ import annotations
@@ -85,7 +85,13 @@ def bind_request_id(value: str | None, **context: Any) -> str:
     return request_id
 
 
-def _level(status: int) -> int:
+#: Routes probed every few seconds (health checks, scrapes): their successful lines are DEBUG.
+PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def _level(status: int, route: str | None) -> int:
+    if status < 400 and route in PROBE_ROUTES:
+        return logging.DEBUG
     if status < 500:
         return logging.INFO
     if status in (502, 503):
@@ -135,7 +141,7 @@ class RequestContextMiddleware:
             "payment_id": _payment_id(request, response),
         }
         logger.log(
-            _level(response.status_code),
+            _level(response.status_code, fields["route"]),
             "request %s %s %s",
             fields["method"],
             fields["route"] or "(no route)",

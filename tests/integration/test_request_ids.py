@@ -181,10 +181,11 @@ def test_idempotency_outcomes_in_the_request_line(merchant_a, sandbox, log_lines
 @in_database
 def test_expected_errors_are_not_logged_at_error(merchant_a, settings, log_lines):
     """An unreachable acquirer's 503 is one WARNING request line; a 404 one INFO line; no
-    django.request line repeats them (it logs every 5xx at ERROR)."""
+    django.request line repeats them (it logs every 5xx at ERROR); a health check is DEBUG."""
     settings.ACQUIRER_BASE_URL = "http://127.0.0.1:9"
     assert merchant_a.create_payment(PAYMENT_BODY).status_code == 503
     assert merchant_a.client.get("/payments/pay_unknown").status_code == 404
+    assert Client().get("/healthz").status_code == 200  # DEBUG: below the test's INFO
     lines = log_lines()
     assert [(line["status"], line["level"]) for line in request_lines(lines)] == [
         (503, "warning"),
