@@ -21,6 +21,7 @@ WORKDIR /app
 COPY requirements/runtime.txt requirements/runtime.txt
 RUN pip install --no-cache-dir --require-hashes -r requirements/runtime.txt
 COPY config config
+COPY card_data card_data
 COPY console console
 COPY card_data card_data
 COPY merchants merchants

@@ -5,15 +5,36 @@ Settings come from Django settings under the ``CELERY_`` namespace (see
 discovered in the installed apps. The worker and beat run the system checks at start and exit
 on an Error (a missing production variable among them, config/checks.py): Celery's own Django
 fixup runs them but ignores the result.
+
+Logging (ADR 0016): the worker and beat apply Django's ``LOGGING`` (config/log_config.py: the
+same structured, redacted lines as the web tier) instead of Celery's own handlers, at the
+``--loglevel`` given. A task published while a request (or another task) runs carries its
+request id in the message header ``request_id``; the task runs with it bound, so its log lines,
+its acquirer calls and the payment events it writes carry it too.
 """
 
+import logging.config
 import os
 import sys
 
+import structlog
 from celery import Celery
-from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
+from celery.signals import (
+    beat_init,
+    before_task_publish,
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 
+from config.request_context import bind_request_id, current_request_id
 from heartbeats.celery import HeartbeatStep, forget_worker
+
+#: The message header carrying the request id into a task.
+REQUEST_ID_TASK_HEADER = "request_id"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
@@ -69,3 +90,40 @@ def _serve_worker_metrics(**kwargs) -> None:
         worker_metrics_server_start(
             int(port), addr=os.environ.get("CELERY_METRICS_ADDR", "127.0.0.1")
         )
+
+
+@setup_logging.connect
+def _logging_from_settings(loglevel=None, **kwargs) -> None:
+    """Worker and beat: Django's ``LOGGING`` (connecting this signal stops Celery from
+    installing its own root handler), the root at ``--loglevel``."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+        logging.getLogger("celery").setLevel(loglevel)
+
+
+@before_task_publish.connect
+def _publish_request_id(headers=None, **kwargs) -> None:
+    """Put the running request's (or task's) id in the message's headers."""
+    request_id = current_request_id()
+    if request_id is not None and headers is not None:
+        headers.setdefault(REQUEST_ID_TASK_HEADER, request_id)
+
+
+@task_prerun.connect
+def _bind_task_context(task_id=None, task=None, **kwargs) -> None:
+    """Bind the request id the message carries (a valid one; else a new one) with the task's
+    id and name, for every log line, acquirer call and event of the task."""
+    carried = task.request.get(REQUEST_ID_TASK_HEADER) if task is not None else None
+    bind_request_id(
+        carried if isinstance(carried, str) else None,
+        task_id=task_id,
+        task_name=getattr(task, "name", None),
+    )
+
+
+@task_postrun.connect
+def _clear_task_context(**kwargs) -> None:
+    structlog.contextvars.clear_contextvars()

@@ -2,6 +2,8 @@
 
 import os
 
+from config.log_config import environment_log_format, logging_config
+
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 threads = int(os.environ.get("WEB_THREADS", "4"))
@@ -26,34 +28,13 @@ def child_exit(server, worker):
         multiprocess.mark_process_dead(worker.pid)
 
 
-# Card numbers or API keys that a client puts in a URL never reach the access or error log.
-logconfig_dict = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "config.log_filters.RedactSecrets"}},
-    "formatters": {
-        "generic": {"format": "%(asctime)s [%(process)d] [%(levelname)s] %(message)s"},
-        "access": {"format": "%(message)s"},
-    },
-    "handlers": {
-        "error_console": {
-            "class": "logging.StreamHandler",
-            "formatter": "generic",
-            "filters": ["redact"],
-            "stream": "ext://sys.stderr",
-        },
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "access",
-            "filters": ["redact"],
-            "stream": "ext://sys.stdout",
-        },
-    },
-    "loggers": {
-        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
-        "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
-    },
-}
+# The logging of every process (config/log_config.py): LOG_FORMAT json, or console (the default
+# under config.settings.local), redacted in the formatter. The access log writes the path
+# without its query string (%(U)s, never %(r)s), with the answer's Request-Id; duration in ms.
+logconfig_dict = logging_config(
+    log_format=environment_log_format(os.environ), level=os.environ.get("LOG_LEVEL", "INFO")
+)
+access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms request_id=%({request-id}o)s'
 # Idle keep-alive connections live longer than common clients keep them (httpx: 5 s), so a
 # client never reuses a connection at the moment the server closes it.
 keepalive = int(os.environ.get("WEB_KEEPALIVE", "10"))

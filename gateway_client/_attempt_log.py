@@ -6,7 +6,8 @@ acquirer, scope, reference (what the call is about: our payment or refund refere
 acquirer's charge id for a capture or void), attempt, status, outcome, elapsed (this
 attempt) and call_elapsed, decision (return, retry, raise) and stop_reason, the chosen wait
 and its source (retry-after, quota-header, gate, backoff), the server's wait and the rate
-headers seen, the gate's waits, the retry budget and the breaker's state. Never the API key,
+headers seen, the gate's waits, the retry budget, the breaker's state and the caller's
+request id. Never the API key,
 the Authorization header, the card token or a body.
 """
 
@@ -113,5 +114,6 @@ class AttemptLog:
                 "gateway_budget_retries": budget,
                 "gateway_max_attempts": progress.policy.max_attempts,
                 "gateway_breaker_state": progress.log.get("breaker"),
+                "gateway_request_id": progress.request_id,
             },
         )

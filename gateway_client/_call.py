@@ -85,7 +85,8 @@ class Progress:
     The running state of one call: attempts so far, the deadline, what the log needs.
     `operation` labels the call (errors, metrics, log); `group` names its circuit breaker;
     `safe` is True for a GET (every ambiguous outcome may be repeated); `reference` as in
-    CallLabel.
+    CallLabel; `request_id` the caller's id of the request behind the call (sent on every
+    attempt, logged), or None.
     """
 
     operation: str
@@ -101,6 +102,7 @@ class Progress:
     budget: BudgetState | None = None
     gate_waited: float = 0.0
     log: dict[str, Any] = field(default_factory=dict)
+    request_id: str | None = None
 
 
 class Stop(Exception):  # a control-flow signal inside the client, never raised out

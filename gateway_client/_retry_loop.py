@@ -33,6 +33,7 @@ from ._call import (
     set_wait,
 )
 from ._exchange import Exchange
+from ._validate import check_request_id
 from .aimd import AimdLimiter, Slot
 from .backoff import full_jitter
 from .breaker import BreakerSet
@@ -109,10 +110,13 @@ class RetryLoop:
         policy: RetryPolicy | None,
         *,
         group: str | None = None,
+        request_id: str | None = None,
     ) -> Progress:
-        """A write (`key` set) in the breaker group named like its operation, or a GET."""
+        """A write (`key` set) in the breaker group named like its operation, or a GET;
+        `request_id` checked (`check_request_id`)."""
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError("policy must be a RetryPolicy")
+        check_request_id(request_id)
         chosen = policy or self._policy
         started = self._clock.monotonic()
         return Progress(
@@ -124,6 +128,7 @@ class RetryLoop:
             chosen,
             started,
             started + chosen.deadline,
+            request_id=request_id,
         )
 
     def _call(

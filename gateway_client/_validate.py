@@ -1,5 +1,6 @@
 """
-The number checks of the package's frozen configuration values, in one place.
+The number checks of the package's frozen configuration values, in one place, and the check
+of a call's request id (`check_request_id`).
 
 `RetryPolicy`, `AcquirerConfig`, `BreakerConfig` and `AimdConfig` validate themselves in
 `__post_init__` with these. Each raises ValueError naming the field; a bool is never a number
@@ -11,7 +12,13 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-__all__ = ["positive_int", "positive_number", "positive_seconds"]
+__all__ = [
+    "MAX_REQUEST_ID_LENGTH",
+    "check_request_id",
+    "positive_int",
+    "positive_number",
+    "positive_seconds",
+]
 
 
 def _is_finite_number(value: object) -> TypeGuard[int | float]:
@@ -45,3 +52,22 @@ def positive_seconds(
         raise ValueError(f"{name} must be a finite number of seconds")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds")
+
+
+#: The longest request id a call may carry.
+MAX_REQUEST_ID_LENGTH = 200
+
+
+def check_request_id(value: object) -> None:
+    """
+    Raise ValueError unless `value` is None or 1-200 visible ASCII characters (`%x21-7E`: an
+    HTTP field value without spaces or controls, so it cannot split or forge a header).
+    """
+    if value is None:
+        return
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_REQUEST_ID_LENGTH
+        or not all("!" <= char <= "~" for char in value)
+    ):
+        raise ValueError(f"request_id must be 1-{MAX_REQUEST_ID_LENGTH} visible ASCII characters")

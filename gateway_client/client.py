@@ -109,6 +109,9 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 USER_AGENT = "payment-service-gateway-client/0.2"
+#: The header carrying a call's `request_id` (the caller's id of the request behind the call,
+#: so the acquirer's logs and ours can be joined); sent on every attempt.
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 class Admits(NamedTuple):
@@ -279,13 +282,21 @@ class AcquirerClient(RetryLoop):
     # -- public operations -------------------------------------------------------------------
 
     def authorize(
-        self, request: AuthorizationRequest, *, policy: RetryPolicy | None = None
+        self,
+        request: AuthorizationRequest,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
     ) -> Authorization:
         """
         Ask the acquirer to authorise `request` (`POST /charges`; captured at once, or held
         for a capture or a void when `request.capture` is False), retrying under `policy`
         (default: the client's) with the request's idempotency key on every attempt.
         Breaker group `authorize`.
+
+        `request_id` (every operation takes it): the caller's id of the request behind the
+        call, sent as `X-Request-Id` on every attempt and logged (`gateway_request_id`);
+        None sends none. 1-200 visible ASCII characters, else ValueError before anything.
 
         Returns the Authorization, approved or declined (a decline is a result); for a manual
         request with its capture state (uncaptured). Raises a GatewayError subclass:
@@ -308,13 +319,21 @@ class AcquirerClient(RetryLoop):
             return authorization
 
         progress = self._start(
-            "authorize", request.payment_reference, request.idempotency_key, policy
+            "authorize",
+            request.payment_reference,
+            request.idempotency_key,
+            policy,
+            request_id=request_id,
         )
         body = encode_authorization(request)
         return self._post(progress, self._charges_url, body, decode, _authorization_outcome)
 
     def capture(
-        self, request: CaptureRequest, *, policy: RetryPolicy | None = None
+        self,
+        request: CaptureRequest,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
     ) -> Authorization:
         """
         Capture an authorised, uncaptured charge (`POST /charges/{id}/capture`, body `{}` or
@@ -339,12 +358,22 @@ class AcquirerClient(RetryLoop):
             return charge
 
         progress = self._start(
-            "capture", request.acquirer_reference, request.idempotency_key, policy
+            "capture",
+            request.acquirer_reference,
+            request.idempotency_key,
+            policy,
+            request_id=request_id,
         )
         url = self._charge_url(request.acquirer_reference, "capture")
         return self._post(progress, url, encode_capture(request), decode, lambda _: "captured")
 
-    def void(self, request: VoidRequest, *, policy: RetryPolicy | None = None) -> Authorization:
+    def void(
+        self,
+        request: VoidRequest,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
+    ) -> Authorization:
         """
         Release an authorised, uncaptured charge (`POST /charges/{id}/void`, body `{}`), with
         the same guarantees as `authorize`. Breaker group `void`.
@@ -363,11 +392,23 @@ class AcquirerClient(RetryLoop):
                 raise MalformedBody("the charge is not voided")
             return charge
 
-        progress = self._start("void", request.acquirer_reference, request.idempotency_key, policy)
+        progress = self._start(
+            "void",
+            request.acquirer_reference,
+            request.idempotency_key,
+            policy,
+            request_id=request_id,
+        )
         url = self._charge_url(request.acquirer_reference, "void")
         return self._post(progress, url, encode_void(), decode, lambda _: "voided")
 
-    def refund(self, request: RefundRequest, *, policy: RetryPolicy | None = None) -> Refund:
+    def refund(
+        self,
+        request: RefundRequest,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
+    ) -> Refund:
         """
         Refund (part of) a captured charge (`POST /refunds`, body `{"charge", "amount"?,
         "reference"}`), with the same guarantees as `authorize`. Breaker group `refund`.
@@ -393,12 +434,22 @@ class AcquirerClient(RetryLoop):
                 raise MalformedBody("the refund does not match the request (amount)")
             return refund
 
-        progress = self._start("refund", request.refund_reference, request.idempotency_key, policy)
+        progress = self._start(
+            "refund",
+            request.refund_reference,
+            request.idempotency_key,
+            policy,
+            request_id=request_id,
+        )
         body = encode_refund(request)
         return self._post(progress, self._refunds_url, body, decode, _refund_outcome)
 
     def lookup(
-        self, payment_reference: str, *, policy: RetryPolicy | None = None
+        self,
+        payment_reference: str,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
     ) -> list[Authorization]:
         """
         Return the acquirer's charges for our `payment_reference` (may be empty; sent as
@@ -416,10 +467,15 @@ class AcquirerClient(RetryLoop):
             decode_charge_list,
             lambda charge: charge.payment_reference,
             policy,
+            request_id,
         )
 
     def lookup_refunds(
-        self, refund_reference: str, *, policy: RetryPolicy | None = None
+        self,
+        refund_reference: str,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
     ) -> list[Refund]:
         """
         Return the acquirer's refunds filed under our `refund_reference` (may be empty; sent
@@ -436,6 +492,7 @@ class AcquirerClient(RetryLoop):
             decode_refund_list,
             lambda refund: refund.refund_reference,
             policy,
+            request_id,
         )
 
     def close(self) -> None:
@@ -467,13 +524,12 @@ class AcquirerClient(RetryLoop):
         key = progress.idempotency_key
         assert key is not None  # every write carries one
 
+        headers = {"Content-Type": "application/json", "Idempotency-Key": key}
+        headers |= _request_id_headers(progress)
+
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return self._http.build_request(
-                "POST",
-                url,
-                content=body,
-                headers={"Content-Type": "application/json", "Idempotency-Key": key},
-                timeout=timeout,
+                "POST", url, content=body, headers=headers, timeout=timeout
             )
 
         return self._call(progress, build, decode, outcome)
@@ -487,6 +543,7 @@ class AcquirerClient(RetryLoop):
         decode_list: Callable[[bytes], list[V]],
         echoed: Callable[[V], str],
         policy: RetryPolicy | None,
+        request_id: str | None,
     ) -> list[V]:
         """A look-up: `GET url?reference=` (safe to repeat), in breaker group `lookup`; every
         listed item must carry `reference` back (`echoed`). `parameter` names `reference` in
@@ -494,9 +551,14 @@ class AcquirerClient(RetryLoop):
         if not isinstance(reference, str) or not reference:
             raise ValueError(f"{parameter} must be a non-empty string")
 
+        progress = self._start(
+            operation, reference, None, policy, group="lookup", request_id=request_id
+        )
+        headers = _request_id_headers(progress)
+
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return self._http.build_request(
-                "GET", url, params={"reference": reference}, timeout=timeout
+                "GET", url, params={"reference": reference}, headers=headers, timeout=timeout
             )
 
         def decode(answer: Answer) -> list[V]:
@@ -505,7 +567,6 @@ class AcquirerClient(RetryLoop):
                 raise MalformedBody("a listed item has another reference")
             return items
 
-        progress = self._start(operation, reference, None, policy, group="lookup")
         return self._call(progress, build, decode, lambda _: "ok")
 
     def _charge_url(self, acquirer_reference: str, action: str) -> str:
@@ -520,6 +581,11 @@ class AcquirerClient(RetryLoop):
         if charge.captured is None:
             raise MalformedBody("the charge carries no capture state")
         return charge
+
+
+def _request_id_headers(progress: Progress) -> dict[str, str]:
+    """The `X-Request-Id` header of a call that carries a request id, else none."""
+    return {} if progress.request_id is None else {REQUEST_ID_HEADER: progress.request_id}
 
 
 def _authorization_outcome(authorization: Authorization) -> str:

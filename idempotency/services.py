@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import structlog
 from django.db import connection, transaction
 from django.db.models import Q
 
@@ -90,7 +91,7 @@ def idempotency_key_claim(
             )
         )
         if record is not None:
-            return Claim(record=record, outcome=ClaimOutcome.CREATED)
+            return _claimed(record, ClaimOutcome.CREATED)
         record = (
             IdempotencyKey.objects.select_for_update()
             .filter(merchant_id=merchant_id, key=key)
@@ -99,7 +100,7 @@ def idempotency_key_claim(
         if record is not None:
             break
     else:  # pragma: no cover - three releases in a row between our statements
-        raise IdempotencyKeyInUse()
+        raise _refused(IdempotencyKeyInUse())
     if record.expires_at <= now:
         # Expired: the key counts as absent. Replace the row (its old resource keeps existing).
         record.delete()
@@ -114,13 +115,35 @@ def idempotency_key_claim(
             lock_timeout=lock_timeout,
         )
     if (record.request_fingerprint, record.method, record.route) != (fingerprint, method, route):
-        raise IdempotencyKeyReused()
+        raise _refused(IdempotencyKeyReused())
     if record.status == IdempotencyKey.Status.COMPLETED:
-        return Claim(record=record, outcome=ClaimOutcome.COMPLETED)
+        return _claimed(record, ClaimOutcome.COMPLETED)
     if record.locked_at is not None and record.locked_at > now - lock_timeout:
-        raise IdempotencyKeyInUse()
+        raise _refused(IdempotencyKeyInUse())
     idempotency_key_lock(record=record, now=now)
-    return Claim(record=record, outcome=ClaimOutcome.TAKEN_OVER)
+    return _claimed(record, ClaimOutcome.TAKEN_OVER)
+
+
+#: The ``idempotency`` field of the request's log lines (config/request_context.py), by claim.
+LOG_OUTCOMES = {
+    ClaimOutcome.CREATED: "new",
+    ClaimOutcome.TAKEN_OVER: "taken_over",
+    ClaimOutcome.COMPLETED: "replay",
+    IdempotencyKeyInUse: "in_use",
+    IdempotencyKeyReused: "reused",
+}
+
+
+def _claimed(record: IdempotencyKey, outcome: ClaimOutcome) -> Claim:
+    """The claim's result, its outcome bound for the request's log lines."""
+    structlog.contextvars.bind_contextvars(idempotency=LOG_OUTCOMES[outcome])
+    return Claim(record=record, outcome=outcome)
+
+
+def _refused(error: IdempotencyKeyInUse | IdempotencyKeyReused) -> Exception:
+    """``error``, its outcome (``in_use``, ``reused``) bound for the request's log lines."""
+    structlog.contextvars.bind_contextvars(idempotency=LOG_OUTCOMES[type(error)])
+    return error
 
 
 def _insert_unless_present(record: IdempotencyKey) -> IdempotencyKey | None:

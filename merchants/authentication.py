@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import structlog
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -34,6 +35,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         api_key = api_key_authenticate(token, now=timezone.now())
         if api_key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid.")
+        # Every later log line of the request names the merchant (config/request_context.py).
+        structlog.contextvars.bind_contextvars(merchant_id=api_key.merchant_id)
         return api_key.merchant, api_key
 
     def authenticate_header(self, request) -> str:

@@ -31,7 +31,7 @@ from datetime import timedelta
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import BigIntegerField, CharField, Q, Value
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -249,9 +249,11 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "reference__exact",
         "acquirer_reference__exact",
         "idempotency_key__key__exact",
+        "events__request_id__exact",
     )
     search_help_text = (
-        "Exact payment id, reference, acquirer reference or idempotency key (case-sensitive)."
+        "Exact payment id, reference, acquirer reference, idempotency key or request id "
+        "(case-sensitive)."
     )
     list_select_related = ("merchant",)
     ordering = ("-created_at", "-id")
@@ -333,18 +335,33 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return payment.decline_code or payment.failure_code or ""
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches on the id, reference, acquirer reference or idempotency key.
+        """Exact matches on the id, reference, acquirer reference, idempotency key or the
+        request id of one of its events (a ``Request-Id`` an operator found in a log line).
 
         One OR of equalities that PostgreSQL answers with a BitmapOr of index scans; the
-        idempotency key is resolved first (its own index), so no join is needed.
+        idempotency key and the request id are resolved first (their own indexes), so no join
+        is needed.
         """
         term = search_term.strip()
         if not term:
             return queryset, False
-        key_ids = list(IdempotencyKey.objects.filter(key=term).values_list("pk", flat=True)[:100])
+        # One query for both: (key id, None) rows and (None, payment id) rows.
+        keys = IdempotencyKey.objects.filter(key=term).annotate(none=Value(None, CharField()))
+        events = PaymentEvent.objects.filter(request_id=term).annotate(
+            none=Value(None, BigIntegerField())
+        )
+        found = list(
+            keys.values_list("pk", "none")[:100].union(
+                events.values_list("none", "payment_id")[:100], all=True
+            )
+        )
         match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
+        key_ids = [key_id for key_id, _ in found if key_id is not None]
+        requested = [payment_id for _, payment_id in found if payment_id is not None]
         if key_ids:
             match |= Q(idempotency_key_id__in=key_ids)
+        if requested:
+            match |= Q(id__in=requested)
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
@@ -470,7 +487,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return "No event."
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
             '<td><pre style="white-space: pre-wrap; margin: 0">{}</pre></td></tr>',
             (
                 (
@@ -478,6 +495,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     e.type,
                     f"{e.from_status} → {e.to_status}" if e.from_status != e.to_status else "",
                     e.data.get("operator", ""),
+                    e.request_id or "",
                     json.dumps(e.data, indent=1, sort_keys=True, ensure_ascii=False)
                     if e.data
                     else "",
@@ -487,7 +505,8 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         )
         return format_html(
             '<table class="payment-timeline"><thead><tr><th>at</th><th>event</th>'
-            "<th>status</th><th>operator</th><th>data</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>status</th><th>operator</th><th>request id</th><th>data</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
             body,
         )
 

@@ -42,6 +42,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Sum
 
+from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
 from idempotency.services import idempotency_key_complete, idempotency_key_release
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
@@ -271,6 +272,7 @@ def payment_transition(
         to_status=to_status,
         data=data or {},
         created_at=now,
+        request_id=current_request_id(),
     )
     _payment_webhook(payment, now)
 
@@ -287,6 +289,7 @@ def payment_event_record(
         to_status=payment.status,
         data=data,
         created_at=now,
+        request_id=current_request_id(),
     )
 
 

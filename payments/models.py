@@ -366,7 +366,9 @@ class PaymentEvent(models.Model):
     """An append-only record of something that happened to a payment.
 
     ``data`` never holds secrets or card data: acquirer outcomes are stored as classified
-    values (status code, error class, elapsed seconds), never raw headers.
+    values (status code, error class, elapsed seconds), never raw headers. ``request_id``: the
+    request (or task) that wrote it, so an event, its acquirer attempt and the log lines of
+    the same request can be joined (config/request_context.py).
     """
 
     payment = models.ForeignKey(Payment, on_delete=models.CASCADE, related_name="events")
@@ -375,10 +377,25 @@ class PaymentEvent(models.Model):
     to_status = models.CharField(max_length=16, null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
+    request_id = models.CharField(
+        max_length=128,
+        null=True,
+        blank=True,
+        help_text="The id of the API request, admin request or task that wrote the event "
+        "(its Request-Id); in every log line of it.",
+    )
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["payment", "created_at"], name="payment_event_timeline")]
+        indexes = [
+            models.Index(fields=["payment", "created_at"], name="payment_event_timeline"),
+            # The admin's search by request id (payments/admin.py).
+            models.Index(
+                fields=["request_id"],
+                name="payment_event_request_id",
+                condition=models.Q(request_id__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.payment_id} {self.type}"

@@ -40,6 +40,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     Authorization,
@@ -118,7 +119,9 @@ class PaymentReconciliation(Reconciliation[Payment]):
         return None
 
     def look_up(self, row: Payment, check: Check) -> ReconciliationReport | None:
-        authorizations = check.client.lookup(row.id, policy=check.acquirer_policy)
+        authorizations = check.client.lookup(
+            row.id, policy=check.acquirer_policy, request_id=current_request_id()
+        )
         if not authorizations:
             return None
         return _record_authorization(
@@ -132,7 +135,9 @@ class PaymentReconciliation(Reconciliation[Payment]):
     def resend(self, row: Payment, check: Check) -> ReconciliationReport:
         try:
             authorization = check.client.authorize(
-                authorization_request(row), policy=check.acquirer_policy
+                authorization_request(row),
+                policy=check.acquirer_policy,
+                request_id=current_request_id(),
             )
         except PermanentError as exc:
             return _record_rejection(row.pk, exc, check.clock())
@@ -293,7 +298,9 @@ def _look_up_for_review(
     acquirer may have forgotten the key by now). Found: resolved. Otherwise it stays for review,
     with an event saying what the look-up found."""
     try:
-        authorizations = client.lookup(payment.id, policy=acquirer_policy)
+        authorizations = client.lookup(
+            payment.id, policy=acquirer_policy, request_id=current_request_id()
+        )
     except GatewayError as exc:
         detail, error = "look-up failed", exc
     else:

@@ -29,8 +29,10 @@ from bench.campaigns.harness import PYTHON, ROOT, CampaignError, CampaignResult,
 #: Failure codes that are violations of the campaign (the rest are findings).
 VIOLATION_CODES = {"ST101", "ST102"}
 CUSTOM_CHECK = "error_is_problem_json"
+#: An access-log line's request and status, in a plain line or JSON-escaped in a JSON line's
+#: ``event`` (``LOG_FORMAT=json``: the quotes are ``\"``).
 ACCESS_LINE = re.compile(
-    r'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+" (\d{3}) '
+    r'\\?"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+\\?" (\d{3}) '
 )
 CONFIG = """\
 [checks.not_a_server_error]

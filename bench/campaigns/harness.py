@@ -52,6 +52,13 @@ SERVICE_ENV: dict[str, str] = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
     "PYTHONUNBUFFERED": "1",
     "LOG_LEVEL": "DEBUG",
+    # What production writes (config/log_config.py): the secrets campaign checks every line
+    # of every process is the project's JSON, so no process kept a handler of its own.
+    "LOG_FORMAT": "json",
+    # A beat entry named after this card number, reconciling "pay_<it>" every 2 s
+    # (bench/campaigns/settings.py): beat's and the worker's own lines carry it (the secrets
+    # campaign's CARDS has it).
+    "CAMPAIGN_BEAT_CARD": "6011111111111117",
     "IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS": "10",  # above the API's 8 s acquirer deadline
     # The storms send one merchant's requests faster and more at once than its default limits.
     "MERCHANT_RATE_LIMIT_REQUESTS": "0",

@@ -4,28 +4,35 @@ merchant controls, then grep every log, a dump of the campaign database and the 
 
 Run after the other campaigns (``all`` does), so the grep covers everything they logged too.
 Inputs: card numbers in each body field, as an integer amount, as an unknown field's name and
-value, nested, in invalid JSON and in a form-encoded body (each refused); in the query string,
-the URL path, the ``Idempotency-Key`` and ``Authorization`` headers. API keys: the merchant's
-own key in ``Authorization`` on every request, and in the wrong places (another scheme, an
-``X-Api-Key`` header, the query string); a revoked-looking key. The acquirer's key is only in
-the service's environment and the sandbox's command line.
+value, nested, in invalid JSON and in a form-encoded body (each refused); in the query string
+(plain, with ``+``, ``%20`` and ``%2D`` between the groups), the URL path, the
+``Idempotency-Key``, ``X-Request-Id`` and ``Authorization`` headers; in a request that crashes
+(``GET /campaign/crash``, routed by the campaign settings only: its traceback holds a card
+number and the merchant's key); in the name and argument of a beat entry (the stack's
+``CAMPAIGN_BEAT_CARD``), so beat's and the Celery worker's own lines carry one. API keys: the
+merchant's own key in ``Authorization`` on every request, and in the wrong places (another
+scheme, an ``X-Api-Key`` header, the query string, ``access_token=``, ``client_secret=``); a
+revoked-looking key. The acquirer's key is only in the service's environment and the
+sandbox's command line.
 
 Searched: every file in the run's ``logs/`` (gunicorn, Celery worker and beat, sandbox,
-manage.py), the audit CSVs, ``pg_dump --data-only`` of the campaign database, and every admin
-page reachable from the admin index (changelists and up to 20 change pages each), fetched as
-a superuser.
+manage.py; every line of the service's processes must be the project's JSON, so no process
+kept a handler that bypasses the redacting formatter), the audit CSVs, ``pg_dump
+--data-only`` of the campaign database, and every admin page reachable from the admin index
+(changelists and up to 20 change pages each), fetched as a superuser.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets as random_secrets
 import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import quote, urljoin
 
 import httpx
 
@@ -43,6 +50,12 @@ CARDS = (
     "4111111111111111",
 )
 FORMATTED = ("4000 0566 5566 5556", "5555-5555-5555-4444")
+#: The probe whose request crashes on purpose (a 500 with a traceback, not a violation).
+CRASH = "card and API key in a crashing request's traceback"
+#: The log lines Celery writes with its own handler ("[2026-12-01 12:00:00,000: INFO/...]"),
+#: and the plain format of logging's last-resort handler: a process whose lines look like
+#: this kept a handler the redacting formatter does not cover.
+FOREIGN_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d |^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:")
 
 
 def _probes(api_key: str) -> list[tuple[str, dict]]:
@@ -77,6 +90,39 @@ def _probes(api_key: str) -> list[tuple[str, dict]]:
         (
             "card in the query string",
             {"method": "GET", "path": "/payments", "params": {"reference": CARDS[2]}},
+        ),
+        (
+            "spaced card in the query string, '+'",
+            {"method": "GET", "path": "/payments", "params": {"reference": FORMATTED[0]}},
+        ),
+        (
+            "spaced card in the query string, %20",
+            {"method": "GET", "path": f"/payments?reference={quote(FORMATTED[0])}"},
+        ),
+        (
+            "dashed card in the query string, %2D",
+            {"method": "GET", "path": "/payments?reference=" + FORMATTED[1].replace("-", "%2D")},
+        ),
+        (
+            "card as the X-Request-Id",
+            {"method": "GET", "path": "/payments", "headers": {"X-Request-Id": CARDS[6]}},
+        ),
+        (
+            "API key as access_token and client_secret",
+            {
+                "method": "GET",
+                "path": "/payments",
+                "auth": False,
+                "params": {"access_token": api_key, "client_secret": api_key},
+            },
+        ),
+        (
+            CRASH,
+            {
+                "method": "GET",
+                "path": "/campaign/crash",
+                "params": {"card": FORMATTED[0], "token": api_key},
+            },
         ),
         ("card in the URL path", {"method": "GET", "path": f"/payments/{CARDS[3]}"}),
         (
@@ -282,6 +328,26 @@ def _grep(files: list[Path], needles: dict[str, str]) -> dict[str, dict[str, int
     return found
 
 
+def _log_text(stack: Stack, name: str) -> str:
+    return stack.log(name).read_text(encoding="utf-8", errors="replace")
+
+
+def _structured(stack: Stack) -> tuple[dict[str, int], list[str]]:
+    """JSON lines per service process, and the lines in a format of Celery's or logging's
+    own (file: line)."""
+    counts: dict[str, int] = {}
+    foreign: list[str] = []
+    for name in ("worker", "beat", "web"):
+        counts[name] = 0
+        for line in _log_text(stack, name).splitlines():
+            if line.startswith("{"):
+                json.loads(line)  # a broken JSON line fails the campaign loudly
+                counts[name] += 1
+            elif FOREIGN_LINE.match(line):
+                foreign.append(f"{name}: {line[:120]}")
+    return counts, foreign
+
+
 def run(stack: Stack) -> CampaignResult:
     result = CampaignResult("secrets")
     _, api_key = stack.create_merchant("secrets")
@@ -292,7 +358,10 @@ def run(stack: Stack) -> CampaignResult:
         for n, a in answers
         if any(c.encode() in a.body for c in CARDS + FORMATTED) or api_key.encode() in a.body
     ]
-    server_errors = [f"{n}: {a.status}" for n, a in answers if a.status and a.status >= 500]
+    server_errors = [
+        f"{n}: {a.status}" for n, a in answers if a.status and a.status >= 500 and n != CRASH
+    ]
+    crashed = [a.status for n, a in answers if n == CRASH]
     stack.wait_resolved(stack.started_at, timeout=30)
     out = stack.out_dir
     dump = out / "campaign-dump.sql"
@@ -325,6 +394,21 @@ def run(stack: Stack) -> CampaignResult:
         )
         for label, per_file in hits.items():
             result.violations.append(f"{label} in {where}: {per_file}")
+    json_lines, foreign = _structured(stack)
+    result.figures["JSON log lines (worker, beat, web)"] = json_lines
+    traces = _log_text(stack, "web")
+    result.check(crashed == [500], f"the crashing request answered {crashed}, not 500")
+    result.check(
+        "Traceback" in traces and "campaign crash on card [card number redacted]" in traces,
+        "the crashing request's traceback is not in the web log, redacted",
+    )
+    for process in ("worker", "beat"):
+        result.check(
+            "campaign card [card number redacted]" in _log_text(stack, process)
+            or "pay_[card number redacted]" in _log_text(stack, process),
+            f"the {process} log has no redacted line of the beat entry named after a card",
+        )
+    result.check(not foreign, f"log lines not written by the project's formatter: {foreign[:5]}")
     result.check(not echoed, f"answers echoing a secret: {echoed}")
     result.check(not server_errors, f"server errors: {server_errors}")
     return result

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import environ
 
+from config.log_config import logging_config, structlog_configure
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -43,6 +45,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the request id and the request line cover everything below (config/request_context.py).
+    "config.request_context.RequestContextMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -353,26 +357,12 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-    },
-    "filters": {"redact": {"()": "config.log_filters.RedactSecrets"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["redact"],
-        },
-    },
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
-    "loggers": {
-        "httpx": {"level": "WARNING"},
-        "httpcore": {"level": "WARNING"},
-        "pgserver": {"level": "WARNING"},
-        # Django's own console handler would print each request warning a second time.
-        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    },
-}
+# --- Logging (config/log_config.py; ADR 0016) ------------------------------------------------
+# json: one JSON object per line (production); console: readable lines (development). Every
+# process (gunicorn, Django, the Celery worker and beat, commands) uses this configuration.
+LOG_FORMAT = env("LOG_FORMAT", default="json")
+LOG_LEVEL = env("LOG_LEVEL", default="INFO")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+structlog_configure()
+# Celery keeps its hands off the root logger: config/celery_app.py applies LOGGING instead.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -2,10 +2,14 @@
 
 from config.embedded_db import database_settings
 from config.embedded_redis import local_redis_urls
+from config.log_config import logging_config
 from config.settings.base import *  # noqa: F403
-from config.settings.base import env
+from config.settings.base import LOG_LEVEL, env
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# Readable lines on a developer's terminal; LOG_FORMAT=json shows what production writes.
+LOG_FORMAT = env("LOG_FORMAT", default="console")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
 DATABASES = database_settings(env, allow_embedded=True)
 # Unset URLs: the embedded Redis, so every process of `make run` shares one broker and one
 # acquirer state, as a deployment's processes do.

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from django.db import connection
 
+from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     AmbiguousOutcomeError,
@@ -158,7 +159,9 @@ def payment_authorize(
         raise RuntimeError("The acquirer must not be called inside a database transaction.")
     started = monotonic()
     try:
-        authorization = client.authorize(authorization_request(payment))
+        authorization = client.authorize(
+            authorization_request(payment), request_id=current_request_id()
+        )
     except GatewayError as exc:
         return failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
     return AcquirerAttempt(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from django.db import connection
 
+from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     Authorization,
@@ -67,10 +68,10 @@ def _call(
 ) -> Authorization | Refund:
     request = operation_request(payment, operation)
     if isinstance(request, CaptureRequest):
-        return client.capture(request, policy=policy)
+        return client.capture(request, policy=policy, request_id=current_request_id())
     if isinstance(request, VoidRequest):
-        return client.void(request, policy=policy)
-    return client.refund(request, policy=policy)
+        return client.void(request, policy=policy, request_id=current_request_id())
+    return client.refund(request, policy=policy, request_id=current_request_id())
 
 
 def _answered(operation: PaymentOperation, answer: Authorization | Refund) -> AcquirerAttempt:
@@ -150,8 +151,10 @@ def operation_lookup(
     (``GET /refunds?reference=<refund id>``). Outside any transaction. Raises the gateway's
     errors (the caller reschedules)."""
     if operation.kind == OperationKind.REFUND:
-        return operation_found(operation, client.lookup_refunds(operation.id, policy=policy))
-    return operation_found(operation, client.lookup(payment.id, policy=policy))
+        found = client.lookup_refunds(operation.id, policy=policy, request_id=current_request_id())
+        return operation_found(operation, found)
+    found_charges = client.lookup(payment.id, policy=policy, request_id=current_request_id())
+    return operation_found(operation, found_charges)
 
 
 def operation_found(

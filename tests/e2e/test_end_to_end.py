@@ -3,6 +3,8 @@ process, on free ports, against the test database; merchants made by ``create_me
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import threading
@@ -34,6 +36,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             ACQUIRER_API_KEY=sandbox.api_key,
             ACQUIRER_RETRY_MAX_ATTEMPTS="1",  # one attempt: ambiguous answers stay 202 here
             ACQUIRER_READ_TIMEOUT_SECONDS="2",
+            LOG_FORMAT="json",  # what production writes: every line below must parse
         )
         log = (tmp_path / "gunicorn.log").open("w")
         web = subprocess.Popen(
@@ -151,7 +154,39 @@ def test_card_numbers_and_keys_in_urls_never_reach_the_logs(stack):
     assert refused.status_code == 400
     assert refused.json()["code"] == "card_data_not_accepted"
     assert not IdempotencyKey.objects.exists()
+    # Query strings as clients really send them: '+' and %20 for spaces, %2D for dashes.
+    for query in (
+        "reference=4000+0566+5566+5556",
+        "reference=6011%201111%201111%201117",
+        "reference=3056%2D9300%2D0902%2D0004",
+        f"access_token={key}&limit=1",
+    ):
+        httpx.get(f"{url}/payments?{query}", headers=auth, timeout=10)
     text = log_path.read_text()
     assert "[card number redacted]" in text  # the lines are there, their secrets are not
-    for secret in ("4111111111111111", "5555555555554444", "822463", key, key[8:]):
+    for secret in (
+        "4111111111111111",
+        "5555555555554444",
+        "822463",
+        key,
+        key[8:],
+        # Each query's card as sent, decoded, and as digits (never a 4-digit group alone: one
+        # turns up in a timestamp's microseconds now and then).
+        "4000+0566+5566+5556",
+        "4000 0566 5566 5556",
+        "4000056655665556",
+        "6011%201111%201111%201117",
+        "6011 1111 1111 1117",
+        "6011111111111117",
+        "3056%2D9300%2D0902%2D0004",
+        "3056-9300-0902-0004",
+        "3056930009020004",
+    ):
         assert secret not in text
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    access = [line["event"] for line in lines if line["logger"] == "gunicorn.access"]
+    assert len(access) >= 6 and not [line for line in access if "?" in line]
+    assert all(re.search(r"request_id=req_[a-z2-7]{24}", line) for line in access)
+    requests = [line for line in lines if line["logger"] == "payments.request"]
+    assert {line["status"] for line in requests} >= {200, 400, 404}
+    assert not [line for line in lines if line["level"] == "error"]

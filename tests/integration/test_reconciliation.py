@@ -396,7 +396,7 @@ def test_an_unexpected_error_frees_the_lease_at_once(merchant_a, sandbox):
     sweep instead of waiting for its lease to run out."""
 
     class BrokenClient:
-        def lookup(self, reference, policy=None):
+        def lookup(self, reference, policy=None, request_id=None):
             raise RuntimeError("a bug")
 
     now = timezone.now()

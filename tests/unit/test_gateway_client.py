@@ -1114,3 +1114,28 @@ def test_error_constructors_parse_no_header() -> None:
         "503", operation="authorize", retry_after_header="7", retry_after=7.0
     )
     assert (error.retry_after_header, error.retry_after) == ("7", 7.0)
+
+
+# -- the caller's request id ---------------------------------------------------------------------
+
+
+def test_a_call_sends_its_request_id_and_logs_it(caplog):
+    """`request_id` goes out as X-Request-Id (writes and look-ups) and into the attempt log;
+    without one, no such header."""
+    client, transport = client_for(answer(201, charge()))
+    lookups, lookup_transport = client_for(answer(200, {"data": [charge()]}))
+    with caplog.at_level(logging.INFO, logger="gateway_client"):
+        client.authorize(authorization_request(), request_id="req_abc")
+        client.authorize(authorization_request())
+        lookups.lookup(REFERENCE, request_id="req_def")
+    assert [r.headers.get("x-request-id") for r in transport.requests] == ["req_abc", None]
+    assert lookup_transport.requests[0].headers["x-request-id"] == "req_def"
+    assert [r.gateway_request_id for r in caplog.records] == ["req_abc", None, "req_def"]
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "x" * 201, "new\nline", "é", 7])
+def test_an_invalid_request_id_is_refused_before_sending(bad):
+    client, transport = client_for(answer(201, charge()))
+    with pytest.raises(ValueError, match="request_id"):
+        client.authorize(authorization_request(), request_id=bad)
+    assert transport.requests == []

@@ -1,12 +1,29 @@
-"""The log filter that keeps card numbers and API keys out of log lines (no database)."""
+"""The one redaction step of every log line (config/log_filters.py), and the formatter of every
+handler config/log_config.py builds (no database)."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
+import logging.config
+import re
+from urllib.parse import quote, quote_plus
 
 import pytest
 
-from config.log_filters import RedactSecrets, redact
+from config.log_config import environment_log_format, logging_config
+from config.log_filters import KEY_PREFIXES, SECRET_NAMES, redact
+from merchants.services import API_KEY_PREFIX
+
+CARDS = ("4111111111111111", "5555555555554444", "378282246310005", "6011111111111117")
+SECRET = "s3cr3tV4lue"
+#: The separators people put between digit groups, as sent.
+SEPARATORS = (" ", "-", ".", "  ")
+
+
+def grouped(card: str, separator: str) -> str:
+    return separator.join(card[i : i + 4] for i in range(0, len(card), 4))
 
 
 @pytest.mark.parametrize(
@@ -15,20 +32,170 @@ from config.log_filters import RedactSecrets, redact
         ('"GET /payments/4111111111111111 HTTP/1.1" 404', '"GET /payments/[card number redacted] HTTP/1.1" 404'),  # noqa: E501 - a table, one case a line
         ("GET /payments?reference=5555 5555 5555 4444", "GET /payments?reference=[card number redacted]"),  # noqa: E501
         ("GET /payments?api_key=abc123&limit=2", "GET /payments?api_key=[redacted]&limit=2"),
-        ("Bearer sk_live_AbC-12_x", "Bearer sk_live_[redacted]"),
+        ("Bearer sk_live_AbC-12_x", "Bearer [redacted]"),
+        ("key sk_live_AbC-12_x in a message", "key sk_live_[redacted] in a message"),
+        ("GET /p?reference=5555+5555+5555+4444&x=1", "GET /p?reference=[card+number+redacted]&x=1"),
         ("payment pay_0123456789abcdef01234567 succeeded", "payment pay_0123456789abcdef01234567 succeeded"),  # noqa: E501
-        ("reconcile pay_a1234567890123456789bcde: resolved", "reconcile pay_a1234567890123456789bcde: resolved"),  # noqa: E501
+        ("idempotency_key=order-17 limit=20", "idempotency_key=order-17 limit=20"),
     ],
 )  # fmt: skip
 def test_redact(line, expected):
-    """Card numbers, API keys and secret query values are replaced; payment ids are kept."""
+    """Card numbers, keys and secret values are replaced; ids and harmless names are kept."""
     assert redact(line) == expected
 
 
-def test_filter_rewrites_the_formatted_message():
-    """The record's arguments are merged, then redacted, before any handler formats it."""
-    record = logging.LogRecord(
-        "x", logging.WARNING, __file__, 1, "Not Found: %s", ("/payments/4242424242424242",), None
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("separator", SEPARATORS)
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda text: text,
+        quote_plus,  # '+' for spaces
+        quote,  # %20
+        lambda text: quote(text, safe="").replace("-", "%2D"),  # every separator encoded
+        lambda text: quote(quote(text)),  # twice
+        lambda text: json.dumps(text)[1:-1],  # JSON-escaped
+        lambda text: "".join(f"\\u{ord(c):04x}" for c in text),  # JSON \u escapes, digits too
+        lambda text: "\\n" + text,  # after a JSON newline escape (a traceback in a JSON line)
+    ],
+    ids=["plain", "plus", "percent20", "percent2D", "twice", "json", "json-u", "json-newline"],
+)
+def test_no_card_number_survives_any_encoding(card, separator, encode):
+    """Every grouping of every brand's test PAN, in every encoding a query string, a form
+    body or a JSON line gives it: no digit run of it is left."""
+    line = f"GET /payments?reference={encode(grouped(card, separator))}&limit=2 done"
+    redacted = redact(line)
+    visible = re.sub(r"%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}", " ", redacted)
+    assert not re.search(r"\d{4}", visible), redacted
+    assert "limit=2" in redacted
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{name}={value}&next=1",
+        "{name}: {value}",
+        '"{name}": "{value}"',
+        "'{name}': '{value}'",
+        '{{\\"{name}\\":\\"{value}\\"}}',  # JSON inside a JSON string
+        "{upper}={value}",
+        "{dashed}={value}",
+        "x={encoded}",  # the whole pair URL-encoded inside another value
+    ],
+)
+def test_every_secret_name_hides_its_value(name, template):
+    """Each name of the one list, in each way a line can hold a name and its value."""
+    pair = f"{name}={SECRET}"
+    line = template.format(
+        name=name,
+        value=SECRET,
+        upper=name.upper(),
+        dashed=name.replace("_", "-"),
+        encoded=quote(pair, safe=""),
     )
-    assert RedactSecrets().filter(record) is True
-    assert record.getMessage() == "Not Found: /payments/[card number redacted]"
+    assert SECRET not in redact(line), line
+
+
+@pytest.mark.parametrize("prefix", KEY_PREFIXES)
+def test_every_key_prefix_is_redacted(prefix):
+    key = prefix + "Zx9_Q-" + "a" * 30
+    for line in (f"key {key} used", f'{{"k": "{key}"}}', quote(f"k={key}")):
+        assert key not in redact(line)
+        assert key[len(prefix) :] not in redact(line)
+
+
+def test_the_project_key_formats_are_in_the_one_list():
+    """The merchant keys' prefix and the sandbox acquirer's come from KEY_PREFIXES."""
+    assert API_KEY_PREFIX in KEY_PREFIXES
+    assert "sandbox_sk_" in KEY_PREFIXES
+
+
+def test_redact_is_idempotent():
+    line = "pan 4111 1111 1111 1111 token=abc sk_live_x reference=5555%205555%205555%204444"
+    assert redact(redact(line)) == redact(line)
+
+
+def _render(log_format: str, emit) -> str:
+    """What a handler with the configured formatter writes for ``emit(logger)``."""
+    config = logging_config(log_format=log_format, level="INFO")
+    formatter = logging.config.DictConfigurator(config).configure_formatter(
+        config["formatters"]["structured"]
+    )
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    logger = logging.getLogger(f"tests.redaction.{log_format}")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        emit(logger)
+    finally:
+        logger.removeHandler(handler)
+    return stream.getvalue()
+
+
+def _raise_with_card(logger: logging.Logger) -> None:
+    card = CARDS[0]
+    try:
+        raise ValueError(f"bad input {card} with {API_KEY_PREFIX}abc and token={SECRET}")  # noqa: TRY301 - a traceback to log
+    except ValueError:
+        logger.exception("failed for %s", grouped(CARDS[1], " "), extra={"body": f"card {card}"})
+
+
+@pytest.mark.parametrize("log_format", ["json", "console"])
+def test_formatter_redacts_message_arguments_extra_fields_and_traceback(log_format):
+    """The one step runs over the whole rendered line: the message and its arguments, the
+    ``extra`` fields and the traceback (JSON: one valid object per line)."""
+    output = _render(log_format, _raise_with_card)
+    for secret in (*CARDS[:2], grouped(CARDS[1], " "), SECRET, f"{API_KEY_PREFIX}abc"):
+        assert secret not in output, secret
+    assert "Traceback" in output and "[card number redacted]" in output
+    if log_format == "json":
+        (line,) = output.strip().splitlines()
+        document = json.loads(line)
+        assert document["level"] == "error"
+        assert "ValueError: bad input [card number redacted]" in document["exception"]
+        assert document["body"] == "card [card number redacted]"
+
+
+def test_json_lines_carry_the_bound_context_and_gateway_fields():
+    """The request id bound in the context and an attempt's ``gateway_*`` extras are fields."""
+    import structlog
+
+    def emit(logger):
+        structlog.contextvars.bind_contextvars(request_id="req_test")
+        try:
+            logger.info("acquirer attempt", extra={"gateway_status": 201})
+        finally:
+            structlog.contextvars.clear_contextvars()
+
+    document = json.loads(_render("json", emit))
+    assert document["request_id"] == "req_test"
+    assert document["gateway_status"] == 201
+    assert document["event"] == "acquirer attempt"
+
+
+def test_log_format_of_processes_without_settings():
+    assert environment_log_format({}) == "console"
+    assert environment_log_format({"DJANGO_SETTINGS_MODULE": "config.settings.production"}) == (
+        "json"
+    )
+    assert environment_log_format({"LOG_FORMAT": "json"}) == "json"
+    with pytest.raises(ValueError, match="LOG_FORMAT"):
+        logging_config(log_format="xml")
+
+
+def test_gunicorn_logs_through_the_same_configuration():
+    """gunicorn's master and workers use the builder's configuration (pgserver's "already
+    running" INFO line quiet), and the access log writes the path without the query string."""
+    import runpy
+    from pathlib import Path
+
+    conf = runpy.run_path(str(Path(__file__).resolve().parents[2] / "config/gunicorn.conf.py"))
+    formatter = conf["logconfig_dict"]["formatters"]["structured"]
+    assert formatter["()"] == "config.log_filters.RedactingProcessorFormatter"
+    assert conf["logconfig_dict"]["loggers"]["pgserver"] == {"level": "WARNING"}
+    access = conf["access_log_format"]
+    assert "%(U)s" in access and "%(r)s" not in access and "%(q)s" not in access
+    assert "{request-id}o" in access

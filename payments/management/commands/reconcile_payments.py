@@ -8,6 +8,7 @@ write, no re-send.
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from config.request_context import current_request_id
 from gateway_client import GatewayError
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
@@ -68,7 +69,11 @@ class Command(BaseCommand):
         for payment in payments:
             count += 1
             try:
-                authorizations = client.lookup(payment.id, policy=reconciliation_retry_policy())
+                authorizations = client.lookup(
+                    payment.id,
+                    policy=reconciliation_retry_policy(),
+                    request_id=current_request_id(),
+                )
             except GatewayError as exc:
                 found = f"look-up failed ({type(exc).__name__})"
             else:
