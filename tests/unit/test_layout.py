@@ -47,7 +47,8 @@ def test_ci_runs_the_readme_test_command():
 
 
 # Import direction (README, "Architecture"): payments -> idempotency -> merchants;
-# gateway_client and the sandbox import no project app; nothing imports payments except config.
+# gateway_client and the sandbox import no project app; merchant_client (a merchant's library)
+# imports gateway_client only; nothing imports payments except config.
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
@@ -57,6 +58,8 @@ FORBIDDEN_IMPORTS = {
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
     "payments": {"sandbox_acquirer"},
     "ledger": {"sandbox_acquirer", "gateway_client"},
+    "merchant_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
+                        "merchants", "config", "sandbox_acquirer", "ledger", "console"},
 }  # fmt: skip
 
 
@@ -87,7 +90,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "bench", "scripts",
+    "sandbox_acquirer", "ledger", "bench", "scripts", "merchant_client",
 )  # fmt: skip
 
 
