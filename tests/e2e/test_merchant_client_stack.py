@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway_client.clock import ManualClock
@@ -32,6 +31,7 @@ from tests.support.processes import (
     CELERY_WORKER,
     GUNICORN,
     ROOT,
+    answers_healthz,
     free_port,
     service_env,
     wait_until,
@@ -84,13 +84,7 @@ def stack(django_db_setup, django_db_blocker, redis_url, tmp_path_factory) -> It
         stack.callback(stop_all, started)
         url = f"http://127.0.0.1:{port}"
 
-        def web_up() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(web_up, timeout=30, what="gunicorn")
+        wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
         proxy = stack.enter_context(TcpProxy("127.0.0.1", port))
         yield {"url": url, "proxy": proxy, "sandbox": sandbox}
 
