@@ -304,9 +304,9 @@ class MerchantClient:
                 self._sleep(wait)
                 polls += 1
             left = timeout - (self._clock.monotonic() - started)
-            current = read(
-                object_id, policy=chosen.replace(deadline=max(0.001, min(chosen.deadline, left)))
-            )
+            # Each look gets the time left, but at least a second: a timeout of 0 looks once.
+            within = chosen.replace(deadline=max(1.0, min(chosen.deadline, left)))
+            current = read(object_id, policy=within)
             if current.final:
                 return current
 
@@ -407,6 +407,12 @@ class MerchantClient:
                 response = self._send(method, path, params, content, headers, deadline, chosen)
             except httpx.HTTPError as exc:
                 transport = _transport_kind(exc)
+                if transport is None:  # httpx cannot express the request: a bug, not retried
+                    raise ConnectionFailed(
+                        f"{method} {path}: the request could not be sent ({type(exc).__name__})",
+                        attempts=attempts - 1,
+                        idempotency_key=key,
+                    ) from exc
                 ambiguous = ambiguous or transport == AMBIGUOUS
                 outcome = Outcome(transport=transport)
                 error_type = OutcomeUnknown if ambiguous else ConnectionFailed
@@ -508,12 +514,15 @@ class MerchantClient:
         return Outcome(status, response.headers, code), error
 
 
-def _transport_kind(exc: httpx.HTTPError) -> str:
-    """`NOT_SENT` for failures that prove nothing was sent, else `AMBIGUOUS`; re-raises what
-    is no transport failure, and a request httpx cannot express (a bug: never retried)."""
+def _transport_kind(exc: httpx.HTTPError) -> str | None:
+    """`NOT_SENT` for failures that prove nothing was sent, `AMBIGUOUS` for the others, None
+    for a request httpx cannot express (gateway_client.classify's table); re-raises what is no
+    transport failure."""
     kind = classify_exception(exc)
-    if kind is None or kind is InvalidRequestError:
+    if kind is None:
         raise exc
+    if kind is InvalidRequestError:
+        return None
     return NOT_SENT if kind is ConnectionFailedError else AMBIGUOUS
 
 

@@ -431,3 +431,21 @@ def test_an_id_cannot_change_the_route():
     with pytest.raises(NotFound):
         client_for(script, clock).get_payment("../refunds/x")
     assert script.requests[0].url.raw_path == b"/payments/..%2Frefunds%2Fx"
+
+
+def test_a_request_httpx_cannot_express_is_not_retried():
+    clock = ManualClock()
+    script = Script(httpx.LocalProtocolError("bad header"))
+    with pytest.raises(ConnectionFailed) as raised:
+        create(client_for(script, clock))
+    assert len(script.requests) == 1 and clock.sleeps == []
+    assert isinstance(raised.value.__cause__, httpx.LocalProtocolError)
+
+
+def test_wait_until_final_with_no_time_left_looks_once():
+    clock = ManualClock()
+    script = Script(ok(200, {**PAYMENT, "status": "processing"}))
+    result = client_for(script, clock).wait_until_final(PAYMENT["id"], timeout=0)
+
+    assert isinstance(result, Pending) and result.retry_after is None
+    assert len(script.requests) == 1 and clock.sleeps == []
