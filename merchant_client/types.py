@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 __all__ = [
     "FINAL_PAYMENT_STATUSES",
     "FINAL_REFUND_STATUSES",
+    "Answered",
     "DecodeError",
     "Page",
     "Payment",
@@ -52,7 +53,18 @@ class DecodeError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Payment:
+class Answered:
+    """How a result was obtained, outside equality and keyword-only: `replayed`, `request_id`,
+    `status_code` and `attempts` (see the module docstring)."""
+
+    replayed: bool = field(default=False, compare=False, kw_only=True)
+    request_id: str | None = field(default=None, compare=False, kw_only=True)
+    status_code: int = field(default=200, compare=False, kw_only=True)
+    attempts: int = field(default=1, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Payment(Answered):
     """
     The payment object (README, "API contract"). `amount`, `amount_captured` and
     `amount_refunded` in minor units of `currency`; `status` one of `processing`, `succeeded`,
@@ -75,10 +87,6 @@ class Payment:
     amount_refunded: int
     created_at: datetime
     updated_at: datetime
-    replayed: bool = field(default=False, compare=False)
-    request_id: str | None = field(default=None, compare=False)
-    status_code: int = field(default=200, compare=False)
-    attempts: int = field(default=1, compare=False)
 
     @property
     def final(self) -> bool:
@@ -87,7 +95,7 @@ class Payment:
 
 
 @dataclass(frozen=True, slots=True)
-class Refund:
+class Refund(Answered):
     """
     The refund object: `id` (`re_...`), `payment` (the payment's id), `amount` in minor units
     of `currency`, `status` (`pending`, `succeeded`, `failed`, `needs_review`), `reason`,
@@ -104,10 +112,6 @@ class Refund:
     acquirer_reference: str | None
     created_at: datetime
     updated_at: datetime
-    replayed: bool = field(default=False, compare=False)
-    request_id: str | None = field(default=None, compare=False)
-    status_code: int = field(default=200, compare=False)
-    attempts: int = field(default=1, compare=False)
 
     @property
     def final(self) -> bool:
