@@ -10,6 +10,7 @@ COPY idempotency idempotency
 COPY payments payments
 COPY ledger ledger
 COPY gateway_client gateway_client
+COPY merchant_client merchant_client
 COPY sandbox_acquirer sandbox_acquirer
 COPY manage.py Procfile ./
 RUN pip install --no-cache-dir . && python manage.py collectstatic --noinput --verbosity 0
