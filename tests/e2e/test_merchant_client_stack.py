@@ -12,9 +12,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from gateway_client.clock import ManualClock
 from idempotency.models import IdempotencyKey
@@ -26,6 +28,7 @@ from merchant_client import (
     Pending,
     ServiceUnavailable,
 )
+from merchants.services import merchant_create
 from payments.models import Payment as PaymentRow
 from tests.support.processes import (
     CELERY_WORKER,
@@ -40,7 +43,10 @@ from tests.support.redis import suite_broker_url
 from tests.support.sandbox import SandboxProcess
 from tests.support.tcp_proxy import TcpProxy
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+# One stack and one merchant for the module, and one flush of the test database at its end
+# (not one per test: each test uses its own keys and references). The tests read the database
+# outside any transaction, as the service's processes write it.
+pytestmark = [pytest.mark.e2e]
 
 
 def stop_all(processes: list[subprocess.Popen]) -> None:
@@ -62,6 +68,7 @@ def stack(django_db_setup, django_db_blocker, redis_url, tmp_path_factory) -> It
     (reconciliation 1 s after a 202), and a proxy in front of gunicorn."""
     logs = tmp_path_factory.mktemp("merchant-client-stack")
     with django_db_blocker.unblock(), ExitStack() as stack:
+        stack.callback(call_command, "flush", verbosity=0, interactive=False)  # runs last
         sandbox = stack.enter_context(SandboxProcess.start(extra_args=("--hang-seconds", "3")))
         port = free_port()
         env = service_env(
@@ -88,6 +95,21 @@ def stack(django_db_setup, django_db_blocker, redis_url, tmp_path_factory) -> It
         wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
         proxy = stack.enter_context(TcpProxy("127.0.0.1", port))
         yield {"url": url, "proxy": proxy, "sandbox": sandbox}
+
+
+@pytest.fixture(scope="module")
+def merchant_a(stack, django_db_blocker) -> SimpleNamespace:
+    """The module's merchant and its API key."""
+    with django_db_blocker.unblock():
+        _, issued = merchant_create(name=f"merchant-client-{uuid.uuid4().hex[:8]}")
+    return SimpleNamespace(api_key=issued.raw)
+
+
+@pytest.fixture(autouse=True)
+def database(django_db_blocker) -> Iterator[None]:
+    """The tests read what the service's processes wrote (autocommit, no test transaction)."""
+    with django_db_blocker.unblock():
+        yield
 
 
 @pytest.fixture
