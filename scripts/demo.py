@@ -4,8 +4,14 @@
 With ``make run`` running in another terminal (API on 127.0.0.1:8000, sandbox acquirer on
 127.0.0.1:8090), this sends real ``POST /payments`` requests through the public API, one
 scenario at a time, and prints for each one the request, the answer (status, payment status,
-the headers that matter) and what the sandbox acquirer saw (attempts with the payment's
-acquirer idempotency key, what they were answered, charges recorded).
+what the merchant client made of it: result or error class, ``retry_after``, replayed) and what
+the sandbox acquirer saw (attempts with the payment's acquirer idempotency key, what they were
+answered, charges recorded).
+
+The merchant side is ``merchant_client``: with one attempt per call for the scenarios that
+compare the service's answer with the README's table, and with its defaults (retries as the
+contract allows) where the client's own behaviour is the point (a concurrent duplicate that
+waits ``Retry-After`` and returns the replay; ``wait_until_final`` for a lost refund).
 
 It hard-codes none of today's outcomes. For the acquirer-driven scenarios the expectation is
 derived from the code, then compared with what happened:
@@ -36,6 +42,7 @@ behaved as documented, 1 when one did not, 2 when the API or the sandbox is not 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,7 +52,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +68,15 @@ from gateway_client.errors import (  # noqa: E402
     PermanentError,
     RetryableError,
 )
+from merchant_client import (  # noqa: E402
+    DEFAULT_POLICY,
+    IdempotencyKeyReused,
+    MerchantClient,
+    Pending,
+    ProblemError,
+    Refund,
+    TransportError,
+)
 from sandbox_acquirer.faults import PROBLEMS  # noqa: E402
 from sandbox_acquirer.scenarios import ScenarioSettings, resolve_scenario  # noqa: E402
 from scripts.demo_webhooks import webhook_after_reconciliation  # noqa: E402
@@ -75,7 +90,8 @@ DOCUMENTED = {
     "rejected": (502, "failed"),
 }
 DOCUMENTED_CODES = {503: "acquirer_unavailable", 502: "acquirer_error"}
-HEADERS_THAT_MATTER = ("Location", "Retry-After", "Idempotent-Replayed")
+#: The answers that must say when to come back (a valid Retry-After, read by the client).
+WAIT_STATUSES = (202, 503)
 #: The README's idempotency rules: answers stored for the key (and replayed); a 400, 401, 409,
 #: 422 or 503 is not stored, and the key stays free.
 STORED_STATUSES = (201, 202, 502)
@@ -154,18 +170,6 @@ def expected_for(token: str, attempts: int, read_timeout: float) -> tuple[tuple[
     return DOCUMENTED[category], why
 
 
-def valid_retry_after(value: str) -> bool:
-    """RFC 9110 section 10.2.3: ``1*DIGIT`` or an HTTP-date (IMF-fixdate, as servers send)."""
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return True
-    try:
-        datetime.strptime(value, "%a, %d %b %Y %H:%M:%S GMT").replace(tzinfo=UTC)
-    except ValueError:
-        return False
-    return True
-
-
 # -- talking to the service and the sandbox -----------------------------------------------------
 
 
@@ -194,14 +198,69 @@ class Seen:
         )
 
 
+@dataclass
+class Answer:
+    """What the merchant client returned for one call, as the demo prints and checks it.
+
+    ``status_code``: the answer's HTTP status (0 when none arrived); ``kind``: ``payment``,
+    ``refund``, ``problem`` or ``none``; ``data``: the object's fields (or the problem
+    document); ``code``: the problem's code (or the transport error's class); ``retry_after``,
+    ``replayed`` and ``attempts`` as the client read them; ``result``: the typed value or error.
+    """
+
+    status_code: int
+    kind: str
+    data: dict[str, Any]
+    code: str | None = None
+    retry_after: float | None = None
+    replayed: bool = False
+    attempts: int = 1
+    result: Any = None
+
+    @property
+    def id(self) -> str | None:
+        return self.data.get("id") if self.kind in ("payment", "refund") else None
+
+    @property
+    def status(self) -> str | None:
+        return self.data.get("status") if self.kind in ("payment", "refund") else None
+
+
+def answer_of(call: Callable[[], Any]) -> Answer:
+    """Run one merchant-client call and describe its result or error as an :class:`Answer`."""
+    try:
+        result = call()
+    except ProblemError as error:
+        return Answer(
+            error.status_code, "problem", error.problem, error.code, error.retry_after,
+            error.replayed, error.attempts, error,
+        )  # fmt: skip
+    except TransportError as error:
+        return Answer(
+            0, "none", {}, type(error).__name__, error.retry_after, False, error.attempts, error
+        )
+    pending = isinstance(result, Pending)
+    value = result.object if pending else result
+    data = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.compare}
+    return Answer(
+        202 if pending else value.status_code,
+        "refund" if isinstance(value, Refund) else "payment",
+        data,
+        retry_after=result.retry_after if pending else None,
+        replayed=result.replayed,
+        attempts=result.attempts,
+        result=result,
+    )
+
+
 class Demo:
     def __init__(self, api: str, sandbox: str, api_key: str, read_timeout: float) -> None:
-        self.api = httpx.Client(
-            base_url=api,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=httpx.Timeout(60.0, connect=5.0),
-            trust_env=False,
-        )
+        # The merchant side is merchant_client. One attempt per call shows the service's answer
+        # to each request (the scenarios compare it with the README's table); the retrying
+        # client (its defaults) shows what a merchant gets when the client follows the contract.
+        self.api_url, self.api_key = api, api_key
+        self.client = MerchantClient(api, api_key, policy=DEFAULT_POLICY.replace(max_attempts=1))
+        self.retrying = MerchantClient(api, api_key)
         self.sandbox = httpx.Client(base_url=sandbox, timeout=10.0, trust_env=False)
         self.read_timeout = read_timeout
         self.run_id = uuid.uuid4().hex[:6]
@@ -213,8 +272,18 @@ class Demo:
     def stats(self) -> dict[str, Any]:
         return self.sandbox.get("/_sandbox/stats").json()
 
-    def post(self, key: str, body: dict[str, Any], client: httpx.Client | None = None):
-        return (client or self.api).post("/payments", json=body, headers={"Idempotency-Key": key})
+    def post(self, key: str, body: dict[str, Any], client: MerchantClient | None = None) -> Answer:
+        """``POST /payments`` through the merchant client, with the idempotency key ``key``."""
+        merchant = client or self.client
+        fields = {
+            k: v for k, v in body.items() if k not in ("amount", "currency", "payment_method")
+        }
+        return answer_of(
+            lambda: merchant.create_payment(
+                body["amount"], body["currency"], body["payment_method"], idempotency_key=key,
+                **fields,
+            )
+        )  # fmt: skip
 
     def body(self, token: str, name: str, amount: int = 1999) -> dict[str, Any]:
         return {
@@ -257,21 +326,17 @@ class Demo:
             records=records,
         )
 
-    def payment_status(self, response: httpx.Response, seen: Seen) -> tuple[str | None, str]:
+    def payment_status(self, answer: Answer, seen: Seen) -> tuple[str | None, str]:
         """The payment's id and status: from the answer, else looked up by its acquirer key."""
-        try:
-            data = response.json()
-        except ValueError:
-            data = {}
-        payment_id = data.get("id") if data.get("object") == "payment" else data.get("payment_id")
+        if answer.kind == "payment":
+            return answer.id, answer.data["status"]
+        payment_id = answer.data.get("payment_id") if answer.kind == "problem" else None
         if payment_id is None and seen.key and seen.key.startswith("authorize-"):
             payment_id = seen.key.removeprefix("authorize-")
-        if data.get("object") == "payment":
-            return payment_id, data["status"]
         if payment_id:
-            looked_up = self.api.get(f"/payments/{payment_id}")
-            if looked_up.status_code == 200:
-                return payment_id, looked_up.json()["status"]
+            looked_up = answer_of(lambda: self.client.get_payment(payment_id))
+            if looked_up.kind == "payment":
+                return payment_id, looked_up.data["status"]
         return payment_id, "-"
 
     # -- printing -----------------------------------------------------------------------
@@ -288,27 +353,19 @@ class Demo:
         print(f"          {json.dumps(body)}{note}")
 
     @staticmethod
-    def show_answer(
-        response: httpx.Response, payment: str | None = None, label: str = "payment"
-    ) -> None:
-        headers = "  ".join(
-            f"{name}: {response.headers[name]}"
-            for name in HEADERS_THAT_MATTER
-            if name in response.headers
-        )
-        try:
-            data = response.json()
-        except ValueError:
-            data = {}
-        code = data.get("code") if isinstance(data, dict) else None
-        parts = [str(response.status_code)]
-        if code:
-            parts.append(code)
+    def show_answer(answer: Answer, payment: str | None = None, label: str = "payment") -> None:
+        parts = [str(answer.status_code or "no answer")]
+        if answer.code:
+            parts.append(answer.code)
         if payment:
             parts.append(f"{label} {payment}")
         print(f"answer    {'  '.join(parts)}")
-        if headers:
-            print(f"          {headers}")
+        seen = [f"{type(answer.result).__name__}"]
+        if answer.retry_after is not None:
+            seen.append(f"retry_after {answer.retry_after:g} s")
+        if answer.replayed:
+            seen.append("replayed (Idempotent-Replayed: true)")
+        print(f"client    {', '.join(seen)}")
 
     def verdict(self, title: str, ok: bool, expected: str) -> None:
         print(f"expected  {expected}")
@@ -317,30 +374,26 @@ class Demo:
 
     # -- scenarios ------------------------------------------------------------------------
 
-    def create_shown(
-        self, key: str, body: dict[str, Any]
-    ) -> tuple[httpx.Response, Seen, str | None, str]:
+    def create_shown(self, key: str, body: dict[str, Any]) -> tuple[Answer, Seen, str | None, str]:
         """``POST /payments``, printed with its answer and what the sandbox saw; returns the
         answer, what the sandbox saw, the payment's id and status."""
         self.show_request(key, body)
         before = self.stats()
-        response = self.post(key, body)
+        answer = self.post(key, body)
         seen = self.seen(before, self.stats(), None)
-        payment_id, status = self.payment_status(response, seen)
-        self.show_answer(response, f"{payment_id} {status}" if payment_id else None)
+        payment_id, status = self.payment_status(answer, seen)
+        self.show_answer(answer, f"{payment_id} {status}" if payment_id else None)
         print(f"sandbox   {seen.describe()}")
-        return response, seen, payment_id, status
+        return answer, seen, payment_id, status
 
-    def acquirer_scenario(
-        self, title: str, token: str, *, merchant_retry: bool = False
-    ) -> httpx.Response:
+    def acquirer_scenario(self, title: str, token: str, *, merchant_retry: bool = False) -> Answer:
         """One payment whose acquirer behaviour is chosen by ``token``."""
         self.heading(title)
         key = f"demo-{self.run_id}-{self.number}"
         body = self.body(token, str(self.number))
-        response, seen, payment_id, status = self.create_shown(key, body)
+        answer, seen, payment_id, status = self.create_shown(key, body)
         total_attempts = seen.attempts
-        ok = self.compare(response, status, token, total_attempts)
+        ok = self.compare(answer, status, token, total_attempts)
         if merchant_retry and seen.key:
             print("then      the merchant retries the same request (same Idempotency-Key)")
             before = self.stats()
@@ -350,60 +403,47 @@ class Demo:
             payment_id, status = self.payment_status(retry, seen)
             self.show_answer(retry, f"{payment_id} {status}" if payment_id else None)
             print(f"sandbox   {again.describe()}")
-            ok = self.compare(retry, status, token, total_attempts, replay_ok=True) and ok
-            response = retry
-        return response
+            ok = self.compare(retry, status, token, total_attempts) and ok
+            answer = retry
+        return answer
 
-    def compare(
-        self,
-        response: httpx.Response,
-        payment_status: str,
-        token: str,
-        attempts: int,
-        *,
-        replay_ok: bool = False,
-    ) -> bool:
+    def compare(self, answer: Answer, payment_status: str, token: str, attempts: int) -> bool:
         (status, expected_payment), why = expected_for(token, attempts, self.read_timeout)
         code = DOCUMENTED_CODES.get(status)
         text = f"{status}{' ' + code if code else ''}, payment {expected_payment}"
         print(f"because   {why}")
-        try:
-            actual_code = response.json().get("code")
-        except ValueError:
-            actual_code = None
         ok = (
-            response.status_code == status
+            answer.status_code == status
             and payment_status == expected_payment
-            and (code is None or actual_code == code)
+            and (code is None or answer.code == code)
         )
-        retry_after = response.headers.get("Retry-After")
-        if retry_after is not None and not valid_retry_after(retry_after):
-            print(f"note      Retry-After {retry_after!r} is not delay-seconds or an HTTP-date")
+        if status in WAIT_STATUSES and answer.retry_after is None:
+            print("note      no valid Retry-After (delay-seconds or an HTTP-date) on the answer")
             ok = False
         self.verdict(f"{self.number}", ok, text)
         return ok
 
-    def replay(self, first_key: str, first_body: dict[str, Any], first: httpx.Response) -> None:
+    def replay(self, first_key: str, first_body: dict[str, Any], first: Answer) -> None:
         self.heading("a replay: the same request again")
         self.show_request(first_key, first_body, "  (the request of scenario 1)")
         before = self.stats()
-        response = self.post(first_key, first_body)
+        answer = self.post(first_key, first_body)
         seen = self.seen(before, self.stats(), None)
-        self.show_answer(response)
+        self.show_answer(answer)
         print(f"sandbox   {seen.describe()}")
         if first.status_code in STORED_STATUSES:
             ok = (
-                response.status_code == first.status_code
-                and response.content == first.content
-                and response.headers.get("Idempotent-Replayed") == "true"
+                answer.status_code == first.status_code
+                and answer.data == first.data
+                and answer.replayed
                 and seen.attempts == 0
             )
             expected = (
-                f"{first.status_code} again, byte-identical body, Idempotent-Replayed: true, "
+                f"{first.status_code} again, the same payment (every field), replayed, "
                 "no acquirer call"
             )
         else:
-            ok = "Idempotent-Replayed" not in response.headers
+            ok = not answer.replayed
             expected = (
                 f"not a replay: a {first.status_code} is not stored, so the key was free and "
                 "this ran as a new request"
@@ -416,13 +456,13 @@ class Demo:
         body = self.body("tok_slow_2000", str(self.number))
         self.show_request(key, body, "  x2, at the same time")
         before = self.stats()
-        responses: list[httpx.Response] = []
+        answers: list[Answer] = []
         lock = threading.Lock()
 
         def send() -> None:
-            response = self.post(key, body)
+            answer = self.post(key, body)
             with lock:
-                responses.append(response)
+                answers.append(answer)
 
         threads = [threading.Thread(target=send) for _ in range(2)]
         for thread in threads:
@@ -430,17 +470,15 @@ class Demo:
         for thread in threads:
             thread.join()
         seen = self.seen(before, self.stats(), None)
-        responses.sort(key=lambda r: r.status_code)
-        for response in responses:
-            self.show_answer(response)
+        answers.sort(key=lambda a: a.status_code)
+        for answer in answers:
+            self.show_answer(answer)
         print(f"sandbox   {seen.describe()}")
-        statuses = [r.status_code for r in responses]
-        conflict = responses[-1] if statuses[-1] == 409 else None
+        conflict = answers[-1]
         ok = (
-            statuses == [201, 409]
-            and conflict is not None
-            and conflict.json().get("code") == "idempotency_key_in_use"
-            and conflict.headers.get("Retry-After") == "1"
+            [a.status_code for a in answers] == [201, 409]
+            and conflict.code == "idempotency_key_in_use"
+            and conflict.retry_after == 1.0
             and seen.attempts == 1
             and seen.charges == 1
         )
@@ -450,26 +488,68 @@ class Demo:
             "one 201, one 409 idempotency_key_in_use with Retry-After: 1 at once; one charge",
         )
 
-    def changed_request(
-        self, first_key: str, first_body: dict[str, Any], first: httpx.Response
-    ) -> None:
+    def concurrent_duplicate_retried(self) -> None:
+        self.heading("the same duplicate, the merchant client retrying (its defaults)")
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body("tok_slow_2000", str(self.number))
+        self.show_request(key, body, "  x2: the second sent once the first holds the key")
+        before = self.stats()
+        first: list[Answer] = []
+        thread = threading.Thread(target=lambda: first.append(self.post(key, body, self.retrying)))
+        thread.start()
+        time.sleep(0.5)  # the first request has claimed the key by now
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            waits.append(seconds)
+            time.sleep(seconds)
+
+        with MerchantClient(self.api_url, self.api_key, sleep=sleep) as other:
+            second = self.post(key, body, other)
+        thread.join()
+        seen = self.seen(before, self.stats(), None)
+        self.show_answer(first[0], f"{first[0].id} {first[0].status}")
+        self.show_answer(second, f"{second.id} {second.status}")
+        print(
+            f"client    the second: {second.attempts} attempts, slept "
+            + ", ".join(f"{w:.2f} s" for w in waits)
+            + " (409 idempotency_key_in_use: Retry-After 1 s + jitter)"
+        )
+        print(f"sandbox   {seen.describe()}")
+        ok = (
+            first[0].status_code == 201
+            and second.status_code == 201
+            and second.replayed
+            and second.id == first[0].id
+            and bool(waits)
+            and all(w >= 1.0 for w in waits)
+            and seen.charges == 1
+        )
+        self.verdict(
+            "concurrent, retried",
+            ok,
+            "the second waits Retry-After (1 s) and returns the first one's 201, replayed; "
+            "one charge",
+        )
+
+    def changed_request(self, first_key: str, first_body: dict[str, Any], first: Answer) -> None:
         self.heading("a changed request under the same key")
         body = {**first_body, "amount": first_body["amount"] + 100}
         self.show_request(first_key, body, "  (scenario 1's key, another amount)")
         before = self.stats()
-        response = self.post(first_key, body)
+        answer = self.post(first_key, body)
         seen = self.seen(before, self.stats(), None)
-        self.show_answer(response)
+        self.show_answer(answer)
         print(f"sandbox   {seen.describe()}")
         if first.status_code in STORED_STATUSES:
             ok = (
-                response.status_code == 422
-                and response.json().get("code") == "idempotency_key_reused"
+                answer.status_code == 422
+                and isinstance(answer.result, IdempotencyKeyReused)
                 and seen.attempts == 0
             )
-            expected = "422 idempotency_key_reused, no acquirer call"
+            expected = "422 idempotency_key_reused (IdempotencyKeyReused), no acquirer call"
         else:
-            ok = response.status_code != 422
+            ok = answer.status_code != 422
             expected = (
                 f"not a 422: scenario 1's {first.status_code} was not stored, so the key was free"
             )
@@ -479,43 +559,45 @@ class Demo:
 
     def operation(
         self, path: str, body: dict[str, Any], kind: str, key: str | None = None
-    ) -> tuple[str, httpx.Response, Seen]:
+    ) -> tuple[str, Answer, Seen]:
         """``POST path`` (a capture or a refund) with its own key: printed, with what the
         sandbox saw for the operation's acquirer key (``capture-...``, ``refund-...``)."""
         key = key or f"demo-{self.run_id}-{self.number}-{kind}-{uuid.uuid4().hex[:4]}"
         self.show_request(key, body, path=path)
+        payment_id = path.split("/")[2]
         before = self.stats()
-        response = self.api.post(path, json=body, headers={"Idempotency-Key": key})
+        if kind == "capture":
+            answer = answer_of(lambda: self.client.capture(payment_id, idempotency_key=key, **body))
+        else:
+            answer = answer_of(lambda: self.client.refund(payment_id, idempotency_key=key, **body))
         seen = self.seen(before, self.stats(), None, kind)
-        data = response.json() if response.content else {}
         label, what = "payment", None
-        if data.get("object") == "refund":
-            label, what = "refund", f"{data['id']} {data['status']} amount {data['amount']}"
-        elif data.get("object") == "payment":
-            what = f"{data['id']} {data['status']} amount_captured {data['amount_captured']}"
-        self.show_answer(response, what, label)
+        if answer.kind == "refund":
+            label, what = "refund", f"{answer.id} {answer.status} amount {answer.data['amount']}"
+        elif answer.kind == "payment":
+            what = f"{answer.id} {answer.status} amount_captured {answer.data['amount_captured']}"
+        self.show_answer(answer, what, label)
         print(f"sandbox   {seen.describe()}")
-        return key, response, seen
+        return key, answer, seen
 
     def manual_payment(self) -> tuple[str | None, int]:
         self.heading("a manual payment: authorized only (capture_method manual)")
         key = f"demo-{self.run_id}-{self.number}"
         body = {**self.body("tok_visa", str(self.number), amount=2000), "capture_method": "manual"}
-        response, seen, payment_id, status = self.create_shown(key, body)
-        ok = response.status_code == 201 and status == "requires_capture" and seen.charges == 1
+        answer, seen, payment_id, status = self.create_shown(key, body)
+        ok = answer.status_code == 201 and status == "requires_capture" and seen.charges == 1
         self.verdict("manual", ok, "201, payment requires_capture, amount_captured 0; one charge")
         return (payment_id if ok else None), body["amount"]
 
     def partial_capture(self, payment_id: str, amount: int) -> bool:
         self.heading("a partial capture (the rest of the authorization is released)")
         captured = amount * 3 // 4
-        _, response, seen = self.operation(
+        _, answer, seen = self.operation(
             f"/payments/{payment_id}/capture", {"amount": captured}, "capture"
         )
-        data = response.json()
         ok = (
-            response.status_code == 200
-            and (data.get("status"), data.get("amount_captured")) == ("succeeded", captured)
+            answer.status_code == 200
+            and (answer.status, answer.data.get("amount_captured")) == ("succeeded", captured)
             and (seen.attempts, seen.charges) == (1, 1)
         )
         self.verdict(
@@ -525,22 +607,25 @@ class Demo:
 
     def two_refunds(self, payment_id: str) -> None:
         self.heading("two partial refunds of the captured amount")
-        captured = self.api.get(f"/payments/{payment_id}").json()["amount_captured"]
+        captured = self.client.get_payment(payment_id).amount_captured
         amounts = (captured // 3, captured // 5)
         ok = True
         for amount in amounts:
-            _, response, seen = self.operation(
+            _, answer, seen = self.operation(
                 f"/payments/{payment_id}/refunds", {"amount": amount}, "refund"
             )
-            data = response.json()
-            ok = ok and response.status_code == 201 and data.get("status") == "succeeded"
-            ok = ok and data.get("amount") == amount and (seen.attempts, seen.charges) == (1, 1)
-        payment = self.api.get(f"/payments/{payment_id}").json()
+            ok = ok and answer.status_code == 201 and answer.status == "succeeded"
+            ok = (
+                ok
+                and answer.data.get("amount") == amount
+                and (seen.attempts, seen.charges) == (1, 1)
+            )
+        payment = self.client.get_payment(payment_id)
         print(
-            f"then      GET /payments/{payment_id}: {payment['status']}, amount_captured "
-            f"{payment['amount_captured']}, amount_refunded {payment['amount_refunded']}"
+            f"then      GET /payments/{payment_id}: {payment.status}, amount_captured "
+            f"{payment.amount_captured}, amount_refunded {payment.amount_refunded}"
         )
-        ok = ok and payment["amount_refunded"] == sum(amounts)
+        ok = ok and payment.amount_refunded == sum(amounts)
         self.verdict(
             "refunds",
             ok,
@@ -552,9 +637,9 @@ class Demo:
         method = "tok_refund_500_after_commit"
         key = f"demo-{self.run_id}-{self.number}"
         body = self.body(method, str(self.number))
-        response = self.post(key, body)
-        payment_id = response.json().get("id") if response.status_code == 201 else None
-        print(f"setup     a payment with {method}: {response.status_code} {payment_id}")
+        created = self.post(key, body)
+        payment_id = created.id if created.status_code == 201 else None
+        print(f"setup     a payment with {method}: {created.status_code} {payment_id}")
         if payment_id is None:
             self.verdict("lost refund", False, "a 201 payment to refund")
             return
@@ -575,22 +660,21 @@ class Demo:
             )
         finally:
             self.sandbox.delete("/_sandbox/conditions/outage")
-        refund = first.json() if first.content else {}
         ok = (
             first.status_code == 202
-            and refund.get("status") == "pending"
-            and valid_retry_after(first.headers.get("Retry-After", "x"))
+            and first.status == "pending"
+            and first.retry_after is not None
             and seen.charges == 1
         )
-        print(f"then      GET /refunds/{refund.get('id')} every second until it is not pending")
+        print(f"then      client.wait_until_final(pending, timeout={poll_seconds:g}): polls "
+              f"GET /refunds/{first.id} after Retry-After, with backoff")  # fmt: skip
         started = time.monotonic()
-        status = refund.get("status")
-        while status == "pending" and time.monotonic() - started < poll_seconds:
-            time.sleep(1.0)
-            polled = self.api.get(f"/refunds/{refund.get('id')}")
-            status = polled.json().get("status") if polled.status_code == 200 else status
+        status = first.status
+        if isinstance(first.result, Pending):
+            final = answer_of(lambda: self.client.wait_until_final(first.result, poll_seconds))
+            status = final.status
         waited = time.monotonic() - started
-        print(f"answer    200  refund {refund.get('id')} {status} (after {waited:.0f} s)")
+        print(f"answer    200  refund {first.id} {status} (after {waited:.0f} s)")
         print("then      the merchant retries the same request (same Idempotency-Key)")
         _, replay, again = self.operation(
             f"/payments/{payment_id}/refunds", {"amount": 700}, "refund", key=refund_key
@@ -599,8 +683,8 @@ class Demo:
             ok
             and status == "succeeded"
             and replay.status_code == 201
-            and replay.json().get("status") == "succeeded"
-            and replay.headers.get("Idempotent-Replayed") == "true"
+            and replay.status == "succeeded"
+            and replay.replayed
             and (again.attempts, again.charges) in ((0, 0), (0, 1))
             and self.stats().get("refunds_by_idempotency_key", {}).get(seen.key, 0) == 1
         )
@@ -634,6 +718,7 @@ class Demo:
         )
         self.replay(first_key, first_body, first)
         self.concurrent_duplicate()
+        self.concurrent_duplicate_retried()
         self.changed_request(first_key, first_body, first)
         payment_id, amount = self.manual_payment()
         if payment_id and self.partial_capture(payment_id, amount):

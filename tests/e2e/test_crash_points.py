@@ -24,7 +24,14 @@ from payments.reconciliation import (
 )
 from tests.conftest import PAYMENT_BODY
 from tests.integration.test_lifecycle_api import post
-from tests.support.processes import GUNICORN, ROOT, free_port, service_env, wait_until
+from tests.support.processes import (
+    GUNICORN,
+    ROOT,
+    answers_healthz,
+    free_port,
+    service_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -44,14 +51,8 @@ def crashing_web(request, sandbox, tmp_path) -> Iterator[str]:
         web = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
 
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
         try:
-            wait_until(up, timeout=30, what="gunicorn")
+            wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
             yield url
         finally:
             web.send_signal(signal.SIGQUIT)  # gunicorn's quick shutdown: nothing to drain

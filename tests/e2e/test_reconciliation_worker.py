@@ -18,6 +18,7 @@ from tests.support.processes import (
     CELERY_WORKER,
     GUNICORN,
     ROOT,
+    answers_healthz,
     free_port,
     service_env,
     wait_until,
@@ -64,13 +65,7 @@ def stack(transactional_db, redis_url, tmp_path) -> Iterator[dict]:
         stack.enter_context(process(CELERY_WORKER, env, tmp_path / "worker.log"))
         url = f"http://127.0.0.1:{port}"
 
-        def web_up() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(web_up, timeout=30, what="gunicorn")
+        wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
         yield {"url": url, "sandbox": sandbox, "env": env, "logs": tmp_path}
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 from django.db import connection
 
 from tests.support.redis import suite_broker_url, suite_redis_url
@@ -82,3 +83,11 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def answers_healthz(url: str) -> bool:
+    """Whether the service at ``url`` answers ``GET /healthz`` with 200 (for ``wait_until``)."""
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False

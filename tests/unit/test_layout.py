@@ -48,7 +48,8 @@ def test_ci_runs_the_readme_test_command():
 
 # Import direction (README, "Architecture"): payments -> idempotency -> merchants;
 # payments -> webhooks (the outbox under the state machine), never back;
-# gateway_client and the sandbox import no project app; nothing imports payments except config.
+# gateway_client and the sandbox import no project app; merchant_client (a merchant's library)
+# imports gateway_client only; nothing imports payments except config.
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
@@ -65,6 +66,8 @@ FORBIDDEN_IMPORTS = {
                   "console"},
     "heartbeats": {"payments", "idempotency", "merchants", "ledger", "gateway_client",
                    "sandbox_acquirer"},
+    "merchant_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
+                        "merchants", "config", "sandbox_acquirer", "ledger", "console"},
 }  # fmt: skip
 
 
@@ -95,7 +98,7 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
+    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data", "merchant_client",
 )  # fmt: skip
 
 

@@ -66,13 +66,3 @@ def test_a_hang_shorter_than_the_read_timeout_is_a_result(demo: ModuleType) -> N
     documented, _why = demo.expected_for("tok_timeout_after_commit", 1, read_timeout=60.0)
 
     assert documented == (201, "succeeded")
-
-
-@pytest.mark.parametrize(
-    ("value", "valid"),
-    [("10", True), (" 5 ", True), ("Sun, 29 Nov 2026 17:00:31 GMT", True), ("2.0", False),
-     ("-1", False), ("", False), ("2026-11-29T17:00:31Z", False)],
-)  # fmt: skip
-def test_retry_after_check_follows_rfc_9110(demo: ModuleType, value: str, valid: bool) -> None:
-    """The demo flags a Retry-After that is neither delay-seconds nor an HTTP-date."""
-    assert demo.valid_retry_after(value) is valid

@@ -1,0 +1,216 @@
+"""
+The API's objects as typed values, decoded strictly from its JSON.
+
+`Payment` and `Refund` mirror the README's payment and refund objects (amounts in minor units
+of `currency`, ISO 4217; timestamps aware UTC datetimes). Every result also says how it was
+obtained, outside equality: `replayed` (the answer carried `Idempotent-Replayed: true`: the
+API's stored answer to an earlier request with the same idempotency key), `request_id` (the
+answer's `Request-Id` header, None without one), `status_code` and `attempts` (requests sent
+by the call).
+
+`Pending` is a `202`: the outcome is not known yet (never a failure); `object` is the payment
+(`processing`, `capture_pending`, `void_pending`) or the refund (`pending`) as the API showed
+it, `retry_after` the seconds the API asks to wait before looking again.
+
+Unknown fields are ignored (the API may add some); a missing field or a wrong JSON type raises
+`DecodeError`, which the client turns into `OutcomeUnknown` for a 2xx.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "FINAL_PAYMENT_STATUSES",
+    "FINAL_REFUND_STATUSES",
+    "Answered",
+    "DecodeError",
+    "Page",
+    "Payment",
+    "Pending",
+    "Refund",
+    "decode_payment",
+    "decode_refund",
+    "field_of",
+    "timestamp_of",
+]
+
+#: A payment in one of these statuses will not change without a new request (needs_review
+#: waits for an operator; a captured payment can still be refunded, which is its own object).
+FINAL_PAYMENT_STATUSES = frozenset(
+    {"succeeded", "requires_capture", "canceled", "declined", "failed", "needs_review"}
+)
+#: The refund statuses that end its `pending` state.
+FINAL_REFUND_STATUSES = frozenset({"succeeded", "failed", "needs_review"})
+
+
+class DecodeError(ValueError):
+    """The JSON is not the documented object (names the field, never echoes the value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """How a result was obtained, outside equality and keyword-only: `replayed`, `request_id`,
+    `status_code` and `attempts` (see the module docstring)."""
+
+    replayed: bool = field(default=False, compare=False, kw_only=True)
+    request_id: str | None = field(default=None, compare=False, kw_only=True)
+    status_code: int = field(default=200, compare=False, kw_only=True)
+    attempts: int = field(default=1, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Payment(Answered):
+    """
+    The payment object (README, "API contract"). `amount`, `amount_captured` and
+    `amount_refunded` in minor units of `currency`; `status` one of `processing`, `succeeded`,
+    `requires_capture`, `capture_pending`, `void_pending`, `canceled`, `declined`, `failed`,
+    `needs_review`. `final` is True when the status will not change by itself.
+    """
+
+    id: str
+    status: str
+    amount: int
+    currency: str
+    payment_method: str
+    reference: str | None
+    description: str | None
+    decline_code: str | None
+    failure_code: str | None
+    acquirer_reference: str | None
+    capture_method: str
+    amount_captured: int
+    amount_refunded: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def final(self) -> bool:
+        """True unless the status is `processing`, `capture_pending` or `void_pending`."""
+        return self.status in FINAL_PAYMENT_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class Refund(Answered):
+    """
+    The refund object: `id` (`re_...`), `payment` (the payment's id), `amount` in minor units
+    of `currency`, `status` (`pending`, `succeeded`, `failed`, `needs_review`), `reason`,
+    `failure_code` (why it failed), `acquirer_reference`.
+    """
+
+    id: str
+    payment: str
+    amount: int
+    currency: str
+    status: str
+    reason: str | None
+    failure_code: str | None
+    acquirer_reference: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def final(self) -> bool:
+        """True unless the status is `pending`."""
+        return self.status in FINAL_REFUND_STATUSES
+
+
+T = TypeVar("T", Payment, Refund)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending(Generic[T]):
+    """
+    A `202`: the outcome is not known yet; the API resolves it (reconciliation) and the same
+    request, or `MerchantClient.wait_until_final(pending)`, returns the final object later.
+    `object`: the payment or refund as it is now; `retry_after`: seconds to wait before
+    looking again (None if the answer gave none); `id`: the object's id.
+    """
+
+    object: T
+    retry_after: float | None
+    replayed: bool = field(default=False, compare=False)
+    request_id: str | None = field(default=None, compare=False)
+    attempts: int = field(default=1, compare=False)
+
+    @property
+    def id(self) -> str:
+        """The pending payment's or refund's id."""
+        return self.object.id
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list, newest first: `data`, `has_more`; pass the last item's id as
+    `starting_after` to read the next page. `request_id` as on every result."""
+
+    data: tuple[T, ...]
+    has_more: bool
+    request_id: str | None = field(default=None, compare=False)
+
+
+def field_of(document: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """`document[name]` if present and of JSON type `kind` (a bool is never an int); else
+    raises DecodeError naming the field."""
+    value = document.get(name)
+    if name not in document or not isinstance(value, kind) or isinstance(value, bool):
+        raise DecodeError(f"field {name!r} is missing or not of the documented type")
+    return value
+
+
+def _optional_str(document: Mapping[str, Any], name: str) -> str | None:
+    value = document.get(name)
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(f"field {name!r} is not a string or null")
+    return value
+
+
+def timestamp_of(document: Mapping[str, Any], name: str) -> datetime:
+    """`document[name]` read as an RFC 3339 timestamp with an offset; else DecodeError."""
+    text = field_of(document, name, str)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise DecodeError(f"field {name!r} is not an RFC 3339 timestamp") from None
+    if value.tzinfo is None:
+        raise DecodeError(f"field {name!r} has no UTC offset")
+    return value
+
+
+def _object(document: object, kind: str) -> Mapping[str, Any]:
+    if not isinstance(document, dict) or document.get("object") != kind:
+        raise DecodeError(f"not a {kind} object")
+    return document
+
+
+#: How each annotated field type of `Payment` and `Refund` is read from the JSON.
+_READERS: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
+    "str": lambda document, name: field_of(document, name, str),
+    "int": lambda document, name: field_of(document, name, int),
+    "str | None": _optional_str,
+    "datetime": timestamp_of,
+}
+
+
+def _decode(cls: type[T], kind: str, document: object, meta: dict[str, Any]) -> T:
+    doc = _object(document, kind)
+    values = {
+        f.name: _READERS[str(f.type)](doc, f.name) for f in dataclasses.fields(cls) if f.compare
+    }
+    return cls(**values, **meta)
+
+
+def decode_payment(document: object, **meta: Any) -> Payment:
+    """A `Payment` from the decoded JSON of a payment object; `meta` sets `replayed`,
+    `request_id`, `status_code`, `attempts`. Raises DecodeError."""
+    return _decode(Payment, "payment", document, meta)
+
+
+def decode_refund(document: object, **meta: Any) -> Refund:
+    """A `Refund` from the decoded JSON of a refund object; `meta` as `decode_payment`'s.
+    Raises DecodeError."""
+    return _decode(Refund, "refund", document, meta)
