@@ -30,7 +30,7 @@ COPY payments payments
 COPY ledger ledger
 COPY gateway_client gateway_client
 COPY webhooks webhooks
-COPY merchant_client merchant_client
+COPY heartbeats heartbeats
 COPY manage.py Procfile ./
 # Production settings import with no variable set and collectstatic opens no database, so the
 # build starts no PostgreSQL and the image keeps no data directory.

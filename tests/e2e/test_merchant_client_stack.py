@@ -30,6 +30,7 @@ from merchant_client import (
 )
 from merchants.services import merchant_create
 from payments.models import Payment as PaymentRow
+from tests.support.lossy_proxy import LossyProxy
 from tests.support.processes import (
     CELERY_WORKER,
     GUNICORN,
@@ -41,7 +42,6 @@ from tests.support.processes import (
 )
 from tests.support.redis import suite_broker_url
 from tests.support.sandbox import SandboxProcess
-from tests.support.lossy_proxy import LossyProxy
 
 # One stack and one merchant for the module, and one flush of the test database at its end
 # (not one per test: each test uses its own keys and references). The tests read the database

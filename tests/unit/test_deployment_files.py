@@ -63,6 +63,21 @@ def test_the_runtime_image_has_no_sandbox_nor_local_tools():
         assert tool not in runtime, tool
 
 
+def test_the_runtime_image_copies_every_package_the_service_imports():
+    """Every installed Django app and every top-level package the service imports (the
+    INSTALLED_APPS of the project, plus card_data and gateway_client) is copied into the
+    runtime stage; only the sandbox and the merchants' client library stay out."""
+    from django.conf import settings
+
+    copied = {line.split()[1] for line in stages()["runtime"] if line.startswith("COPY ")}
+    project_apps = {
+        app.split(".")[0] for app in settings.INSTALLED_APPS if (ROOT / app.split(".")[0]).is_dir()
+    }
+    needed = project_apps | {"config", "card_data", "gateway_client"}
+    assert needed <= copied, sorted(needed - copied)
+    assert not {"sandbox_acquirer", "merchant_client", "tests", "bench"} & copied
+
+
 def test_collectstatic_runs_at_build_and_the_app_user_owns_its_data_directories():
     """Static files are collected at build (no database needed); the process runs as `app`,
     which owns audits/ (the ledger audit's CSV files) and .celery/ (beat's schedule)."""

@@ -98,7 +98,8 @@ def test_import_direction():
 #: Every package of the project (tests excluded): the cycle check covers all of them.
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
-    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data", "merchant_client",
+    "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
+    "merchant_client",
 )  # fmt: skip
 
 
