@@ -8,7 +8,8 @@ FROM python:3.11-slim AS sandbox
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY sandbox_acquirer sandbox_acquirer
-RUN useradd --create-home --uid 10001 app
+# /data: its journal of charges (compose's SANDBOX_ACQUIRER_DATA_DIR volume), owned by app.
+RUN useradd --create-home --uid 10001 app && mkdir /data && chown app /data
 USER app
 CMD ["python", "-m", "sandbox_acquirer", "--port", "8090"]
 

@@ -150,3 +150,14 @@ def test_each_make_command_installs_its_profile_with_hashes():
     assert "PIP_LOCKED := $(BIN)/python -m pip install --quiet --require-hashes" in makefile
     assert "$(PIP_LOCKED) -r $<" in makefile
     assert re.search(r"^lock:", makefile, re.M)
+
+
+def test_compose_checks_the_health_of_the_web_the_worker_and_beat():
+    """The web by /readyz (the database), the worker and beat by their heartbeats
+    (`manage.py heartbeat_check`), so a hung or dead Celery process is visible in compose."""
+    services = compose()["services"]
+    assert "/readyz" in " ".join(services["web"]["healthcheck"]["test"])
+    for kind in ("worker", "beat"):
+        check = " ".join(services[kind]["healthcheck"]["test"])
+        assert f"heartbeat_check {kind}" in check or f"heartbeat_check', '{kind}" in check, check
+    assert services["sandbox"]["environment"]["SANDBOX_ACQUIRER_DATA_DIR"] == "/data"
