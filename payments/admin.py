@@ -100,9 +100,10 @@ RECONCILE_EXPLANATIONS = {
     ),
     PaymentStatus.NEEDS_REVIEW: (
         "Records your request and enqueues the reconciliation task. Automatic reconciliation "
-        "gave this payment up (too old or too many attempts), and the task does not re-check "
-        "needs_review payments: check the payment at the acquirer, then resolve it with one "
-        "of the Resolve actions (see docs/operations.md)."
+        "gave this payment up (too old or too many attempts); the task looks it up at the "
+        "acquirer once more, never re-sends it: found, it is resolved from the acquirer's "
+        "record; otherwise it stays in needs_review: check the payment at the acquirer, then "
+        "resolve it with one of the Resolve actions (see docs/operations.md)."
     ),
 }
 
