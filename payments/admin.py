@@ -26,7 +26,7 @@ and act on them. Nobody edits an amount or a status by hand.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
@@ -220,6 +220,82 @@ def _operation_known(operation: PaymentOperation, events: list[PaymentEvent]) ->
     return "; ".join(parts)
 
 
+#: The attempts table's columns (``_attempt_rows``).
+ATTEMPT_COLUMNS = (
+    "started (UTC)", "event", "operation", "attempt", "outcome", "HTTP status", "error class",
+    "elapsed", "wait", "wait source", "retry budget", "rate gate", "breaker", "decision",
+)  # fmt: skip
+
+
+def _attempt_rows(event: PaymentEvent) -> list[tuple]:
+    """The attempts table's rows of one attempt event: one per entry of its ``attempt_log``,
+    else one summary row (the call's outcome, status, error, elapsed and wait)."""
+    data = event.data
+    operation = data.get("operation", "")
+    log = data.get("attempt_log") or []
+    if not log:
+        status = data.get("status_code")
+        return [
+            (
+                event.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
+                event.type,
+                operation,
+                data.get("attempts", ""),
+                data.get("outcome", data.get("result", "")),
+                "" if status is None else status,
+                data.get("error", ""),
+                _fmt_seconds(data.get("elapsed_seconds")),
+                _fmt_seconds(data.get("retry_after_seconds", data.get("next_check_in_seconds"))),
+                data.get("wait_source", ""),
+                "",
+                "",
+                "",
+                "",
+            )
+        ]
+    rows = []
+    for step in log:
+        started = step.get("started_at")
+        decision = step.get("decision", "")
+        if step.get("stop_reason"):
+            decision = f"{decision} ({step['stop_reason']})"
+        gate = step.get("gate_remaining")
+        rows.append(
+            (
+                _fmt_epoch(started) if started is not None else "not sent",
+                event.type,
+                operation,
+                step.get("attempt", ""),
+                step.get("outcome", ""),
+                step.get("status_code", ""),
+                step.get("error", ""),
+                _fmt_seconds(step.get("elapsed")),
+                _fmt_seconds(step.get("wait", step.get("server_wait"))),
+                step.get("wait_source", ""),
+                _fmt_budget(step.get("budget_retries")),
+                "open" if not gate else f"closed {_fmt_seconds(gate)}",
+                step.get("breaker_state", ""),
+                decision,
+            )
+        )
+    return rows
+
+
+def _fmt_epoch(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def _fmt_budget(retries) -> str:
+    if retries is None:
+        return ""
+    return "empty" if retries <= 0 else f"{retries:g} retries left"
+
+
+def _fmt_instant(instant) -> str:
+    """``2026-12-01 12:09:07``: a list's date column, short enough to fit at 1400 px."""
+    return timezone.localtime(instant, UTC).strftime("%Y-%m-%d %H:%M:%S") if instant else ""
+
+
 def _fmt_seconds(value) -> str:
     return (
         f"{value:g} s" if isinstance(value, (int, float)) else ("" if value is None else str(value))
@@ -235,8 +311,8 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "status",
         "code",
         "reference",
-        "created_at",
-        "updated_at",
+        "created",
+        "updated",
     )
     list_filter = (
         StatusListFilter,
@@ -252,11 +328,12 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "idempotency_key__key__exact",
     )
     search_help_text = (
-        "Exact payment id, reference, acquirer reference or idempotency key (case-sensitive)."
+        "Payment id (any case), or the exact reference, acquirer reference or idempotency key "
+        "(case-sensitive)."
     )
     list_select_related = ("merchant",)
     ordering = ("-created_at", "-id")
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = CappedCountPaginator
@@ -333,17 +410,27 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def code(self, payment: Payment) -> str:
         return payment.decline_code or payment.failure_code or ""
 
+    @admin.display(description="created (UTC)", ordering="created_at")
+    def created(self, payment: Payment) -> str:
+        return _fmt_instant(payment.created_at)
+
+    @admin.display(description="updated (UTC)")
+    def updated(self, payment: Payment) -> str:
+        return _fmt_instant(payment.updated_at)
+
     def get_search_results(self, request, queryset, search_term):
         """Exact matches on the id, reference, acquirer reference or idempotency key.
 
         One OR of equalities that PostgreSQL answers with a BitmapOr of index scans; the
-        idempotency key is resolved first (its own index), so no join is needed.
+        idempotency key is resolved first (its own index), so no join is needed. Our ids are
+        lower-case (``new_payment_id``), so the id is matched in any case through the primary
+        key; the merchant's reference and key and the acquirer's reference are matched as typed.
         """
         term = search_term.strip()
         if not term:
             return queryset, False
         key_ids = list(IdempotencyKey.objects.filter(key=term).values_list("pk", flat=True)[:100])
-        match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
+        match = Q(id=term.lower()) | Q(reference=term) | Q(acquirer_reference=term)
         if key_ids:
             match |= Q(idempotency_key_id__in=key_ids)
         return queryset.filter(match), False
@@ -430,36 +517,24 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="attempts")
     def attempts_table(self, payment: Payment) -> str:
-        """Each call to the acquirer: what it answered, how long it took, the wait chosen."""
-        rows = [e for e in self._events(payment) if e.type in ATTEMPT_EVENT_TYPES]
+        """Each request to the acquirer, one row each: the calls' attempt logs (start, outcome,
+        HTTP status, error class, elapsed, the wait chosen and its source, the retry budget,
+        the rate gate, the decision), or one summary row for an event recorded without one
+        (a reconciliation's, or older ones)."""
+        rows = [
+            row
+            for e in self._events(payment)
+            if e.type in ATTEMPT_EVENT_TYPES
+            for row in _attempt_rows(e)
+        ]
         if not rows:
             return "No acquirer attempt recorded."
-        body = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    e.created_at.isoformat(timespec="milliseconds"),
-                    e.type,
-                    e.data.get("operation", ""),
-                    e.data.get("outcome", e.data.get("result", "")),
-                    e.data.get("status_code", "") if e.data.get("status_code") is not None else "",
-                    e.data.get("error", ""),
-                    _fmt_seconds(e.data.get("elapsed_seconds")),
-                    _fmt_seconds(
-                        e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds"))
-                    ),
-                    e.data.get("wait_source", ""),
-                )
-                for e in rows
-            ),
-        )
+        body = format_html_join("", "<tr>" + "<td>{}</td>" * len(ATTEMPT_COLUMNS) + "</tr>", rows)
+        head = format_html_join("", "<th>{}</th>", ((name,) for name in ATTEMPT_COLUMNS))
         return format_html(
-            '<table class="payment-attempts"><thead><tr><th>at</th><th>event</th>'
-            "<th>operation</th><th>outcome</th><th>HTTP status</th><th>error class</th>"
-            "<th>elapsed</th><th>chosen wait</th><th>wait source</th></tr></thead>"
-            "<tbody>{}</tbody></table>",
+            '<div class="payment-attempts-scroll"><table class="payment-attempts"><thead><tr>{}'
+            "</tr></thead><tbody>{}</tbody></table></div>",
+            head,
             body,
         )
 
@@ -638,7 +713,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     request, payment, f"Resolved as {to_status}: " + form.cleaned_data["note"]
                 )
                 self.message_user(
-                    request, f"{payment.pk} resolved as {to_status}.", messages.SUCCESS
+                    request, f"Payment {payment.pk} resolved as {to_status}.", messages.SUCCESS
                 )
                 return HttpResponseRedirect(self._change_url(payment))
         if payment.status != PaymentStatus.NEEDS_REVIEW and request.method == "GET":
@@ -875,7 +950,9 @@ class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = (RefundStatusListFilter, ("created_at", admin.DateFieldListFilter))
     # Documentation only: get_search_results resolves a term through these fields' indexes.
     search_fields = ("id__exact", "payment__id__exact", "acquirer_reference__exact")
-    search_help_text = "Exact refund id (re_...), payment id (pay_...) or acquirer reference."
+    search_help_text = (
+        "Refund id (re_...) or payment id (pay_...) in any case, or the exact acquirer reference."
+    )
     list_select_related = ("payment",)
     ordering = ("-created_at", "-id")
     sortable_by = ("created_at",)
@@ -935,11 +1012,11 @@ class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         """Exact matches on the refund id, the payment id or the acquirer reference: one OR of
         equalities, each answered by an index (the primary key, the payment foreign key,
-        ``operation_acquirer_reference``)."""
+        ``operation_acquirer_reference``). Our ids are lower-case: matched in any case."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(id=term) | Q(payment_id=term) | Q(acquirer_reference=term)
+        match = Q(id=term.lower()) | Q(payment_id=term.lower()) | Q(acquirer_reference=term)
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):
