@@ -24,6 +24,11 @@ class PaymentServiceAdminSite(admin.AdminSite):
     ``admin:payments_resilience`` and ``admin:payments_resilience_action``.
     """
 
+    # No navigation sidebar: the console's wide tables (the payments list's nine columns, the
+    # attempts table, the breakers and their actions) need the width at 1400 px; the
+    # breadcrumbs and the index lead everywhere it did.
+    enable_nav_sidebar = False
+
     def __init__(self, name: str = "admin") -> None:
         super().__init__(name)
         self.resilience = ResilienceAdmin(self)

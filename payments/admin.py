@@ -222,23 +222,33 @@ def _operation_known(operation: PaymentOperation, events: list[PaymentEvent]) ->
 
 #: The attempts table's columns (``_attempt_rows``).
 ATTEMPT_COLUMNS = (
-    "started (UTC)", "event", "operation", "attempt", "outcome", "HTTP status", "error class",
+    "started (UTC)", "by", "operation", "attempt", "outcome", "HTTP status", "error class",
     "elapsed", "wait", "wait source", "retry budget", "rate gate", "breaker", "decision",
 )  # fmt: skip
 
+#: Who made an attempt event's call ("by" column): the request path, or reconciliation.
+ATTEMPT_MADE_BY = {
+    PaymentEventType.ACQUIRER_ATTEMPT: "request",
+    PaymentEventType.OPERATION_ATTEMPT: "request",
+    PaymentEventType.RECONCILIATION_ATTEMPT: "reconciliation",
+    PaymentEventType.OPERATION_RECONCILIATION_ATTEMPT: "reconciliation",
+}
+
 
 def _attempt_rows(event: PaymentEvent) -> list[tuple]:
-    """The attempts table's rows of one attempt event: one per entry of its ``attempt_log``,
-    else one summary row (the call's outcome, status, error, elapsed and wait)."""
+    """The attempts table's rows of one attempt event: one per entry of its ``attempt_log``
+    (an error's outcome reads ``error``, its class in "error class"), else one summary row
+    (the call's outcome, status, error, elapsed and wait)."""
     data = event.data
+    made_by = ATTEMPT_MADE_BY.get(event.type, event.type)
     operation = data.get("operation", "")
     log = data.get("attempt_log") or []
     if not log:
         status = data.get("status_code")
         return [
             (
-                event.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
-                event.type,
+                _fmt_epoch(event.created_at.timestamp()),
+                made_by,
                 operation,
                 data.get("attempts", ""),
                 data.get("outcome", data.get("result", "")),
@@ -260,15 +270,16 @@ def _attempt_rows(event: PaymentEvent) -> list[tuple]:
         if step.get("stop_reason"):
             decision = f"{decision} ({step['stop_reason']})"
         gate = step.get("gate_remaining")
+        error = step.get("error") or ""
         rows.append(
             (
                 _fmt_epoch(started) if started is not None else "not sent",
-                event.type,
+                made_by,
                 operation,
                 step.get("attempt", ""),
-                step.get("outcome", ""),
+                "error" if error else step.get("outcome", ""),
                 step.get("status_code", ""),
-                step.get("error", ""),
+                error,
                 _fmt_seconds(step.get("elapsed")),
                 _fmt_seconds(step.get("wait", step.get("server_wait"))),
                 step.get("wait_source", ""),
@@ -282,13 +293,14 @@ def _attempt_rows(event: PaymentEvent) -> list[tuple]:
 
 
 def _fmt_epoch(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    """``2026-12-01 12:09:07.123`` (UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _fmt_budget(retries) -> str:
     if retries is None:
         return ""
-    return "empty" if retries <= 0 else f"{retries:g} retries left"
+    return "empty" if retries <= 0 else f"{retries:g} left"
 
 
 def _fmt_instant(instant) -> str:

@@ -401,8 +401,8 @@ def test_attempts_table_shows_the_read_timeout_and_then_the_approval(
     payment = Payment.objects.get(pk=answer.json()["id"])
     first, second = attempt_rows(support.get(detail_url(payment)).content.decode())
     assert re.search(
-        r"acquirer_attempt \| authorize \| 1 \| ResponseTimeoutError \|  \| ResponseTimeoutError"
-        r" \| 0\.3\d* s \| [\d.]+ s \| backoff \| \d+ retries left \| open \| closed \| retry$",
+        r"^[\d-]+ [\d:.]+ \| request \| authorize \| 1 \| error \|  \| ResponseTimeoutError \| "
+        r"0\.3\d* s \| [\d.]+ s \| backoff \| \d+ left \| open \| closed \| retry$",
         first,
     ), first
     assert re.search(r"\| 2 \| approved \| 201 \|  \| [\d.]+ s \|  \|  \|.* \| return$", second), (
