@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +16,14 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.processes import GUNICORN, ROOT, free_port, service_env, wait_until
+from tests.support.processes import (
+    CELERY_WORKER,
+    GUNICORN,
+    ROOT,
+    free_port,
+    service_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -107,3 +115,52 @@ def test_one_scrape_counts_the_requests_of_every_worker(web):
     total = sum(per_worker.values())
     scrapes = [_scraped(url) for _ in range(6)]
     assert scrapes == [total] * 6, (scrapes, per_worker)
+
+
+def test_the_celery_worker_serves_the_counts_of_its_pool_processes(transactional_db, tmp_path):
+    """A prefork worker (2 pool processes) with CELERY_METRICS_PORT: the tasks run in the pool
+    processes, and the worker's exposition (served by its main process) counts all of them."""
+    port = free_port()
+    env = service_env(CELERY_METRICS_PORT=str(port), PROMETHEUS_MULTIPROC_DIR=None)
+    command = [
+        *(arg for arg in CELERY_WORKER if arg not in {"--pool", "solo"}),
+        "--pool", "prefork", "--concurrency", "2",
+    ]  # fmt: skip
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log:
+        worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: _worker_metrics(port) is not None, timeout=60, what="worker metrics")
+            subprocess.run(
+                [sys.executable, "manage.py", "shell", "-c",
+                 "from payments.tasks import payment_reconcile_task as t\n"
+                 "for i in range(6): t.delay(f'pay_{i:024x}')"],
+                cwd=ROOT, env=env, check=True, timeout=60, capture_output=True,
+            )  # fmt: skip
+            wait_until(
+                lambda: _worker_metrics(port) == 6,
+                timeout=60,
+                what=f"6 reconciliations counted:\n{log_path.read_text()}",
+            )
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    assert "ForkPoolWorker" in log_path.read_text()
+
+
+def _worker_metrics(port: int) -> float | None:
+    """The worker's count of not_claimed reconciliations, None while it does not answer."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.TransportError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "payments_reconciliation_outcomes_total" and sample.labels == {
+                "result": "not_claimed"
+            }:
+                return sample.value
+    return 0.0
