@@ -16,6 +16,7 @@ its acquirer calls and the payment events it writes carry it too.
 import logging.config
 import os
 import sys
+from pathlib import Path
 
 import structlog
 from celery import Celery
@@ -26,10 +27,12 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
 
+from config.metrics_dir import metrics_dir_prepare, metrics_dir_remove
 from config.request_context import bind_request_id, current_request_id
 from heartbeats.celery import HeartbeatStep, forget_worker
 
@@ -37,6 +40,20 @@ from heartbeats.celery import HeartbeatStep, forget_worker
 REQUEST_ID_TASK_HEADER = "request_id"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
+
+
+def _worker_command(argv: list[str]) -> bool:
+    """True for ``celery ... worker ...`` (or ``python -m celery ... worker``)."""
+    program = Path(argv[0]) if argv else Path()
+    is_celery = program.name == "celery" or program.parent.name == "celery"
+    return is_celery and "worker" in argv[1:]
+
+
+# A Celery worker: before Django and prometheus_client load (here, as `-A config` imports this
+# module), its pool processes get one metrics directory, emptied, so the worker's exposition
+# adds them all up (config/metrics_dir.py). The web does the same in config/gunicorn.conf.py.
+if _worker_command(sys.argv):
+    metrics_dir_prepare("worker")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -76,11 +93,26 @@ def _refuse_to_start_on_errors(process: str) -> None:
         raise SystemExit(1) from None
 
 
+@worker_process_shutdown.connect
+def _forget_pool_process(pid=None, **kwargs) -> None:
+    """A pool process ends: forget its live gauges (its counters stay in the directory)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_shutdown.connect
+def _remove_metrics_dir(**kwargs) -> None:
+    """The worker stops: remove the metrics directory if this process made it."""
+    metrics_dir_remove()
+
+
 @worker_ready.connect
 def _serve_worker_metrics(**kwargs) -> None:
     """With CELERY_METRICS_PORT set, serve the worker's counters (reconciliation outcomes,
-    acquirer attempts) at http://CELERY_METRICS_ADDR:CELERY_METRICS_PORT/metrics. Set
-    PROMETHEUS_MULTIPROC_DIR too when the pool has several processes."""
+    acquirer attempts) at http://CELERY_METRICS_ADDR:CELERY_METRICS_PORT/metrics, every pool
+    process's (the multiprocess directory above)."""
     port = os.environ.get("CELERY_METRICS_PORT")
     if port:
         # Not at the top: this module is imported with the settings (config/__init__.py), before

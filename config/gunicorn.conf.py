@@ -19,13 +19,27 @@ accesslog = "-"
 control_socket_disable = True
 
 
-def child_exit(server, worker):
-    """With PROMETHEUS_MULTIPROC_DIR set (several workers share /metrics), forget a dead worker's
-    live gauges; its counters stay in the directory's files."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
+def on_starting(server):
+    """Before the workers fork: one metrics directory for all of them (PROMETHEUS_MULTIPROC_DIR,
+    or a temporary one), emptied, so /metrics adds up every worker (config/metrics_dir.py)."""
+    from config.metrics_dir import metrics_dir_prepare
 
-        multiprocess.mark_process_dead(worker.pid)
+    path = metrics_dir_prepare("web")
+    server.log.info("Prometheus multiprocess directory: %s", path)
+
+
+def child_exit(server, worker):
+    """A worker died: forget its live gauges; its counters stay in the directory's files."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    """The master stops: remove the metrics directory if on_starting made it."""
+    from config.metrics_dir import metrics_dir_remove
+
+    metrics_dir_remove()
 
 
 # The logging of every process (config/log_config.py): LOG_FORMAT json, or console (the default

@@ -59,6 +59,7 @@ from .policy import RetryPolicy
 from .store import MemoryStore, RedisStore, StateStore
 from .types import (
     AcquirerConfig,
+    AttemptRecord,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -72,6 +73,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "AcquirerClient",
     "AcquirerConfig",
     "AimdConfig",
+    "AttemptRecord",
     "Authorization",
     "AuthorizationRequest",
     "BreakerConfig",

@@ -7,8 +7,8 @@ acquirer's charge id for a capture or void), attempt, status, outcome, elapsed (
 attempt) and call_elapsed, decision (return, retry, raise) and stop_reason, the chosen wait
 and its source (retry-after, quota-header, gate, backoff), the server's wait and the rate
 headers seen, the gate's waits, the retry budget, the breaker's state and the caller's
-request id. Never the API key,
-the Authorization header, the card token or a body.
+request id. Never the API key, the Authorization header, the card token or a body. Each event
+is also kept, as an `AttemptRecord`, in the call's `Progress.trail`: the call's `attempt_log`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from ._call import Attempt, Progress, Stop
 from .clock import Clock
+from .types import AttemptRecord
 
 __all__ = ["AttemptLog"]
 
@@ -50,6 +51,8 @@ class AttemptLog:
             "elapsed": now - attempt.started,
             "server_wait": server.seconds if server is not None else None,
             "rate_headers": dict(server.seen) if server is not None else {},
+            "started_at": self._clock.time() - (now - attempt.started),
+            "error": type(attempt.error).__name__ if attempt.error is not None else None,
         }
         self._emit(progress, fields, decision, reason)
 
@@ -63,6 +66,8 @@ class AttemptLog:
             "elapsed": None,
             "server_wait": getattr(error, "retry_after", None),
             "rate_headers": {},
+            "started_at": None,
+            "error": type(error).__name__,
         }
         self._emit(progress, fields, "raise", stop.reason)
 
@@ -76,6 +81,26 @@ class AttemptLog:
         status = fields["status"]
         elapsed = fields["elapsed"]
         level = logging.INFO if decision == "return" else logging.WARNING
+        progress.trail.append(
+            AttemptRecord(
+                attempt=fields["attempt"],
+                sent=fields["started_at"] is not None,
+                outcome=fields["outcome"],
+                decision=decision,
+                started_at=_ms(fields["started_at"]),
+                elapsed=_ms(elapsed),
+                status_code=status,
+                error=fields["error"],
+                stop_reason=reason,
+                wait=_ms(wait),
+                wait_source=progress.log.get("wait_source"),
+                server_wait=_ms(fields["server_wait"]),
+                budget_retries=budget,
+                gate_remaining=_ms(gate),
+                gate_waited=round(progress.gate_waited, 3),
+                breaker_state=progress.log.get("breaker"),
+            )
+        )
         logger.log(
             level,
             "acquirer attempt operation=%s acquirer=%s reference=%s attempt=%d status=%s "
@@ -117,3 +142,7 @@ class AttemptLog:
                 "gateway_request_id": progress.request_id,
             },
         )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)

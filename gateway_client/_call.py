@@ -28,6 +28,7 @@ from .errors import (
 from .policy import RetryPolicy
 from .quota import ServerWait
 from .retry_after import MAX_DELAY_SECONDS
+from .types import AttemptRecord
 
 __all__ = [
     "Answer",
@@ -82,7 +83,8 @@ class Attempt:
 @dataclass(slots=True)
 class Progress:
     """
-    The running state of one call: attempts so far, the deadline, what the log needs.
+    The running state of one call: attempts so far, the deadline, what the log needs, and
+    `trail`, the call's AttemptRecords so far (the attempt log writes one per line).
     `operation` labels the call (errors, metrics, log); `group` names its circuit breaker;
     `safe` is True for a GET (every ambiguous outcome may be repeated); `reference` as in
     CallLabel; `request_id` the caller's id of the request behind the call (sent on every
@@ -103,6 +105,7 @@ class Progress:
     gate_waited: float = 0.0
     log: dict[str, Any] = field(default_factory=dict)
     request_id: str | None = None
+    trail: list[AttemptRecord] = field(default_factory=list)
 
 
 class Stop(Exception):  # a control-flow signal inside the client, never raised out

@@ -147,7 +147,11 @@ class RetryLoop:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
                     if isinstance(result, Authorization | Refund):
-                        result = dataclasses.replace(result, attempts=progress.attempts)
+                        result = dataclasses.replace(
+                            result,
+                            attempts=progress.attempts,
+                            attempt_log=tuple(progress.trail),
+                        )
                     return result  # type: ignore[no-any-return]
                 error = last = attempt.error
                 if isinstance(error, AmbiguousOutcomeError):
@@ -178,6 +182,7 @@ class RetryLoop:
                 self._log.attempt(progress, stop.attempt, outcome_name, "raise", stop.reason)
             else:
                 self._log.stop(progress, stop)
+            stop.error.attempt_log = tuple(progress.trail)
             raise stop.error from stop.error.__cause__
 
     def _guarded_attempt(

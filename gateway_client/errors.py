@@ -37,7 +37,9 @@ A call of several attempts ends with the error of its last attempt, except that 
 attempt was ambiguous the whole call is: a 500 followed by a 503 raises the ambiguous
 UpstreamServerError (the first attempt may have been applied), never a RetryableError.
 `attempts` always counts every request sent for the call (0 when the rate gate, the circuit
-breaker or the concurrency limiter refused it before the first one).
+breaker or the concurrency limiter refused it before the first one), and `attempt_log` lists
+each step of the call (`AttemptRecord`s, as its log lines; empty for an error raised outside
+a call).
 
 Messages say what happened (operation, acquirer name, HTTP status, error class and a short,
 sanitised `code` from the acquirer's error body). They never contain the API key, request or
@@ -48,6 +50,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .types import AttemptRecord
 
 __all__ = [
     "AcquirerUnavailableError",
@@ -108,6 +113,7 @@ class GatewayError(Exception):
         self.status_code = status_code
         self.code = code
         self.acquirer = acquirer
+        self.attempt_log: tuple[AttemptRecord, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The keyword-only constructor cannot be rebuilt from `args` alone; keep errors

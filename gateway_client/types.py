@@ -17,13 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ._validate import positive_seconds
 
 __all__ = [
     "AcquirerConfig",
+    "AttemptRecord",
     "Authorization",
     "AuthorizationRequest",
     "CaptureRequest",
@@ -237,6 +238,53 @@ class RefundRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """
+    One step of a call to the acquirer, as its attempt log line says it: a request sent
+    (`sent` True) or the call stopped before sending one (the breaker, the rate gate, the
+    concurrency limiter, the deadline: `sent` False). A call's records, in order, are its
+    result's or its error's `attempt_log`.
+
+    `attempt`: requests sent so far (this one included). `started_at`: when this request
+    started, wall clock, seconds since the Unix epoch (None when nothing was sent);
+    `elapsed`: its duration in seconds. `status_code`: the acquirer's HTTP status (None
+    without an answer). `outcome`: the result's outcome (`approved`, `declined`, `ok`,
+    `succeeded` ...) or the error's class name, which `error` repeats for an error.
+    `decision`: `return`, `retry` or `raise`, with `stop_reason` for a raise (`permanent`,
+    `ambiguous`, `max_attempts`, `budget`, `gate`, `circuit_open`, `concurrency`, `deadline`,
+    `server_wait_too_long`). `wait` (seconds) and `wait_source` (`retry-after`,
+    `quota-header`, `gate`, `backoff`): the sleep chosen before the next attempt;
+    `server_wait`: the acquirer's own wait. `budget_retries`: the retry budget's retries
+    available at that moment; `gate_remaining`: the rate gate's remaining closed time
+    (seconds); `gate_waited`: seconds the call waited for the gate so far. `breaker_state`: the
+    circuit breaker's state after this step. All seconds rounded to milliseconds.
+    """
+
+    attempt: int
+    sent: bool
+    outcome: str
+    decision: str
+    started_at: float | None = None
+    elapsed: float | None = None
+    status_code: int | None = None
+    error: str | None = None
+    stop_reason: str | None = None
+    wait: float | None = None
+    wait_source: str | None = None
+    server_wait: float | None = None
+    budget_retries: float | None = None
+    gate_remaining: float | None = None
+    gate_waited: float = 0.0
+    breaker_state: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that apply (None left out), JSON-ready."""
+        return {
+            name: value for name in self.__slots__ if (value := getattr(self, name)) is not None
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Authorization:
     """
     The charge as the acquirer shows it: the authorisation (approved or declined) and, when
@@ -244,8 +292,9 @@ class Authorization:
 
     A decline is a value (`approved=False`, usually with a `decline_code`), not an exception.
     `replayed` is True when the acquirer answered from its idempotency store. `attempts` is
-    how many requests the call sent to get this answer (1 without retries); it is not part of
-    equality. `payment_reference` is the one the request carried, as the acquirer echoes it;
+    how many requests the call sent to get this answer (1 without retries) and `attempt_log`
+    each of them (`AttemptRecord`, in order); neither is part of equality.
+    `payment_reference` is the one the request carried, as the acquirer echoes it;
     `acquirer_reference` is the acquirer's own id of the charge.
 
     The capture state (all None when the answer has none: an automatic authorisation's
@@ -271,6 +320,7 @@ class Authorization:
     captured_at: datetime | None = None
     voided_at: datetime | None = None
     attempts: int = field(default=1, compare=False)
+    attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +333,7 @@ class Refund:
     `amount_refunded`. `acquirer_reference` is the acquirer's refund id (`re_...`); `charge`
     the acquirer's charge id it refunds; `refund_reference` ours, as the acquirer echoes it;
     `amount` minor units of `currency` (the charge's). `created_at` aware UTC. `replayed` and
-    `attempts` as in Authorization (`attempts` is not part of equality).
+    `attempts` and `attempt_log` as in Authorization (not part of equality).
     """
 
     acquirer_reference: str
@@ -296,3 +346,4 @@ class Refund:
     created_at: datetime
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
+    attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)

@@ -6,3 +6,10 @@ class LedgerConfig(AppConfig):
 
     name = "ledger"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Serve the last audit's result at ``/metrics`` (ledger/metrics.py)."""
+        from ledger.metrics import LedgerAuditCollector
+        from payments.metrics_views import scrape_collector_register
+
+        scrape_collector_register(LedgerAuditCollector())

@@ -26,7 +26,7 @@ and act on them. Nobody edits an amount or a status by hand.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
@@ -100,9 +100,10 @@ RECONCILE_EXPLANATIONS = {
     ),
     PaymentStatus.NEEDS_REVIEW: (
         "Records your request and enqueues the reconciliation task. Automatic reconciliation "
-        "gave this payment up (too old or too many attempts), and the task does not re-check "
-        "needs_review payments: check the payment at the acquirer, then resolve it with one "
-        "of the Resolve actions (see docs/operations.md)."
+        "gave this payment up (too old or too many attempts); the task looks it up at the "
+        "acquirer once more, never re-sends it: found, it is resolved from the acquirer's "
+        "record; otherwise it stays in needs_review: check the payment at the acquirer, then "
+        "resolve it with one of the Resolve actions (see docs/operations.md)."
     ),
 }
 
@@ -219,6 +220,94 @@ def _operation_known(operation: PaymentOperation, events: list[PaymentEvent]) ->
     return "; ".join(parts)
 
 
+#: The attempts table's columns (``_attempt_rows``).
+ATTEMPT_COLUMNS = (
+    "started (UTC)", "by", "operation", "attempt", "outcome", "HTTP status", "error class",
+    "elapsed", "wait", "wait source", "retry budget", "rate gate", "breaker", "decision",
+)  # fmt: skip
+
+#: Who made an attempt event's call ("by" column): the request path, or reconciliation.
+ATTEMPT_MADE_BY = {
+    PaymentEventType.ACQUIRER_ATTEMPT: "request",
+    PaymentEventType.OPERATION_ATTEMPT: "request",
+    PaymentEventType.RECONCILIATION_ATTEMPT: "reconciliation",
+    PaymentEventType.OPERATION_RECONCILIATION_ATTEMPT: "reconciliation",
+}
+
+
+def _attempt_rows(event: PaymentEvent) -> list[tuple]:
+    """The attempts table's rows of one attempt event: one per entry of its ``attempt_log``
+    (an error's outcome reads ``error``, its class in "error class"), else one summary row
+    (the call's outcome, status, error, elapsed and wait)."""
+    data = event.data
+    made_by = ATTEMPT_MADE_BY.get(event.type, event.type)
+    operation = data.get("operation", "")
+    log = data.get("attempt_log") or []
+    if not log:
+        status = data.get("status_code")
+        return [
+            (
+                _fmt_epoch(event.created_at.timestamp()),
+                made_by,
+                operation,
+                data.get("attempts", ""),
+                data.get("outcome", data.get("result", "")),
+                "" if status is None else status,
+                data.get("error", ""),
+                _fmt_seconds(data.get("elapsed_seconds")),
+                _fmt_seconds(data.get("retry_after_seconds", data.get("next_check_in_seconds"))),
+                data.get("wait_source", ""),
+                "",
+                "",
+                "",
+                "",
+            )
+        ]
+    rows = []
+    for step in log:
+        started = step.get("started_at")
+        decision = step.get("decision", "")
+        if step.get("stop_reason"):
+            decision = f"{decision} ({step['stop_reason']})"
+        gate = step.get("gate_remaining")
+        error = step.get("error") or ""
+        rows.append(
+            (
+                _fmt_epoch(started) if started is not None else "not sent",
+                made_by,
+                operation,
+                step.get("attempt", ""),
+                "error" if error else step.get("outcome", ""),
+                step.get("status_code", ""),
+                error,
+                _fmt_seconds(step.get("elapsed")),
+                _fmt_seconds(step.get("wait", step.get("server_wait"))),
+                step.get("wait_source", ""),
+                _fmt_budget(step.get("budget_retries")),
+                "open" if not gate else f"closed {_fmt_seconds(gate)}",
+                step.get("breaker_state", ""),
+                decision,
+            )
+        )
+    return rows
+
+
+def _fmt_epoch(seconds: float) -> str:
+    """``2026-12-01 12:09:07.123`` (UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _fmt_budget(retries) -> str:
+    if retries is None:
+        return ""
+    return "empty" if retries <= 0 else f"{retries:g} left"
+
+
+def _fmt_instant(instant) -> str:
+    """``2026-12-01 12:09:07``: a list's date column, short enough to fit at 1400 px."""
+    return timezone.localtime(instant, UTC).strftime("%Y-%m-%d %H:%M:%S") if instant else ""
+
+
 def _fmt_seconds(value) -> str:
     return (
         f"{value:g} s" if isinstance(value, (int, float)) else ("" if value is None else str(value))
@@ -234,8 +323,8 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "status",
         "code",
         "reference",
-        "created_at",
-        "updated_at",
+        "created",
+        "updated",
     )
     list_filter = (
         StatusListFilter,
@@ -252,12 +341,12 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "events__request_id__exact",
     )
     search_help_text = (
-        "Exact payment id, reference, acquirer reference, idempotency key or request id "
-        "(case-sensitive)."
+        "Payment id (any case), or the exact reference, acquirer reference, idempotency key or "
+        "request id (case-sensitive)."
     )
     list_select_related = ("merchant",)
     ordering = ("-created_at", "-id")
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = CappedCountPaginator
@@ -334,13 +423,23 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def code(self, payment: Payment) -> str:
         return payment.decline_code or payment.failure_code or ""
 
+    @admin.display(description="created (UTC)", ordering="created_at")
+    def created(self, payment: Payment) -> str:
+        return _fmt_instant(payment.created_at)
+
+    @admin.display(description="updated (UTC)")
+    def updated(self, payment: Payment) -> str:
+        return _fmt_instant(payment.updated_at)
+
     def get_search_results(self, request, queryset, search_term):
         """Exact matches on the id, reference, acquirer reference, idempotency key or the
         request id of one of its events (a ``Request-Id`` an operator found in a log line).
 
         One OR of equalities that PostgreSQL answers with a BitmapOr of index scans; the
         idempotency key and the request id are resolved first (their own indexes), so no join
-        is needed.
+        is needed. Our ids are lower-case (``new_payment_id``), so the id is matched in any case
+        through the primary key; the merchant's reference and key, the acquirer's reference and
+        the request id are matched as typed.
         """
         term = search_term.strip()
         if not term:
@@ -355,7 +454,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 events.values_list("none", "payment_id")[:100], all=True
             )
         )
-        match = Q(id=term) | Q(reference=term) | Q(acquirer_reference=term)
+        match = Q(id=term.lower()) | Q(reference=term) | Q(acquirer_reference=term)
         key_ids = [key_id for key_id, _ in found if key_id is not None]
         requested = [payment_id for _, payment_id in found if payment_id is not None]
         if key_ids:
@@ -446,36 +545,24 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="attempts")
     def attempts_table(self, payment: Payment) -> str:
-        """Each call to the acquirer: what it answered, how long it took, the wait chosen."""
-        rows = [e for e in self._events(payment) if e.type in ATTEMPT_EVENT_TYPES]
+        """Each request to the acquirer, one row each: the calls' attempt logs (start, outcome,
+        HTTP status, error class, elapsed, the wait chosen and its source, the retry budget,
+        the rate gate, the decision), or one summary row for an event recorded without one
+        (a reconciliation's, or older ones)."""
+        rows = [
+            row
+            for e in self._events(payment)
+            if e.type in ATTEMPT_EVENT_TYPES
+            for row in _attempt_rows(e)
+        ]
         if not rows:
             return "No acquirer attempt recorded."
-        body = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    e.created_at.isoformat(timespec="milliseconds"),
-                    e.type,
-                    e.data.get("operation", ""),
-                    e.data.get("outcome", e.data.get("result", "")),
-                    e.data.get("status_code", "") if e.data.get("status_code") is not None else "",
-                    e.data.get("error", ""),
-                    _fmt_seconds(e.data.get("elapsed_seconds")),
-                    _fmt_seconds(
-                        e.data.get("retry_after_seconds", e.data.get("next_check_in_seconds"))
-                    ),
-                    e.data.get("wait_source", ""),
-                )
-                for e in rows
-            ),
-        )
+        body = format_html_join("", "<tr>" + "<td>{}</td>" * len(ATTEMPT_COLUMNS) + "</tr>", rows)
+        head = format_html_join("", "<th>{}</th>", ((name,) for name in ATTEMPT_COLUMNS))
         return format_html(
-            '<table class="payment-attempts"><thead><tr><th>at</th><th>event</th>'
-            "<th>operation</th><th>outcome</th><th>HTTP status</th><th>error class</th>"
-            "<th>elapsed</th><th>chosen wait</th><th>wait source</th></tr></thead>"
-            "<tbody>{}</tbody></table>",
+            '<div class="payment-attempts-scroll"><table class="payment-attempts"><thead><tr>{}'
+            "</tr></thead><tbody>{}</tbody></table></div>",
+            head,
             body,
         )
 
@@ -656,7 +743,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     request, payment, f"Resolved as {to_status}: " + form.cleaned_data["note"]
                 )
                 self.message_user(
-                    request, f"{payment.pk} resolved as {to_status}.", messages.SUCCESS
+                    request, f"Payment {payment.pk} resolved as {to_status}.", messages.SUCCESS
                 )
                 return HttpResponseRedirect(self._change_url(payment))
         if payment.status != PaymentStatus.NEEDS_REVIEW and request.method == "GET":
@@ -893,7 +980,9 @@ class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = (RefundStatusListFilter, ("created_at", admin.DateFieldListFilter))
     # Documentation only: get_search_results resolves a term through these fields' indexes.
     search_fields = ("id__exact", "payment__id__exact", "acquirer_reference__exact")
-    search_help_text = "Exact refund id (re_...), payment id (pay_...) or acquirer reference."
+    search_help_text = (
+        "Refund id (re_...) or payment id (pay_...) in any case, or the exact acquirer reference."
+    )
     list_select_related = ("payment",)
     ordering = ("-created_at", "-id")
     sortable_by = ("created_at",)
@@ -953,11 +1042,11 @@ class RefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         """Exact matches on the refund id, the payment id or the acquirer reference: one OR of
         equalities, each answered by an index (the primary key, the payment foreign key,
-        ``operation_acquirer_reference``)."""
+        ``operation_acquirer_reference``). Our ids are lower-case: matched in any case."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(id=term) | Q(payment_id=term) | Q(acquirer_reference=term)
+        match = Q(id=term.lower()) | Q(payment_id=term.lower()) | Q(acquirer_reference=term)
         return queryset.filter(match), False
 
     def changelist_view(self, request, extra_context=None):

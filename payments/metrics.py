@@ -19,6 +19,8 @@ Gauges, computed at scrape time:
 * ``payments_unresolved{status}``: exact count of ``processing`` and ``needs_review`` payments.
 * ``payments_oldest_unresolved_age_seconds{status}``: age of the oldest one (0 if none).
 * ``payments_by_status_estimated{status}``: payments per status, planner estimate.
+* ``payments_reconciliation_lag_seconds``: how long the most overdue ``processing`` payment
+  has been due for its reconciliation check (``next_check_at`` in the past; 0 when none is).
 * ``payments_collector_up``: 1 when the scrape-time queries succeeded, else 0.
 
 Counters:
@@ -138,12 +140,18 @@ class PaymentsCollector:
         yield GaugeMetricFamily(
             "payments_collector_up", "1 when the scrape-time database queries succeeded."
         )
+        yield GaugeMetricFamily(
+            "payments_reconciliation_lag_seconds",
+            "How long the most overdue processing payment has been due for its reconciliation "
+            "check (0 when none is due).",
+        )
 
     def collect(self) -> Iterable[Metric]:
         """Run the queries; on a database error only ``payments_collector_up 0`` is exported."""
-        unresolved, oldest, estimated, up = self._families()
+        unresolved, oldest, estimated, up, lag = self._families()
         try:
             counts, oldest_at, estimates = self._query()
+            due_since = _earliest_due()
         except Exception:  # a scrape answers even when the database does not
             logger.exception("payments metrics collector failed")
             up.add_metric([], 0)
@@ -157,8 +165,9 @@ class PaymentsCollector:
             )
         for status in PaymentStatus.values:
             estimated.add_metric([status], estimates.get(status, 0.0))
+        lag.add_metric([], max((now - due_since).total_seconds(), 0.0) if due_since else 0.0)
         up.add_metric([], 1)
-        return [unresolved, oldest, estimated, up]
+        return [unresolved, oldest, estimated, up, lag]
 
     @staticmethod
     def _query() -> tuple[dict[str, int], dict[str, object], dict[str, float]]:
@@ -176,6 +185,16 @@ class PaymentsCollector:
             for status in UNRESOLVED_STATUSES
         }
         return counts, oldest_at, _estimated_by_status()
+
+
+def _earliest_due():
+    """The earliest ``next_check_at`` of a processing payment (the partial index
+    ``payment_reconciliation_due``), or None."""
+    return (
+        Payment.objects.filter(status=PaymentStatus.PROCESSING, next_check_at__isnull=False)
+        .order_by()
+        .aggregate(due=Min("next_check_at"))["due"]
+    )
 
 
 def _estimated_by_status() -> dict[str, float]:

@@ -41,7 +41,7 @@ from payments.acquirer.collectors import ResilienceCollector
 from payments.metrics import PaymentsCollector
 from webhooks.metrics import WebhooksCollector
 
-__all__ = ["metrics_view", "worker_metrics_server_start"]
+__all__ = ["metrics_view", "scrape_collector_register", "worker_metrics_server_start"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,17 @@ def _scrape_registry() -> CollectorRegistry:
 
 
 _DATABASE_REGISTRY = _scrape_registry()
+_REGISTERED: list = []
+
+
+def scrape_collector_register(collector) -> None:
+    """Add a scrape-time collector (``describe()`` and ``collect()``, as prometheus_client's
+    custom collectors) to the web's ``/metrics``: how an app this one may not import (the
+    ledger audit, from its ``AppConfig.ready``) serves its gauges. Registering twice is a
+    no-op."""
+    if collector not in _REGISTERED:
+        _DATABASE_REGISTRY.register(collector)
+        _REGISTERED.append(collector)
 
 
 def _process_registry() -> CollectorRegistry:

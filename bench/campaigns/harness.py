@@ -401,6 +401,19 @@ class Web(Process):
         except httpx.HTTPError:
             return False
 
+    def breaker_states(self) -> dict[str, str]:
+        """Each circuit breaker's state as ``/metrics`` reports it: ``{group: state}``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=10, trust_env=False).text
+        return {
+            sample.labels["group"]: sample.labels["state"]
+            for family in text_string_to_metric_families(text)
+            if family.name == "payments_acquirer_breaker_state"
+            for sample in family.samples
+            if sample.value == 1
+        }
+
     def workers_booted(self) -> int:
         """How many times a worker booted (initial workers included)."""
         return self.log_text().count("Booting worker with pid")
@@ -600,6 +613,21 @@ class Stack:
                 f"Redis is not reachable at {self.options.redis_url} ({exc}); start it or set "
                 "REDIS_URL"
             ) from exc
+
+    def reset_acquirer_state(self) -> int:
+        """Give the next campaign a known acquirer state: delete the stack's gateway keys in
+        Redis (circuit breakers, rate gate, retry budget, AIMD limits and slots), so every
+        process starts from closed breakers, an open gate and a full budget, whatever the
+        campaign before left (a breaker the fuzzing opened, a gate a 429 closed). Returns the
+        keys deleted. The processes keep running: the gateway client recreates each key on
+        its next use."""
+        import redis
+
+        client = redis.Redis.from_url(self.options.redis_url, socket_timeout=3)
+        keys = list(client.scan_iter(match=f"{self.namespace}:*", count=500))
+        if keys:
+            client.delete(*keys)
+        return len(keys)
 
     def _cleanup_redis(self) -> None:
         import redis

@@ -60,6 +60,14 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+def campaign_prepare(stack: Stack) -> None:
+    """Before each campaign: the sandbox without conditions and the acquirer client's shared
+    state reset (breakers closed, gate open, budget full), so no campaign inherits another's
+    breaker or gate."""
+    stack.sandbox.clear_conditions()
+    stack.reset_acquirer_state()
+
+
 def run_campaign(stack: Stack, name: str, params: dict[str, Any]) -> CampaignResult:
     module = importlib.import_module(CAMPAIGNS[name])
     started = time.monotonic()
@@ -84,7 +92,7 @@ def run_campaigns(
     with Stack.running(options) as stack:
         stack.prepare_merchants([MERCHANTS[name] for name in ordered])
         for name in ordered:
-            stack.sandbox.clear_conditions()
+            campaign_prepare(stack)
             result = run_campaign(stack, name, profile.get(name, {}))
             results.append(result)
             if echo:

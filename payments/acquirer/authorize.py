@@ -24,6 +24,7 @@ from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     AmbiguousOutcomeError,
+    AttemptRecord,
     AuthorizationRequest,
     CircuitOpenError,
     GatewayError,
@@ -35,6 +36,7 @@ from payments.models import CaptureMethod, Payment
 __all__ = [
     "AcquirerAttempt",
     "AuthorizationOutcome",
+    "attempt_log_data",
     "authorization_request",
     "failed_attempt",
     "payment_authorize",
@@ -72,7 +74,10 @@ class AcquirerAttempt:
     in whole seconds rounded up, with ``wait_source`` saying where it came from
     (``retry-after``, ``quota-header`` or ``gate``). ``amount``: for a capture or refund, the
     amount (minor units) the acquirer applied. ``code``: the acquirer's refusal code (a
-    permanent error's), when it gave one.
+    permanent error's), when it gave one. ``attempt_log``: each step of the call, in order
+    (:func:`attempt_log_data` of the gateway's ``AttemptRecord``s: start, elapsed, status,
+    outcome, error class, decision and stop reason, the chosen wait and its source, the retry
+    budget, the rate gate and the breaker state), shown as rows on the payment's page.
     """
 
     outcome: AuthorizationOutcome
@@ -88,12 +93,18 @@ class AcquirerAttempt:
     wait_source: str | None = None
     amount: int | None = None
     code: str | None = None
+    attempt_log: tuple[dict, ...] = ()
 
     def as_event_data(self) -> dict:
         """The JSON stored in the event: ``asdict()`` with the outcome's value, fields that do
-        not apply (None) left out."""
-        data = asdict(self) | {"outcome": self.outcome.value}
-        return {name: value for name, value in data.items() if value is not None}
+        not apply (None, or no attempt log) left out."""
+        data = asdict(self) | {"outcome": self.outcome.value, "attempt_log": list(self.attempt_log)}
+        return {name: value for name, value in data.items() if value is not None and value != []}
+
+
+def attempt_log_data(records: tuple[AttemptRecord, ...]) -> tuple[dict, ...]:
+    """The gateway's records of one call as JSON-ready dicts (fields that apply only)."""
+    return tuple(record.as_dict() for record in records)
 
 
 def authorization_request(payment: Payment) -> AuthorizationRequest:
@@ -139,6 +150,7 @@ def failed_attempt(exc: GatewayError, *, operation: str, elapsed: float) -> Acqu
         retry_after_seconds=None if retry_after is None else math.ceil(retry_after),
         wait_source=None if retry_after is None else exc.wait_source,
         code=code if isinstance(code, str) else None,
+        attempt_log=attempt_log_data(exc.attempt_log),
     )
 
 
@@ -176,4 +188,5 @@ def payment_authorize(
         acquirer_reference=authorization.acquirer_reference,
         decline_code=authorization.decline_code,
         replayed=authorization.replayed,
+        attempt_log=attempt_log_data(authorization.attempt_log),
     )

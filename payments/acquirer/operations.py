@@ -31,7 +31,12 @@ from gateway_client import (
     RetryPolicy,
     VoidRequest,
 )
-from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome, failed_attempt
+from payments.acquirer.authorize import (
+    AcquirerAttempt,
+    AuthorizationOutcome,
+    attempt_log_data,
+    failed_attempt,
+)
 from payments.models import OperationKind, Payment, PaymentOperation
 
 __all__ = ["Found", "operation_found", "operation_lookup", "operation_request", "operation_send"]
@@ -87,6 +92,7 @@ def _answered(operation: PaymentOperation, answer: Authorization | Refund) -> Ac
             decline_code=None if succeeded else (answer.failure_code or "refund_failed"),
             replayed=answer.replayed,
             amount=answer.amount,
+            attempt_log=attempt_log_data(answer.attempt_log),
         )
     return AcquirerAttempt(
         outcome=AuthorizationOutcome.APPROVED,
@@ -96,6 +102,7 @@ def _answered(operation: PaymentOperation, answer: Authorization | Refund) -> Ac
         operation=operation.kind,
         replayed=answer.replayed,
         amount=answer.amount_captured if operation.kind == OperationKind.CAPTURE else None,
+        attempt_log=attempt_log_data(answer.attempt_log),
     )
 
 

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from bench.campaigns.harness import Stack, StackOptions
-from bench.campaigns.runner import MERCHANTS, PROFILES, final_audit, run_campaign
+from bench.campaigns.runner import (
+    MERCHANTS,
+    PROFILES,
+    campaign_prepare,
+    final_audit,
+    run_campaign,
+)
 
 pytestmark = [pytest.mark.campaign, pytest.mark.e2e]
 
@@ -36,7 +42,10 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
 
 
 def campaign(stack: Stack, name: str):
-    stack.sandbox.clear_conditions()
+    campaign_prepare(stack)
+    assert stack.web is not None
+    states = stack.web.breaker_states()
+    assert states and set(states.values()) == {"closed"}, f"not a known start: {states}"
     result = run_campaign(stack, name, SHORT[name])
     print(result.report())
     assert result.ok, result.report()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,7 +17,9 @@ from django.utils import timezone
 from console.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
 from payments.models import Payment, PaymentEvent
+from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -366,3 +369,91 @@ def test_bulk_reconcile_asks_for_a_note_then_enqueues_the_unresolved(
     assert enqueued == [stuck.pk]
     assert stuck.events.get().data["note"] == "acquirer back up"
     assert not done.events.exists()
+
+
+# --- operators' details ----------------------------------------------------------------------
+
+
+def attempt_rows(page: str) -> list[str]:
+    """The text of each row of the attempts table, cells joined by " | "."""
+    table = re.search(r'<table class="payment-attempts">(.*?)</table>', page, re.S)
+    assert table, "no attempts table"
+    body = table[1].split("<tbody>", 1)[1]
+    return [
+        " | ".join(
+            re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td>(.*?)</td>", row)
+        )
+        for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_attempts_table_shows_the_read_timeout_and_then_the_approval(
+    support, merchant_a, sandbox, settings
+):
+    """tok_timeout_after_commit: the first request times out (charged but unanswered), the
+    retry with the same key gets the 201 replay: two rows, the timeout with its wait first."""
+    settings.ACQUIRER_READ_TIMEOUT_SECONDS = 0.3
+    answer = merchant_a.create_payment(
+        {**PAYMENT_BODY, "payment_method": "tok_timeout_after_commit"}
+    )
+    assert answer.status_code == 201, answer.content
+    payment = Payment.objects.get(pk=answer.json()["id"])
+    first, second = attempt_rows(support.get(detail_url(payment)).content.decode())
+    assert re.search(
+        r"^[\d-]+ [\d:.]+ \| request \| authorize \| 1 \| error \|  \| ResponseTimeoutError \| "
+        r"0\.3\d* s \| [\d.]+ s \| backoff \| \d+ left \| open \| closed \| retry$",
+        first,
+    ), first
+    assert re.search(r"\| 2 \| approved \| 201 \|  \| [\d.]+ s \|  \|  \|.* \| return$", second), (
+        second
+    )
+    stored = payment.events.get(type="acquirer_attempt").data
+    assert [step["outcome"] for step in stored["attempt_log"]] == [
+        "ResponseTimeoutError",
+        "approved",
+    ]
+
+
+def test_attempts_table_keeps_a_summary_row_for_events_without_a_log(support):
+    """An attempt event recorded without an attempt log (a reconciliation's, or before the
+    log was kept) still shows its one summary row."""
+    payment = PaymentFactory(status="processing")
+    PaymentEvent.objects.create(
+        payment=payment, type="reconciliation_attempt", created_at=timezone.now(),
+        data={"result": "retry_later", "error": "ConnectionFailedError",
+              "next_check_in_seconds": 30},
+    )  # fmt: skip
+    (row,) = attempt_rows(support.get(detail_url(payment)).content.decode())
+    assert "retry_later" in row and "ConnectionFailedError" in row and "30 s" in row
+
+
+def test_resolve_message_keeps_the_payment_id_in_lower_case(operator):
+    """The admin capitalises a message's first letter: the message starts with a word."""
+    payment = needs_review_payment()
+    response = operator.post(
+        f"{LIST_URL}{quote(payment.pk)}/resolve/failed/", {"note": "not at the acquirer"},
+        follow=True,
+    )  # fmt: skip
+    messages = [str(m) for m in response.context["messages"]]
+    assert messages == [f"Payment {payment.pk} resolved as failed."]
+    assert f"Payment {payment.pk} resolved" in response.content.decode()
+
+
+def test_search_finds_a_payment_or_refund_by_its_id_in_any_case(support):
+    """An id pasted in capitals (or mixed) finds the payment, and its refunds."""
+    payment = PaymentFactory()
+    PaymentFactory()
+    assert listed_ids(support.get(LIST_URL, {"q": payment.pk.upper()})) == {payment.pk}
+    assert listed_ids(support.get(LIST_URL, {"q": payment.pk.title()})) == {payment.pk}
+
+
+def test_reconcile_now_on_needs_review_says_what_the_task_does(operator):
+    """The task looks a needs_review payment up again (payments.reconciliation,
+    _look_up_for_review): the action's page and docs/operations.md say so."""
+    payment = needs_review_payment()
+    page = operator.get(f"{LIST_URL}{quote(payment.pk)}/reconcile/").content.decode()
+    assert "looks it up at the acquirer once more, never re-sends it" in page
+    docs = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    assert "A `needs_review` payment is re-checked by the task with a look-up only" in docs
+    assert "is not re-checked" not in docs

@@ -12,8 +12,10 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 import config.urls
+from ledger.models import AuditRun
 from payments import health, metrics, metrics_views
 from payments.acquirer.metrics import GatewayMetrics
+from payments.models import Payment
 from tests.factories import PaymentFactory
 
 # This module is the urlconf of its tests: the project's routes plus the two new ones.
@@ -85,6 +87,38 @@ def test_payments_by_status_are_estimated_from_planner_statistics(client):
     assert samples[("payments_by_status_estimated", (("status", "declined"),))] == 10
 
 
+def test_reconciliation_lag_is_how_long_the_most_overdue_payment_has_been_due(client):
+    """A processing payment due 2 minutes ago sets the lag; one due later and a needs_review
+    one with an old next check do not."""
+    now = timezone.now()
+    PaymentFactory(status="processing", next_check_at=now - timedelta(minutes=2))
+    PaymentFactory(status="processing", next_check_at=now + timedelta(minutes=5))
+    PaymentFactory(status="needs_review", next_check_at=now - timedelta(hours=2))
+    lag = scrape(client)[("payments_reconciliation_lag_seconds", ())]
+    assert 120 <= lag < 180
+    Payment.objects.filter(next_check_at__lt=now).update(next_check_at=now + timedelta(hours=1))
+    assert scrape(client)[("payments_reconciliation_lag_seconds", ())] == 0
+
+
+def test_the_last_ledger_audit_is_exported(client):
+    """The newest audit run's discrepancies and time; 0 and no time before any audit."""
+    samples = scrape(client)
+    assert samples[("payments_ledger_audit_discrepancies", ())] == 0
+    assert ("payments_ledger_audit_last_run_timestamp_seconds", ()) not in samples
+    ran_at = timezone.now()
+    for ago, found in ((timedelta(days=1), 0), (timedelta(0), 3)):
+        AuditRun.objects.create(
+            ran_at=ran_at - ago, since=ran_at - ago - timedelta(hours=25),
+            source="test", triggered_by="test", discrepancies_total=found,
+        )  # fmt: skip
+    samples = scrape(client)
+    assert samples[("payments_ledger_audit_discrepancies", ())] == 3
+    assert samples[("payments_ledger_audit_last_run_timestamp_seconds", ())] == pytest.approx(
+        ran_at.timestamp()
+    )
+    assert samples[("payments_ledger_audit_collector_up", ())] == 1
+
+
 def test_collector_reports_down_instead_of_failing_the_scrape(client, monkeypatch):
     """A database error: the scrape still answers, with payments_collector_up 0."""
 
@@ -98,10 +132,10 @@ def test_collector_reports_down_instead_of_failing_the_scrape(client, monkeypatc
 
 
 def test_scrape_runs_a_bounded_number_of_queries(client, django_assert_max_num_queries):
-    """Six cheap queries whatever the table size (counts, two minimums, the statistics, the
-    heartbeats' small table, the webhook backlog)."""
+    """Eight cheap queries whatever the table size (counts, two minimums, the statistics, the
+    heartbeats' small table, the webhook backlog, the earliest due check, the last audit run)."""
     PaymentFactory.create_batch(20, status="processing")
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(8):
         scrape(client)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import datetime, timedelta
 
@@ -275,6 +276,28 @@ def test_command_dry_run_changes_nothing(merchant_a, sandbox, capsys, single_att
     out = capsys.readouterr().out
     assert "approved" in out and "dry run" in out
     assert Payment.objects.get(pk=payment_id).status == "processing"
+
+
+def test_command_dry_run_reports_processing_payments_not_yet_due(
+    merchant_a, sandbox, capsys, single_attempt
+):
+    """Two processing payments whose first check is still ahead: both examined and looked up,
+    each said not due yet, and nothing changes (it used to say "0 examined")."""
+    ids = [
+        merchant_a.create_payment(
+            {**PAYMENT_BODY, "payment_method": "tok_500_after_commit"}
+        ).json()["id"]
+        for _ in range(2)
+    ]
+    Payment.objects.filter(pk__in=ids).update(next_check_at=timezone.now() + timedelta(minutes=5))
+    call_command("reconcile_payments", "--dry-run")
+    out = capsys.readouterr().out
+    assert "2 processing payment(s) examined, 0 due now" in out
+    for payment_id in ids:
+        assert re.search(rf"{payment_id}: processing, next check in \d+ s, .*approved", out), out
+    assert set(Payment.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        "processing"
+    }
 
 
 def test_max_age_must_stay_well_below_acquirer_key_retention(settings):

@@ -79,7 +79,8 @@ def test_import_loads_no_forbidden_module() -> None:
 
 
 PUBLIC = {
-    "AcquirerClient", "AcquirerConfig", "AimdConfig", "Authorization", "AuthorizationRequest",
+    "AcquirerClient", "AcquirerConfig", "AimdConfig", "AttemptRecord", "Authorization",
+    "AuthorizationRequest",
     "BreakerConfig", "BreakerSnapshot", "CaptureRequest", "Clock", "LimiterSnapshot",
     "ManualClock", "MemoryStore", "RedisStore", "Refund", "RefundRequest", "RetryPolicy",
     "StateStore", "VoidRequest",

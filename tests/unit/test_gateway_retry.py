@@ -795,3 +795,49 @@ def test_attempt_event_carries_the_gateway_fields_as_extras(
     assert (first["wait"], first["wait_source"]) == (0.1, "backoff")
     assert record.levelname == "WARNING"
     assert API_KEY not in json.dumps(first, default=str)
+
+
+# -- the attempt record of a call --------------------------------------------------------------
+
+
+def test_a_call_records_each_attempt_with_its_wait_budget_and_breaker() -> None:
+    """A read timeout then an approval: two records, in order, each with its start, status,
+    outcome and error class; the first with the chosen wait, its source and the budget."""
+    client, _, _ = build(raising(httpx.ReadTimeout("slow")), status(201), takes=[3.0, 0.25], u=0.5)
+    result = client.authorize(request())
+    first, second = result.attempt_log
+    assert (first.attempt, first.sent, first.status_code) == (1, True, None)
+    assert (first.outcome, first.error, first.decision) == (
+        "ResponseTimeoutError", "ResponseTimeoutError", "retry",
+    )  # fmt: skip
+    assert first.started_at == WALL.timestamp() and first.elapsed == 3.0
+    assert (first.wait, first.wait_source) == (0.1, "backoff")
+    assert first.budget_retries is not None and first.breaker_state == "closed"
+    assert (second.attempt, second.status_code, second.outcome) == (2, 201, "approved")
+    assert (second.decision, second.error, second.elapsed) == ("return", None, 0.25)
+    assert second.started_at == WALL.timestamp() + 3.1
+    assert second.as_dict()["outcome"] == "approved" and "error" not in second.as_dict()
+
+
+def test_an_error_carries_the_attempts_and_the_budget_refusal() -> None:
+    """503 with an empty retry budget: one record, raised for the budget."""
+    clock = ManualClock()
+    store = MemoryStore(clock.monotonic)
+    budget = RetryBudget(store, "acquirer", min_retries_per_second=0, percent_can_retry=0.1)
+    client, _, _ = build(status(503), status(201), clock=clock, store=store, budget=budget)
+    error = raised(client)
+    (only,) = error.attempt_log
+    assert (only.status_code, only.outcome, only.decision, only.stop_reason) == (
+        503, "AcquirerUnavailableError", "raise", "budget",
+    )  # fmt: skip
+    assert only.budget_retries == 0
+
+
+def test_a_call_the_breaker_refuses_records_a_step_not_sent() -> None:
+    """A forced-open breaker: nothing sent, one record saying why."""
+    client, transport, _ = build(status(201))
+    client.breakers.get("authorize").force_open()
+    error = raised(client)
+    (only,) = error.attempt_log
+    assert transport.requests == [] and only.sent is False and only.started_at is None
+    assert (only.outcome, only.stop_reason) == ("CircuitOpenError", "circuit_open")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -75,6 +76,29 @@ def test_docker_image_copies_every_installed_package():
     dockerfile = (ROOT / "Dockerfile").read_text()
     sandbox, runtime = dockerfile.split("AS runtime")
     copied = set(re.findall(r"^COPY (\S+) \1$", runtime, re.M))
-    assert packages - {"sandbox_acquirer"} <= copied, sorted(packages - copied)
+    assert packages - {"sandbox_acquirer", "merchant_client"} <= copied, sorted(packages - copied)
     assert "sandbox_acquirer" not in copied
     assert "COPY sandbox_acquirer sandbox_acquirer" in sandbox.split("AS sandbox")[1]
+
+
+def test_metrics_dir_prepare_empties_a_configured_directory_and_exports_it(tmp_path, monkeypatch):
+    """A configured PROMETHEUS_MULTIPROC_DIR keeps its other files but loses a previous run's
+    counters; unset, a directory of its own is made, exported, and removed at the end."""
+    from config import metrics_dir
+
+    configured = tmp_path / "metrics"
+    configured.mkdir()
+    (configured / "counter_123.db").write_bytes(b"old")
+    (configured / "README").write_text("kept")
+    monkeypatch.setenv(metrics_dir.ENV, str(configured))
+    assert metrics_dir.metrics_dir_prepare("web") == configured
+    assert sorted(p.name for p in configured.iterdir()) == ["README"]
+    metrics_dir.metrics_dir_remove()
+    assert configured.exists()
+
+    monkeypatch.delenv(metrics_dir.ENV)
+    made = metrics_dir.metrics_dir_prepare("worker")
+    assert made.is_dir() and made.name.startswith("payments-metrics-worker-")
+    assert os.environ[metrics_dir.ENV] == str(made)
+    metrics_dir.metrics_dir_remove()
+    assert not made.exists()

@@ -1,11 +1,13 @@
 """``python manage.py reconcile_payments [--payment ID] [--dry-run]``.
 
 Runs the same reconciliation code as the Celery tasks, by hand, and prints what it did. With
-``--dry-run`` it only looks payments up at the acquirer and prints what it found: no claim, no
-write, no re-send.
+``--dry-run`` it only looks processing payments up at the acquirer (the one given, or the 50
+whose check comes first, due or not) and prints what it found and when each is due: no claim,
+no write, no re-send.
 """
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import F
 from django.utils import timezone
 
 from config.request_context import current_request_id
@@ -18,6 +20,9 @@ from payments.reconciliation import (
     reconciliation_run,
     reconciliation_sweep,
 )
+
+#: Processing payments a dry run looks up at most (those whose check comes first).
+DRY_RUN_LIMIT = 50
 
 
 class Command(BaseCommand):
@@ -58,16 +63,24 @@ class Command(BaseCommand):
         self.stdout.write(f"{len(results)} payment(s) reconciled.")
 
     def _dry_run(self, payment_id: str | None, client) -> None:
+        """Look up the processing payments (one, or the 50 whose check comes first, due or
+        not) and print what the acquirer has and when each is due; change nothing."""
+        now = timezone.now()
         payments = Payment.objects.filter(status=PaymentStatus.PROCESSING)
         if payment_id:
             payments = payments.filter(id=payment_id)
         else:
-            payments = payments.filter(next_check_at__lte=timezone.now()).order_by("next_check_at")[
-                :50
+            payments = payments.order_by(F("next_check_at").asc(nulls_first=True), "id")[
+                :DRY_RUN_LIMIT
             ]
-        count = 0
+        count = due = 0
         for payment in payments:
             count += 1
+            if payment.next_check_at is None or payment.next_check_at <= now:
+                due += 1
+                when = "due now"
+            else:
+                when = f"next check in {(payment.next_check_at - now).total_seconds():.0f} s"
             try:
                 authorizations = client.lookup(
                     payment.id,
@@ -85,7 +98,9 @@ class Command(BaseCommand):
                     or "not found"
                 )
             self.stdout.write(
-                f"{payment.id}: processing, {payment.reconciliation_attempts} attempt(s); "
-                f"acquirer: {found}"
+                f"{payment.id}: processing, {when}, {payment.reconciliation_attempts} "
+                f"attempt(s); acquirer: {found}"
             )
-        self.stdout.write(f"{count} payment(s) examined (dry run: nothing changed).")
+        self.stdout.write(
+            f"{count} processing payment(s) examined, {due} due now (dry run: nothing changed)."
+        )
