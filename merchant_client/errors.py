@@ -28,10 +28,14 @@ refused connection, a reset, a timeout) is a `TransportError`.
         │   └── AmountExceedsRefundable   amount_exceeds_refundable
         ├── IdempotencyKeyReused    422   idempotency_key_reused
         ├── RateLimited             429   rate_limited (retried after Retry-After)
+        │   └── ConcurrencyLimited        concurrency_limited: too many of the merchant's
+        │                                 payment POSTs in progress
         └── ServerError             5xx   internal_error, a proxy's 502/504 (retried, same key)
             ├── AcquirerError       502   acquirer_error: stored and replayed; payment_id
-            └── ServiceUnavailable  503   acquirer_unavailable: certainly not applied,
-                                          key released; retry_after
+            ├── ServiceUnavailable  503   acquirer_unavailable: certainly not applied,
+            │                             key released; retry_after
+            └── DatabaseUnavailable 503   service_unavailable: the service lost its database;
+                                          the outcome may be unknown: retry, same key
 
 `retry_after` is the server's wait in seconds (`Retry-After`, RFC 9110 section 10.2.3) and
 `not_before` the wall-clock instant it ends (aware UTC), both None when the answer gave none.
@@ -223,6 +227,11 @@ class RateLimited(ProblemError):
     """429 `rate_limited`; `retry_after` says when to come back."""
 
 
+class ConcurrencyLimited(RateLimited):
+    """429 `concurrency_limited`: the merchant's payment POSTs in progress are at its cap;
+    `retry_after` (1 s) says when to come back. Nothing was stored."""
+
+
 class ServerError(ProblemError):
     """5xx: a server failure; a re-send with the same idempotency key is safe."""
 
@@ -254,6 +263,14 @@ class ServiceUnavailable(ServerError):
     """
 
 
+class DatabaseUnavailable(ServerError):
+    """
+    503 `service_unavailable`: the service could not reach its database, or a statement timed
+    out. Unlike `ServiceUnavailable` this promises nothing: the payment may exist, as after a
+    crash (the service reconciles it). Retry after `retry_after` seconds with the same key.
+    """
+
+
 #: The problem `code`s of the API (README, "Errors"; payments/problems.py) and their classes.
 ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "validation_error": ValidationError,
@@ -276,9 +293,11 @@ ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "amount_exceeds_refundable": AmountExceedsRefundable,
     "idempotency_key_reused": IdempotencyKeyReused,
     "rate_limited": RateLimited,
+    "concurrency_limited": ConcurrencyLimited,
     "internal_error": ServerError,
     "acquirer_error": AcquirerError,
     "acquirer_unavailable": ServiceUnavailable,
+    "service_unavailable": DatabaseUnavailable,
 }
 
 #: The class of an answer whose code is absent or unknown, by status.

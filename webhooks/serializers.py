@@ -13,7 +13,7 @@ from typing import Any
 from rest_framework import serializers
 
 from webhooks.events import EVENT_TYPES
-from webhooks.models import Event, WebhookEndpoint
+from webhooks.models import EndpointStatus, Event, WebhookEndpoint
 
 __all__ = [
     "EndpointListSerializer",
@@ -78,7 +78,7 @@ class EndpointSerializer(serializers.Serializer):
     object = serializers.CharField(default="webhook_endpoint")
     url = serializers.CharField()
     enabled_events = serializers.ListField(child=serializers.CharField())
-    status = serializers.ChoiceField(choices=["enabled", "disabled"])
+    status = serializers.ChoiceField(choices=EndpointStatus.choices)
     disabled_reason = serializers.CharField(allow_null=True)
     description = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()

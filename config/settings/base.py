@@ -123,6 +123,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Three objects have a `status` with its own values: name each enum after its object.
+    "ENUM_NAME_OVERRIDES": {
+        "PaymentStatusEnum": "payments.models.PaymentStatus",
+        "OperationStatusEnum": "payments.models.OperationStatus",
+        "WebhookEndpointStatusEnum": "webhooks.models.EndpointStatus",
+    },
 }
 
 # --- Metrics (payments/metrics_views.py): when set, /metrics requires "Authorization: Bearer ...".

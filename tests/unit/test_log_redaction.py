@@ -34,7 +34,7 @@ def grouped(card: str, separator: str) -> str:
         ("GET /payments?api_key=abc123&limit=2", "GET /payments?api_key=[redacted]&limit=2"),
         ("Bearer sk_live_AbC-12_x", "Bearer [redacted]"),
         ("key sk_live_AbC-12_x in a message", "key sk_live_[redacted] in a message"),
-        ("GET /p?reference=5555+5555+5555+4444&x=1", "GET /p?reference=[card+number+redacted]&x=1"),
+        ("GET /p?reference=5555+5555+5555+4444&x=1", "GET /p?reference=[card number redacted]&x=1"),
         ("payment pay_0123456789abcdef01234567 succeeded", "payment pay_0123456789abcdef01234567 succeeded"),  # noqa: E501
         ("idempotency_key=order-17 limit=20", "idempotency_key=order-17 limit=20"),
     ],
