@@ -3,6 +3,7 @@ and the reconciliation sweep finds what a lost enqueue left (docs/operations.md)
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from datetime import timedelta
@@ -39,9 +40,16 @@ def broker_down() -> Iterator[None]:
 def test_an_unknown_outcome_is_answered_202_when_the_enqueue_fails(
     merchant_a, sandbox, single_attempt, broker_down, caplog
 ):
-    response = merchant_a.create_payment(
-        {**PAYMENT_BODY, "payment_method": "tok_reset_before_commit"}
-    )
+    # Django's robust on_commit logs under "django", which the project's logging does not
+    # propagate to the root logger (config/log_config.py): listen on it directly.
+    django_logger = logging.getLogger("django.db.backends.base")
+    django_logger.addHandler(caplog.handler)
+    try:
+        response = merchant_a.create_payment(
+            {**PAYMENT_BODY, "payment_method": "tok_reset_before_commit"}
+        )
+    finally:
+        django_logger.removeHandler(caplog.handler)
     assert response.status_code == 202
     assert "on_commit" in caplog.text  # the failed enqueue was logged, not raised
     payment = Payment.objects.get(pk=response.json()["id"])
