@@ -76,7 +76,13 @@ class StrictJSONParser(BaseParser):
             data = json.loads(
                 text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
             )
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        except RecursionError as exc:  # nested past the interpreter's limit: deeper still
+            raise Problem(
+                f"The JSON document is nested more than {MAX_DEPTH} levels deep.",
+                code="json_too_deep",
+                title="The body is not valid JSON",
+            ) from exc
+        except (UnicodeDecodeError, ValueError) as exc:
             raise Problem(
                 "The body must be a JSON document encoded as UTF-8.",
                 code="invalid_json",
