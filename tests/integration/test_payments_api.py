@@ -264,3 +264,27 @@ def test_unknown_url_is_problem_404(merchant_a, settings):
     response = merchant_a.client.get("/nope")
     assert response.status_code == 404
     assert response["Content-Type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("method", ["get", "post", "delete"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/payments/pay_%00",
+        "/payments/pay_%00/capture",
+        "/payments/pay_%00/void",
+        "/payments/pay_%00/refunds",
+        "/refunds/re_%00",
+        "/webhook_endpoints/we_%00",
+        "/webhook_endpoints/we_%00/rotate_secret",
+        "/events/evt_%00",
+    ],
+)
+def test_a_nul_in_an_object_id_is_a_problem_404_not_a_500(merchant_a, settings, method, path):
+    """PostgreSQL text cannot hold NUL: an id with one matches no route (it once reached the
+    query and failed as a 500)."""
+    settings.DEBUG = False
+    response = getattr(merchant_a.client, method)(path, HTTP_IDEMPOTENCY_KEY="nul-in-path")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
