@@ -174,7 +174,7 @@ def test_idempotency_outcomes_in_the_request_line(merchant_a, sandbox, log_lines
         (422, "reused"),
         (200, "new"),
     ]
-    assert lines[3]["route"] == "/payments/<id:payment_id>/void"
+    assert lines[3]["route"] == "/payments/<str:payment_id>/void"
     assert lines[3]["payment_id"] == payment_id
 
 
