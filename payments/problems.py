@@ -248,6 +248,20 @@ class DatabaseUnavailableMiddleware:
         return None
 
 
+class NulInPathMiddleware:
+    """Answers a path with a NUL (``/payments/pay_%00``) with the 404 problem, in debug mode
+    too: no object id holds one, and PostgreSQL text cannot, so the look-up would fail as a
+    ``500``. One check for every route, the admin's included."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path_info:
+            return not_found(request)
+        return self.get_response(request)
+
+
 def server_error(request) -> HttpResponse:
     """Django ``handler500``: the error was logged by Django; the answer reveals nothing. A
     database outage raised outside any view (by a middleware, say) still answers ``503``."""

@@ -59,6 +59,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
     "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
+    "payments.problems.NulInPathMiddleware",  # /payments/pay_%00: 404, not a 500
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 

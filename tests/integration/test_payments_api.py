@@ -281,8 +281,8 @@ def test_unknown_url_is_problem_404(merchant_a, settings):
     ],
 )
 def test_a_nul_in_an_object_id_is_a_problem_404_not_a_500(merchant_a, settings, method, path):
-    """PostgreSQL text cannot hold NUL: an id with one matches no route (it once reached the
-    query and failed as a 500)."""
+    """PostgreSQL text cannot hold NUL: a path with one answers 404 before any view (it once
+    reached the query and failed as a 500)."""
     settings.DEBUG = False
     response = getattr(merchant_a.client, method)(path, HTTP_IDEMPOTENCY_KEY="nul-in-path")
     assert response.status_code == 404
