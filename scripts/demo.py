@@ -699,9 +699,9 @@ class Demo:
         """Webhooks (``scripts/demo_webhooks.py``): a 202 payment's final event arriving."""
         self.heading("webhook after a 202")
         title, ok, expected = webhook_after_reconciliation(
-            str(self.api.base_url).rstrip("/"),
+            self.api_url.rstrip("/"),
             str(self.sandbox.base_url).rstrip("/"),
-            self.api.headers["Authorization"].removeprefix("Bearer "),
+            self.api_key,
         )
         self.verdict(title, ok, expected)
 

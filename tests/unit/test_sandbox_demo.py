@@ -66,3 +66,20 @@ def test_a_hang_shorter_than_the_read_timeout_is_a_result(demo: ModuleType) -> N
     documented, _why = demo.expected_for("tok_timeout_after_commit", 1, read_timeout=60.0)
 
     assert documented == (201, "succeeded")
+
+
+def test_the_webhook_step_hands_the_api_address_and_key_to_the_webhook_demo(demo, monkeypatch):
+    """The last step gets the addresses and key the Demo was built with (it once read
+    attributes the Demo no longer has, so make demo crashed after 15 steps)."""
+    seen = []
+
+    def webhook_after_reconciliation(api, sandbox, api_key):
+        seen.append((api, sandbox, api_key))
+        return "webhook after a 202", True, "one event"
+
+    monkeypatch.setattr(demo, "webhook_after_reconciliation", webhook_after_reconciliation)
+    run = demo.Demo("http://127.0.0.1:8000/", "http://127.0.0.1:8090/", "sk_test_x", 3.0)
+    run.webhook_step()
+
+    assert seen == [("http://127.0.0.1:8000", "http://127.0.0.1:8090", "sk_test_x")]
+    assert run.results == [("webhook after a 202", True)]
