@@ -24,7 +24,6 @@ RUN pip install --no-cache-dir --require-hashes -r requirements/runtime.txt
 COPY config config
 COPY card_data card_data
 COPY console console
-COPY card_data card_data
 COPY merchants merchants
 COPY idempotency idempotency
 COPY payments payments

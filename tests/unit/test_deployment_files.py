@@ -69,7 +69,9 @@ def test_the_runtime_image_copies_every_package_the_service_imports():
     runtime stage; only the sandbox and the merchants' client library stay out."""
     from django.conf import settings
 
-    copied = {line.split()[1] for line in stages()["runtime"] if line.startswith("COPY ")}
+    copies = [line.split()[1] for line in stages()["runtime"] if line.startswith("COPY ")]
+    assert len(copies) == len(set(copies)), sorted(c for c in copies if copies.count(c) > 1)
+    copied = set(copies)
     project_apps = {
         app.split(".")[0] for app in settings.INSTALLED_APPS if (ROOT / app.split(".")[0]).is_dir()
     }
