@@ -31,6 +31,7 @@ from celery.signals import (
     worker_ready,
     worker_shutdown,
 )
+from kombu.transport import redis as kombu_redis
 
 from config.metrics_dir import metrics_dir_prepare, metrics_dir_remove
 from config.request_context import bind_request_id, current_request_id
@@ -40,6 +41,14 @@ from heartbeats.celery import HeartbeatStep, forget_worker
 REQUEST_ID_TASK_HEADER = "request_id"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
+
+# kombu 5.6's Redis transport can die on a broker restart: a stale file descriptor raises
+# KeyError out of the event loop, which is not among its connection errors, so the worker
+# exits ("Unrecoverable error: KeyError(14)") instead of reconnecting (kombu issue #2582).
+# Upstream's fix (kombu #2592, in 5.7) adds KeyError to those errors; celery 5.6 needs kombu
+# < 5.7 and celery 5.7 has the restore bug of docs/operations.md, so the same one-line fix is
+# applied here until both can be upgraded (tests/e2e/test_broker_restart.py proves it).
+kombu_redis.Transport.connection_errors = (*kombu_redis.Transport.connection_errors, KeyError)
 
 
 def _worker_command(argv: list[str]) -> bool:

@@ -42,14 +42,20 @@ def test_an_unknown_outcome_is_answered_202_when_the_enqueue_fails(
 ):
     # Django's robust on_commit logs under "django", which the project's logging does not
     # propagate to the root logger (config/log_config.py): listen on it directly.
+    # An in-process Celery worker of an earlier test may have left it disabled or raised its
+    # level: set both for this request.
     django_logger = logging.getLogger("django.db.backends.base")
+    saved = django_logger.disabled, django_logger.level
+    django_logger.disabled = False
     django_logger.addHandler(caplog.handler)
     try:
-        response = merchant_a.create_payment(
-            {**PAYMENT_BODY, "payment_method": "tok_reset_before_commit"}
-        )
+        with caplog.at_level(logging.ERROR, logger="django.db.backends.base"):
+            response = merchant_a.create_payment(
+                {**PAYMENT_BODY, "payment_method": "tok_reset_before_commit"}
+            )
     finally:
         django_logger.removeHandler(caplog.handler)
+        django_logger.disabled, django_logger.level = saved
     assert response.status_code == 202
     assert "on_commit" in caplog.text  # the failed enqueue was logged, not raised
     payment = Payment.objects.get(pk=response.json()["id"])
