@@ -16,9 +16,9 @@ import subprocess
 import sys
 
 import pytest
+from celery import Celery
 from django.utils import timezone
 
-from config.celery_app import app
 from heartbeats.models import Heartbeat
 from idempotency.models import IdempotencyKey
 from tests.e2e.test_celery_worker import expired_key
@@ -33,9 +33,11 @@ RESTARTS = 3
 
 
 def _send(broker_url: str, queue: str, count: int) -> None:
-    with app.connection_for_write(broker_url) as connection:
+    """Publish ``count`` purge tasks to the private broker through an app of their own (never
+    the current one: the service's own app must stay as the other tests left it)."""
+    with Celery(broker=broker_url, set_as_current=False) as producer:
         for _ in range(count):
-            app.send_task(PURGE, connection=connection, queue=queue)
+            producer.send_task(PURGE, queue=queue)
 
 
 def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):

@@ -136,7 +136,8 @@ def test_the_celery_worker_serves_the_counts_of_its_pool_processes(transactional
         worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: _worker_metrics(port) is not None, timeout=60, what="worker metrics")
-            with Celery(broker=env["CELERY_BROKER_URL"]) as producer:
+            # Not the current app: the service's tasks keep publishing through config.celery_app.
+            with Celery(broker=env["CELERY_BROKER_URL"], set_as_current=False) as producer:
                 for i in range(6):  # unknown payments: each run counts one not_claimed
                     producer.send_task(
                         "payments.tasks.reconcile_payment",
