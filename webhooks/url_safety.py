@@ -61,9 +61,28 @@ def _split(url: str, *, allow_local: bool) -> SplitResult:
     return parts
 
 
+#: IPv6 prefixes that carry an IPv4 address in their last 32 bits and reach it through a
+#: translator: NAT64's well-known and local-use prefixes (RFC 6052, RFC 8215).
+NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to: IPv4-mapped, NAT64, 6to4 and Teredo."""
+    found = [address.ipv4_mapped, address.sixtofour]
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    if any(address in prefix for prefix in NAT64_PREFIXES):
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [ipv4 for ipv4 in found if ipv4 is not None]
+
+
 def _allowed(address: IpAddress, *, allow_local: bool) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif embedded:  # a translated address is as safe as the IPv4 address it reaches
+            return all(_allowed(ipv4, allow_local=False) for ipv4 in embedded)
     if allow_local and address.is_loopback:
         return True
     return address.is_global and not address.is_multicast

@@ -114,6 +114,9 @@ PRODUCTION_REFUSED = [
     "https://172.16.5.5/x", "https://169.254.169.254/x", "https://100.64.0.1/x", "https://[::1]/x",
     "https://[::ffff:127.0.0.1]/x", "https://[fd00:ec2::254]/x", "https://224.0.0.1/x",
     "https://localhost/x",
+    # IPv6 that a translator turns into a private IPv4 (NAT64 prefixes, 6to4).
+    "https://[64:ff9b::7f00:1]/x", "https://[64:ff9b::a9fe:a9fe]/x", "https://[64:ff9b:1::a00:1]/x",
+    "https://[2002:7f00:1::]/x",
 ]  # fmt: skip
 
 

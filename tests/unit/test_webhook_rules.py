@@ -149,3 +149,14 @@ def test_the_retry_schedule_is_full_jitter_first_within_30_seconds_spanning_abou
         bounds.append(bound)
         total += bound
     assert bounds[:6] == [30, 300, 1800, 7200, 18000, 36000] and len(bounds) == 12
+
+
+def test_a_translated_ipv6_address_is_judged_by_the_ipv4_address_it_reaches():
+    """NAT64 (64:ff9b::/96) and 6to4 addresses of a public IPv4 are allowed, of a private one
+    refused, whatever the IPv6 prefix's own classification."""
+    from webhooks.url_safety import _allowed
+
+    assert _allowed(ipaddress.ip_address("64:ff9b::808:808"), allow_local=False)
+    assert not _allowed(ipaddress.ip_address("64:ff9b::7f00:1"), allow_local=False)
+    assert not _allowed(ipaddress.ip_address("2002:a00:1::"), allow_local=False)
+    assert not _allowed(ipaddress.ip_address("64:ff9b::7f00:1"), allow_local=True)
