@@ -45,7 +45,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 # kombu 5.6's Redis transport can die on a broker restart: a stale file descriptor raises
 # KeyError out of the event loop, which is not among its connection errors, so the worker
 # exits ("Unrecoverable error: KeyError(14)") instead of reconnecting (kombu issue #2582).
-# Upstream's fix (kombu #2592, in 5.7) adds KeyError to those errors; celery 5.6 needs kombu
+# Upstream's fix (kombu #2592, merged) adds KeyError to those errors; celery 5.6 needs kombu
 # < 5.7 and celery 5.7 has the restore bug of docs/operations.md, so the same one-line fix is
 # applied here until both can be upgraded (tests/e2e/test_broker_restart.py proves it).
 kombu_redis.Transport.connection_errors = (*kombu_redis.Transport.connection_errors, KeyError)
