@@ -302,7 +302,7 @@ def test_a_needs_review_refund_is_shown_with_what_is_known(support):
     """On the payment's page and on the refund's: the attempts, the last check, why it was
     escalated, and what to look up at the acquirer."""
     refund = needs_review_refund()
-    for url in (detail_url(refund.payment_id), f"{REFUNDS_URL}{refund.id}/change/"):
+    for url in (detail_url(refund.payment_id), f"{REFUNDS_URL}{quote(refund.id)}/change/"):
         page = support.get(url).content.decode()
         assert "⚠ needs_review" in page or "needs_review" in page
         assert "reconciliation attempts: 40" in page
@@ -401,7 +401,7 @@ def test_refunds_list_runs_a_bounded_number_of_queries(support, django_assert_ma
 def test_refunds_are_read_only_for_everyone(operator):
     refund = make_refunds(1)[0]
     assert operator.get(f"{REFUNDS_URL}add/").status_code == 403
-    url = f"{REFUNDS_URL}{refund.pk}/change/"
+    url = f"{REFUNDS_URL}{quote(refund.pk)}/change/"
     assert 'name="amount"' not in operator.get(url).content.decode()
     assert operator.post(url, {"amount": 1, "status": "failed"}).status_code == 403
     assert operator.post(f"{REFUNDS_URL}{refund.pk}/delete/", {"post": "yes"}).status_code == 403

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import structlog
+from django.contrib.admin.utils import quote
 from django.test import Client
 from django.urls import path
 
@@ -250,6 +251,8 @@ def test_admin_search_finds_a_payment_by_request_id(merchant_a, sandbox, admin_c
     assert (
         "find-me-42"
         in admin_client.get(
-            f"/admin/payments/payment/{answer.json()['id']}/change/"
+            # The admin's own URL quoting: an id with "_40" after its prefix would otherwise
+            # be read as "@" (django.contrib.admin.utils.unquote).
+            f"/admin/payments/payment/{quote(answer.json()['id'])}/change/"
         ).content.decode()
     )
