@@ -113,12 +113,21 @@ def _formatter(log_format: str) -> dict[str, Any]:
 def logging_config(*, log_format: str = "json", level: str = "INFO") -> dict[str, Any]:
     """The ``dictConfig`` dictionary: one handler on stderr for everything (the root), and
     gunicorn's access log on stdout, both rendered as ``log_format`` (``json`` or ``console``)
-    and redacted; the root at ``level``. Raises ``ValueError`` for another format."""
-    handler = {"class": "logging.StreamHandler", "formatter": "structured"}
+    and redacted; the root at ``level``. Both handlers log a client's suspicious request
+    (``django.security.*``) as a WARNING without traceback (``ClientErrorsAsWarnings``).
+    Raises ``ValueError`` for another format."""
+    handler = {
+        "class": "logging.StreamHandler",
+        "formatter": "structured",
+        "filters": ["client_errors_as_warnings"],
+    }
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"structured": _formatter(log_format)},
+        "filters": {
+            "client_errors_as_warnings": {"()": "config.log_filters.ClientErrorsAsWarnings"}
+        },
         "handlers": {
             "console": {**handler, "stream": "ext://sys.stderr"},
             "access": {**handler, "stream": "ext://sys.stdout"},

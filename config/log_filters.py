@@ -189,3 +189,18 @@ class RedactingProcessorFormatter(structlog.stdlib.ProcessorFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
+
+
+class ClientErrorsAsWarnings(logging.Filter):
+    """A handler filter: Django's ``django.security.*`` records (a ``SuspiciousOperation``: a
+    bad ``Host`` header, too many fields, a body over the limit) are logged at ERROR with a
+    traceback, although each is a client's mistake already answered with a 400. This filter
+    rewrites them to WARNING and drops the traceback; the message (which names the bad value,
+    redacted like every line) is kept. Every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Return True (never drops a record); rewrite a ``django.security.*`` one in place."""
+        if record.name.startswith("django.security.") and record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True

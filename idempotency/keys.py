@@ -4,7 +4,10 @@ Format (draft-ietf-httpapi-idempotency-key-header-07 section 2.1, an RFC 8941 sf
 the bare form that Stripe-style clients send): the key is 1 to 255 characters of %x21-7E.
 It may arrive bare (``abc``) or as a quoted sf-string (``"abc"``, with ``\\"`` and ``\\\\``
 escapes); both forms name the same key. Surrounding SP/HTAB is not part of the value. Keys are
-case-sensitive. Under WSGI a non-ASCII header arrives latin-1 decoded: it is rejected, so no
+case-sensitive. A bare key may not contain ``,``: HTTP joins repeated fields with commas
+(RFC 9110 section 5.3), so two ``Idempotency-Key`` fields arrive as ``a,b`` and name no one
+key; a key with a comma must be quoted (``"a,b"``), and two quoted ones (``"a","b"``) are a
+malformed string. Under WSGI a non-ASCII header arrives latin-1 decoded: it is rejected, so no
 mojibake is ever stored.
 """
 
@@ -42,8 +45,9 @@ def parse_idempotency_key(header_value: str | None) -> str:
     """Return the key named by an ``Idempotency-Key`` header value.
 
     ``None`` (header absent) raises :class:`IdempotencyKeyMissing`; an empty value, a value
-    with characters outside %x21-7E, a malformed quoted string, or more than 255 characters
-    raises :class:`IdempotencyKeyInvalid`. Both are 400 answers that store nothing.
+    with characters outside %x21-7E, a bare value with a comma (repeated fields), a malformed
+    quoted string, or more than 255 characters raises :class:`IdempotencyKeyInvalid`. Both
+    are 400 answers that store nothing.
     """
     if header_value is None:
         raise IdempotencyKeyMissing()
@@ -54,6 +58,11 @@ def parse_idempotency_key(header_value: str | None) -> str:
             raise IdempotencyKeyInvalid(
                 "The quoted Idempotency-Key is not a valid RFC 8941 string."
             )
+    elif "," in value:
+        raise IdempotencyKeyInvalid(
+            "Send one Idempotency-Key: repeated fields, or a list, name no single key "
+            "(quote a key that contains a comma)."
+        )
     else:
         key = value
     if not key:

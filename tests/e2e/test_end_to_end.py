@@ -84,7 +84,8 @@ def pay(url: str, api_key: str, key: str, **changes) -> httpx.Response:
 
 
 def test_payments_end_to_end(stack):
-    """Approve, decline, replay, 422, 409, timeout and 500 after commit, and merchant scoping."""
+    """Approve, decline, replay, 422, 409, timeout and 500 after commit, merchant scoping, and
+    two Idempotency-Key fields refused."""
     url, sandbox = stack["url"], stack["sandbox"]
     key_a = create_merchant(stack["env"], f"e2e-a-{uuid.uuid4().hex[:6]}")
     key_b = create_merchant(stack["env"], f"e2e-b-{uuid.uuid4().hex[:6]}")
@@ -134,6 +135,24 @@ def test_payments_end_to_end(stack):
     )
     listed = httpx.get(f"{url}/payments", headers={"Authorization": f"Bearer {key_a}"}).json()
     assert len(listed["data"]) == 5
+    assert sandbox.stats()["charges_total"] == 5
+    # Two Idempotency-Key fields reach Django joined by a comma (gunicorn, as RFC 9110 allows):
+    # they name no single key, so the answer is a 400 and nothing is stored or charged.
+    keys_before = IdempotencyKey.objects.count()
+    repeated = httpx.post(
+        f"{url}/payments",
+        json=BODY,
+        headers=[
+            ("Authorization", f"Bearer {key_a}"),
+            ("Idempotency-Key", "e2e-first"),
+            ("Idempotency-Key", "e2e-second"),
+        ],
+        timeout=10,
+    )
+    assert repeated.status_code == 400, repeated.text
+    assert repeated.headers["content-type"] == "application/problem+json"
+    assert repeated.json()["code"] == "idempotency_key_invalid"
+    assert IdempotencyKey.objects.count() == keys_before
     assert sandbox.stats()["charges_total"] == 5
 
 

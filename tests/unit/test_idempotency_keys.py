@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
@@ -93,3 +95,31 @@ def test_canonical_json_refuses_nan():
     """NaN has no JSON form."""
     with pytest.raises(ValueError, match=r"^Out of range float values are not JSON compliant"):
         canonical_json({"a": float("nan")})
+
+
+def _repeated_fields_corpus(count: int = 400) -> list[str]:
+    """Two or three Idempotency-Key fields as a server joins them (RFC 9110 section 5.3: with
+    ``,`` or ``, ``), each field bare or quoted, each key a valid one: generated, fixed seed."""
+    rng = random.Random(20261201)
+    alphabet = [chr(code) for code in range(0x21, 0x7F) if chr(code) not in ',"\\']
+    corpus = []
+    for _ in range(count):
+        fields = []
+        for _ in range(rng.choice((2, 2, 3))):
+            key = "".join(rng.choices(alphabet, k=rng.randint(1, 40)))
+            fields.append(f'"{key}"' if rng.random() < 0.4 else key)
+        corpus.append(rng.choice((",", ", ")).join(fields))
+    return corpus
+
+
+@pytest.mark.parametrize("header", _repeated_fields_corpus())
+def test_repeated_fields_name_no_key(header):
+    """Two fields (or a list in one) are refused, never taken as one key with a comma in it."""
+    with pytest.raises(IdempotencyKeyInvalid):
+        parse_idempotency_key(header)
+
+
+@pytest.mark.parametrize(("header", "key"), [('"a,b"', "a,b"), ('","', ",")])
+def test_a_comma_inside_a_quoted_key_is_part_of_it(header, key):
+    """A key that contains a comma is sent quoted (an RFC 8941 string) and is one key."""
+    assert parse_idempotency_key(header) == key
