@@ -60,6 +60,19 @@ REQUEST_ID_HEADER = "request-id"
 
 # An Idempotency-Key: 1-255 characters of %x21-7E (README, "Idempotency contract").
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
+# Characters a bare key cannot carry: a comma reads as two fields (RFC 9110 section 5.3), a
+# leading quote as an RFC 8941 string; such a key is sent as that string.
+_NEEDS_QUOTING = re.compile(r'[,"\\]')
+
+
+def _idempotency_key_field(key: str) -> str:
+    """The ``Idempotency-Key`` field value for ``key`` (1-255 characters of %x21-7E): the key
+    itself, or, when it holds ``,``, ``"`` or ``\\``, an RFC 8941 sf-string (section 3.3.3:
+    quoted, ``"`` and ``\\`` escaped), which the API reads back as the same key."""
+    if not _NEEDS_QUOTING.search(key):
+        return key
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 #: Waits of `wait_until_final` above the API's Retry-After: full jitter with these bounds.
 POLL_BASE, POLL_CAP = 1.0, 30.0
@@ -348,7 +361,10 @@ class MerchantClient:
             return value
 
         content = json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+        headers = {
+            "Idempotency-Key": _idempotency_key_field(key),
+            "Content-Type": "application/json",
+        }
         return self._call("POST", path, None, content, headers, key, policy, result)
 
     def _read(

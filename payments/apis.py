@@ -79,7 +79,11 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
     required=True,
-    description="1-255 printable ASCII characters, unique per request.",
+    description=(
+        "One key per logical request: 1-255 visible ASCII characters (%x21-7E), bare, or an "
+        "RFC 8941 quoted string (for a key with a comma or a quote). The field twice, or a "
+        "bare key with a comma, is a 400."
+    ),
 )
 
 #: The 409 state conflicts of the operations: never stored, the key stays free.

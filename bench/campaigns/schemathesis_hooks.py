@@ -52,7 +52,8 @@ def before_load_schema(context, raw_schema):
     post = raw_schema["paths"]["/payments"]["post"]
     for parameter in post.get("parameters", []):
         if parameter.get("name") == "Idempotency-Key":
-            parameter["schema"] = {"type": "string", "pattern": "^[!-~]{1,255}$"}
+            # Bare keys: visible ASCII without the comma (a list) and the quote (a string).
+            parameter["schema"] = {"type": "string", "pattern": "^[!#-+\\--~]{1,255}$"}
     body = raw_schema["components"]["schemas"].get("PaymentCreateInputRequest")
     if body:
         props = body["properties"]

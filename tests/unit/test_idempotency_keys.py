@@ -9,6 +9,7 @@ import pytest
 from idempotency.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from idempotency.fingerprint import canonical_json, request_fingerprint
 from idempotency.keys import parse_idempotency_key
+from merchant_client.client import _idempotency_key_field
 
 
 @pytest.mark.parametrize(
@@ -123,3 +124,25 @@ def test_repeated_fields_name_no_key(header):
 def test_a_comma_inside_a_quoted_key_is_part_of_it(header, key):
     """A key that contains a comma is sent quoted (an RFC 8941 string) and is one key."""
     assert parse_idempotency_key(header) == key
+
+
+def _merchant_keys_corpus(count: int = 400) -> list[str]:
+    """Keys a merchant may choose (1-255 of %x21-7E), generated with a fixed seed, weighted
+    toward the characters a bare field cannot carry: ``,``, ``"`` and ``\\``."""
+    rng = random.Random(1201)
+    visible = [chr(code) for code in range(0x21, 0x7F)]
+    awkward = [",", '"', "\\"]
+    keys = [",", '"', "\\", '""', '"a"', "a,b", "\\,\\"]
+    while len(keys) < count:
+        length = rng.choice((1, 2, 5, 40, 255))
+        keys.append(
+            "".join(rng.choice(awkward if rng.random() < 0.3 else visible) for _ in range(length))
+        )
+    return keys
+
+
+@pytest.mark.parametrize("key", _merchant_keys_corpus())
+def test_the_merchant_client_sends_every_key_so_the_api_reads_it_back(key):
+    """The merchant client's field value for any valid key (quoted when it must be) is parsed
+    by the API's parser into the same key."""
+    assert parse_idempotency_key(_idempotency_key_field(key)) == key
