@@ -142,17 +142,36 @@ class MerchantApi(APIView):
         return response
 
 
-def _refuse_unknown_parameters(request: Request, serializer: type) -> None:
-    unknown = sorted(set(request.query_params) - set(serializer().fields))
-    if unknown:
+#: What a query parameter may not be, each with its message: a name the list does not know,
+#: an empty value (``?status=`` would otherwise read as "no filter"), or a name given twice
+#: (``?status=a&status=b``: which one applies is a guess).
+_PARAMETER_REFUSALS = {
+    "unknown_parameter": "Unknown parameter.",
+    "blank": "The value may not be empty: leave the parameter out instead.",
+    "repeated": "Give the parameter once.",
+}
+
+
+def _refuse_malformed_parameters(request: Request, serializer: type) -> None:
+    known = set(serializer().fields)
+    errors = []
+    for name in sorted(request.query_params):
+        values = request.query_params.getlist(name)
+        if name not in known:
+            code = "unknown_parameter"
+        elif len(values) > 1:
+            code = "repeated"
+        elif values[0] == "":
+            code = "blank"
+        else:
+            continue
+        errors.append({"field": name, "code": code, "message": _PARAMETER_REFUSALS[code]})
+    if errors:
         raise Problem(
-            "Unknown query parameter.",
+            "The query has a parameter that is unknown, empty or repeated.",
             code="validation_error",
             title="The query is invalid",
-            errors=[
-                {"field": n, "code": "unknown_parameter", "message": "Unknown parameter."}
-                for n in unknown
-            ],
+            errors=errors,
         )
 
 
@@ -166,11 +185,12 @@ def list_answer(
     cursor_detail: str,
     cursor_message: str,
 ) -> HttpResponse:
-    """A list GET: refuse unknown parameters, validate the query, ``fetch`` one page (items,
-    has_more) and answer ``{"object": "list", "data": [...], "has_more": ...}``. A
+    """A list GET: refuse unknown, empty and repeated parameters, validate the query,
+    ``fetch`` one page (items, has_more) and answer ``{"object": "list", "data": [...],
+    "has_more": ...}``. A
     ``starting_after`` that ``fetch`` does not find (``cursor_not_found``) is a 400 problem
     saying ``cursor_detail`` and ``cursor_message``."""
-    _refuse_unknown_parameters(request, query_serializer)
+    _refuse_malformed_parameters(request, query_serializer)
     query = query_serializer(data=request.query_params)
     query.is_valid(raise_exception=True)
     try:
