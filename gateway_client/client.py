@@ -67,6 +67,7 @@ import httpx
 
 from . import deadline as _deadline
 from ._attempt_log import AttemptLog
+from ._attempt_state import AttemptState
 from ._call import (
     Answer,
     Progress,
@@ -198,6 +199,9 @@ class AcquirerClient(RetryLoop):
             )
         else:
             raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")
+        self._state = AttemptState(
+            self.store, gate=self.gate, budget=self.budget, limiter=self.limiter, scope=self.scope
+        )
         self._charges_url = config.base_url.rstrip("/") + "/charges"
         self._refunds_url = config.base_url.rstrip("/") + "/refunds"
         deadline_sockets = False

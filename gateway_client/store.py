@@ -91,11 +91,33 @@ class AtomicScript:
     lua: str
     python: PythonScript
     source: str | None = None
+    parts: tuple[str, ...] = ()
 
     @classmethod
-    def packaged(cls, name: str, filename: str, python: PythonScript) -> AtomicScript:
-        """The script whose Lua is the package file `lua/<filename>`, after the prelude."""
-        return cls(name, STORE_NOW + lua_source(filename), python, source=filename)
+    def packaged(
+        cls, name: str, filename: str, python: PythonScript, *, parts: Sequence[str] = ()
+    ) -> AtomicScript:
+        """
+        The script whose Lua is the package file `lua/<filename>`, after the prelude.
+
+        `parts`: other package scripts (file names) the file calls as Lua functions, one
+        Redis round trip for several operations: `lua/gate_read.lua` becomes
+        `local function gate_read(KEYS, ARGV, now) ... end`, placed between the prelude and
+        the file (`part_function`).
+        """
+        functions = "".join(part_function(part) for part in parts)
+        lua = STORE_NOW + functions + lua_source(filename)
+        return cls(name, lua, python, source=filename, parts=tuple(parts))
+
+
+def part_function(filename: str) -> str:
+    """
+    The package script `lua/<filename>` as a Lua function named after the file (without
+    `.lua`) that takes `(KEYS, ARGV, now)` and returns the script's answer: the caller
+    passes the part's own KEYS and ARGV tables (ARGV[1] unused, as in a script of its own).
+    """
+    name = filename.removesuffix(".lua")
+    return f"local function {name}(KEYS, ARGV, now)\n{lua_source(filename)}\nend\n"
 
 
 class StateStore(Protocol):
