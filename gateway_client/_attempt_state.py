@@ -31,7 +31,7 @@ from .breaker import CircuitBreaker
 from .breaker_types import Admission, Recorded
 from .budget import ONE_RETRY, BudgetState, RetryBudget, budget_state
 from .gate import RateGate
-from .store import AtomicScript, StateStore
+from .store import AtomicScript, StateStore, arg_text
 
 __all__ = [
     "ADMIT_SCRIPT",
@@ -130,8 +130,10 @@ class AttemptState:
         self.scope = scope
         self._gate_key = f"gate:{scope}"
         self._aimd_key = f"aimd:{scope}"
-        self._budget_args = budget._args("deposit", 0)[2:]  # reserve, slot seconds, slots
-        self._limiter_args = limiter._config_args()
+        # The constant arguments, as the strings the store sends (made once, not per attempt).
+        self._budget_args = [arg_text(a) for a in budget._args("deposit", 0)[2:]]
+        self._limiter_args = [arg_text(a) for a in limiter._config_args()]
+        self._breaker_args: dict[str, list[str]] = {}
 
     def merged(self, breaker: CircuitBreaker | None) -> bool:
         """True when the gate, budget, limiter and `breaker` share one store (one script)."""
@@ -142,6 +144,12 @@ class AttemptState:
             and self.limiter.store is store
             and (breaker is None or breaker.store is store)
         )
+
+    def _config_of(self, breaker: CircuitBreaker) -> list[str]:
+        text = self._breaker_args.get(breaker._key)
+        if text is None:
+            text = self._breaker_args[breaker._key] = [arg_text(a) for a in breaker._args]
+        return text
 
     # -- before sending ------------------------------------------------------------------------
 
@@ -156,15 +164,14 @@ class AttemptState:
             return self._admit_in_steps(breaker, first=first, lease=lease)
         budget = self.budget
         op, amount = ("deposit", budget._deposit) if first else ("withdraw", ONE_RETRY)
-        permit_id = uuid.uuid4().hex
-        slot_id = uuid.uuid4().hex
+        permit_id = slot_id = uuid.uuid4().hex  # one id: the permit and the slot are in two hashes
         keys = [self._gate_key, budget.key, self._aimd_key]
         args: list[str | int | float] = [
             op, amount, *self._budget_args, *self._limiter_args, slot_id, float(lease)
         ]  # fmt: skip
         if breaker is not None:
             keys.append(breaker._key)
-            args += [*breaker._args, permit_id]
+            args += [*self._config_of(breaker), permit_id]
         values, fallback = _run(self.store, ADMIT_SCRIPT, keys, args)
         verdict = int(values[0])
         admission = None
@@ -254,7 +261,8 @@ class AttemptState:
         if breaker is not None and admission is not None:
             code = breaker._record_code(admission, breaker_outcome, duration)
             keys.append(breaker._key)
-            args += [*breaker._args, admission.permit_id or "-", code, admission.generation]
+            args += [*self._config_of(breaker), admission.permit_id or "-", code]
+            args.append(admission.generation)
         values, fallback = _run(self.store, SETTLE_SCRIPT, keys, args)
         self.limiter._released(slot, values[3:9])
         recorded = None

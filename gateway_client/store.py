@@ -58,7 +58,9 @@ __all__ = [
     "MemoryStore",
     "RedisStore",
     "StateStore",
+    "arg_text",
     "lua_source",
+    "part_function",
 ]
 
 logger = logging.getLogger("gateway_client.store")
@@ -213,7 +215,9 @@ class MemoryStore:
         full_keys = [f"{self._namespace}:{key}" for key in keys]
         with self._lock:
             self._space.now = self._clock()
-            result = script.python(self._space, full_keys, [_arg(a) for a in args], self._space.now)
+            result = script.python(
+                self._space, full_keys, [arg_text(a) for a in args], self._space.now
+            )
         return [float(value) for value in result]
 
     def run_checked(
@@ -327,7 +331,7 @@ class RedisStore:
         full_keys = [f"{self._namespace}:{key}" for key in keys]
         now = "" if self._clock is None else repr(float(self._clock()))
         try:
-            result = self._script(script)(keys=full_keys, args=[now, *map(_arg, args)])
+            result = self._script(script)(keys=full_keys, args=[now, *map(arg_text, args)])
         except self._errors as exc:
             self._failed(exc)
             return self._run_fallback(script, keys, args), True
@@ -387,7 +391,10 @@ class RedisStore:
         return f"RedisStore(namespace={self._namespace!r})"
 
 
-def _arg(value: str | int | float) -> str:
+def arg_text(value: str | int | float) -> str:
+    """A script argument as the text both backends receive: floats by `repr`, else `str`."""
+    if type(value) is str:  # the most frequent case first: a script's hot path
+        return value
     if isinstance(value, float):
         return repr(value)
     return str(value)
