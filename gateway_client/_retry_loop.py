@@ -2,9 +2,10 @@
 The retry loop of `AcquirerClient`: one call as a short series of classified attempts.
 
 `RetryLoop` is the half of the client that decides, attempt by attempt, whether to send, wait
-or stop (the rules are numbered in client.py's docstring): the breaker's admission, the rate
-gate, the retry budget, the AIMD concurrency slot, the exchange, and the wait before the next
-attempt (the server's wait as a floor, full jitter above it). `AcquirerClient` is the other
+or stop (the rules are numbered in client.py's docstring): the admission (breaker permit, rate
+gate, AIMD concurrency slot and retry budget in one store script, `_attempt_state.py`), the
+exchange, the outcome (one more script), and the wait before the next attempt (the server's
+wait as a floor, full jitter above it). `AcquirerClient` is the other
 half: its constructor builds the parts this loop reads, and its public methods say what each
 operation sends and how its answer is decoded.
 """

@@ -43,8 +43,9 @@ idempotency key; the look-ups `lookup`, `lookup_refunds`), under a RetryPolicy (
    nothing sent. A rate-limit answer lowers the scope's limit, a success at high concurrency
    raises it.
 
-Order before each attempt: breaker, rate gate, (first attempt: budget deposit), concurrency
-slot, send.
+Order before each attempt: breaker, rate gate, concurrency slot, budget (a first attempt
+deposits, a retry withdraws), send; all four in one store script, all or nothing, and the
+outcome in one more (_attempt_state.py, docs/adr/0025).
 
 Where the rest lives: the retry loop that applies these rules in _retry_loop.py (`RetryLoop`,
 which `AcquirerClient` extends with its operations); one exchange (send, read within the

@@ -18,8 +18,11 @@ breaker (`breaker.py`) are built this way: their Lua programs are package files
     store.run(INCREMENT, ["counter:authorize"], [1])   # -> [1.0]
 
 Conventions for scripts:
-- `KEYS` are the caller's keys with the store's namespace prepended (`"<namespace>:" + key`),
-  one key per script (so a Redis Cluster needs no hash tags).
+- `KEYS` are the caller's keys with the store's namespace prepended (`"<namespace>:" + key`).
+  The parts' scripts take one key each; the attempt's two scripts (lua/admit.lua,
+  lua/settle.lua) take up to four, so on a Redis Cluster the namespace needs a hash tag
+  (`namespace="{payments}"`: every key of the namespace in one slot). `AtomicScript.packaged`
+  with `parts=` prepends other package scripts as Lua functions (`part_function`).
 - `ARGV[1]` is the clock reading to use, or the empty string: then the Lua script reads the
   server's `TIME` (the `STORE_NOW` snippet below does this). The caller's arguments follow
   from `ARGV[2]` on; the Python function receives them as `args` (strings) and `now` (float).
