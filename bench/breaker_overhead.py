@@ -10,10 +10,16 @@ It starts the sandbox acquirer (``python -m sandbox_acquirer --port 0``) and mea
 run, on loopback:
 
 1. **Healthy overhead**: ``--calls`` approved authorisations through ``AcquirerClient`` with
-   everything on (breaker, budget, gate, limiter; the default policy), interleaved one for one
-   with the same ``POST /charges`` sent by a bare ``httpx.Client`` (same headers, keep-alive).
-   Median and p99 of each, their ratio, and the median difference. Once with the in-memory
-   store and once with Redis (``--redis-url``, skipped if unreachable or ``--no-redis``).
+   everything on (breaker, budget, gate, limiter; the default policy), interleaved in rotating
+   order with the same ``POST /charges`` sent by a bare ``httpx.Client`` (same headers,
+   keep-alive). Median and p99 of each, the ratio, and the median difference over the bare
+   call. Four clients in the same run: the in-memory store and Redis (``--redis-url``, skipped
+   if unreachable or ``--no-redis``), each with the attempt's state in two scripts
+   (``merged``: one before sending, one after, ADR 0025) and one script per part
+   (``steps``: the budget on a second store object, so the client runs breaker, gate, slot,
+   budget, release and record one by one, as before the merge). For Redis the commands each
+   client sent are **counted** at its redis-py client (every command is one round trip; none
+   is pipelined) and printed per attempt.
 2. **Refused versus hanging**: ``--refused`` calls refused by an open breaker (nothing sent)
    versus ``--hanging`` calls that hang until the deadline (``tok_timeout_after_commit``: the
    sandbox holds the answer; one attempt whose read timeout equals the ``--deadline``, 8 s, the
@@ -36,6 +42,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +64,7 @@ from gateway_client import (  # noqa: E402
     RetryPolicy,
     StateStore,
 )
+from gateway_client.budget import RetryBudget  # noqa: E402
 from tests.support.sandbox import SandboxProcess  # noqa: E402
 
 
@@ -102,15 +110,56 @@ def make_client(sandbox: SandboxProcess, store: StateStore, **kwargs: Any) -> Ac
     return AcquirerClient(config, store=store, **kwargs)
 
 
-def healthy_overhead(sandbox: SandboxProcess, store: StateStore, calls: int) -> dict[str, Any]:
-    """Interleaved bare httpx POSTs and client authorisations, all approved."""
+class CountingRedis(redis.Redis):
+    """redis-py that counts the commands it sends (one round trip each: no pipelines)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands += 1
+        return super().execute_command(*args, **options)
+
+
+def state_clients(
+    sandbox: SandboxProcess, redis_url: str | None, namespace: str
+) -> dict[str, tuple[AcquirerClient, CountingRedis | None]]:
+    """The four clients: memory/redis x merged/steps (see the module docstring)."""
+    clients: dict[str, tuple[AcquirerClient, CountingRedis | None]] = {}
+    for name in ("memory merged", "memory steps"):
+        store = MemoryStore()
+        kwargs: dict[str, Any] = {}
+        if name.endswith("steps"):  # another store object: the client runs one script a part
+            kwargs["budget"] = RetryBudget(MemoryStore(), "sandbox")
+        clients[name] = (make_client(sandbox, store, **kwargs), None)
+    if redis_url is None:
+        return clients
+    for name in ("redis merged", "redis steps"):
+        counting = CountingRedis.from_url(
+            redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
+        )
+        assert isinstance(counting, CountingRedis)
+        space = f"{namespace}_{name.split()[1]}"
+        shared = RedisStore(counting, namespace=space)
+        kwargs = {}
+        if name.endswith("steps"):
+            kwargs["budget"] = RetryBudget(RedisStore(counting, namespace=space), "sandbox")
+        clients[name] = (make_client(sandbox, shared, **kwargs), counting)
+    return clients
+
+
+def healthy_overhead(
+    sandbox: SandboxProcess, redis_url: str | None, namespace: str, calls: int
+) -> dict[str, Any]:
+    """Bare httpx POSTs and each client's authorisations, interleaved, all approved."""
     bare = httpx.Client(
         base_url=sandbox.url,
         headers={"Authorization": f"Bearer {sandbox.api_key}", "Accept": "application/json"},
         timeout=httpx.Timeout(3.0, connect=1.0),
         trust_env=False,
     )
-    client = make_client(sandbox, store)
+    clients = state_clients(sandbox, redis_url, namespace)
 
     def bare_call() -> None:
         item = request()
@@ -127,29 +176,48 @@ def healthy_overhead(sandbox: SandboxProcess, store: StateStore, calls: int) -> 
         response.raise_for_status()
         response.json()
 
-    def client_call() -> None:
-        assert client.authorize(request()).approved
+    def client_call(client: AcquirerClient) -> Callable[[], None]:
+        def call() -> None:
+            assert client.authorize(request()).approved
 
-    bare_times: list[float] = []
-    client_times: list[float] = []
-    for index in range(calls + 50):
-        order = (bare_call, client_call) if index % 2 else (client_call, bare_call)
-        for function in order:
+        return call
+
+    functions: dict[str, Callable[[], None]] = {"bare httpx": bare_call}
+    functions |= {name: client_call(client) for name, (client, _) in clients.items()}
+    names = list(functions)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    counted = {name: 0 for name in clients}
+    warm_up = 50
+    for index in range(calls + warm_up):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:  # rotating order
+            counter = clients[name][1] if name in clients else None
+            before = counter.commands if counter is not None else 0
             started = time.perf_counter()
-            function()
+            functions[name]()
             elapsed = time.perf_counter() - started
-            if index >= 50:  # warm-up: connections, scripts, caches
-                (bare_times if function is bare_call else client_times).append(elapsed)
+            if index >= warm_up:  # warm-up: connections, scripts, caches
+                times[name].append(elapsed)
+                if counter is not None:
+                    counted[name] += counter.commands - before
     bare.close()
-    client.close()
-    bare_summary, client_summary = summary(bare_times), summary(client_times)
-    return {
-        "bare_httpx": bare_summary,
-        "client": client_summary,
-        "ratio_median": client_summary["median_ms"] / bare_summary["median_ms"],
-        "ratio_p99": client_summary["p99_ms"] / bare_summary["p99_ms"],
-        "overhead_median_us": (client_summary["median_ms"] - bare_summary["median_ms"]) * 1000,
-    }
+    for client, _ in clients.values():
+        client.close()
+    base = summary(times["bare httpx"])
+    results: dict[str, Any] = {"bare_httpx": base}
+    for name in clients:
+        measured = summary(times[name])
+        attempts = calls  # every healthy call is one attempt
+        results[name] = {
+            **measured,
+            "ratio_median": measured["median_ms"] / base["median_ms"],
+            "ratio_p99": measured["p99_ms"] / base["p99_ms"],
+            "overhead_median_us": (measured["median_ms"] - base["median_ms"]) * 1000,
+            "redis_round_trips_per_attempt": (
+                counted[name] / attempts if clients[name][1] is not None else None
+            ),
+        }
+    return results
 
 
 def refused_versus_hanging(
@@ -241,27 +309,44 @@ def main() -> int:
         "python": sys.version.split()[0],
         "args": vars(args),
     }
+    namespace = f"bench_breaker_{uuid.uuid4().hex[:8]}"
+    redis_url = None if shared is None else args.redis_url
     with SandboxProcess.start(extra_args=("--hang-seconds", str(args.deadline + 30))) as sandbox:
+        sandbox.reset()
+        results["healthy"] = healthy_overhead(sandbox, redis_url, namespace, args.calls)
         for name, store in stores.items():
-            sandbox.reset()
-            results[f"healthy_{name}"] = healthy_overhead(sandbox, store, args.calls)
             sandbox.reset()
             results[f"down_{name}"] = refused_versus_hanging(
                 sandbox, store, args.refused, args.hanging, args.deadline
             )
     clean(args.redis_url, shared)
+    if redis_url is not None:
+        client = redis.Redis.from_url(redis_url)
+        for key in client.scan_iter(f"{namespace}_*"):
+            client.delete(key)
 
-    print(f"Healthy call, {args.calls} of each, interleaved (ms):")
-    print(f"{'store':<8}{'bare median':>13}{'client median':>15}{'ratio':>8}"
-          f"{'bare p99':>10}{'client p99':>12}{'ratio':>8}{'overhead us':>13}")  # fmt: skip
-    for name in stores:
-        h = results[f"healthy_{name}"]
+    healthy = results["healthy"]
+    bare = healthy["bare_httpx"]
+    print(f"Healthy call, {args.calls} of each, interleaved; bare httpx median "
+          f"{bare['median_ms']:.3f} ms, p99 {bare['p99_ms']:.3f} ms:")  # fmt: skip
+    print(f"{'client':<15}{'median ms':>11}{'ratio':>8}{'p99 ms':>9}{'ratio':>8}"
+          f"{'overhead us':>13}{'Redis round trips/attempt':>27}")  # fmt: skip
+    for name, h in healthy.items():
+        if name == "bare_httpx":
+            continue
+        trips = h["redis_round_trips_per_attempt"]
         print(
-            f"{name:<8}{h['bare_httpx']['median_ms']:>13.3f}{h['client']['median_ms']:>15.3f}"
-            f"{h['ratio_median']:>8.2f}{h['bare_httpx']['p99_ms']:>10.3f}"
-            f"{h['client']['p99_ms']:>12.3f}{h['ratio_p99']:>8.2f}"
-            f"{h['overhead_median_us']:>13.0f}"
+            f"{name:<15}{h['median_ms']:>11.3f}{h['ratio_median']:>8.2f}{h['p99_ms']:>9.3f}"
+            f"{h['ratio_p99']:>8.2f}{h['overhead_median_us']:>13.0f}"
+            f"{'-' if trips is None else f'{trips:.2f}':>27}"
         )
+    for store_name in ("memory", "redis"):
+        merged, steps = healthy.get(f"{store_name} merged"), healthy.get(f"{store_name} steps")
+        if merged and steps and steps["overhead_median_us"] > 0:
+            print(
+                f"{store_name}: merged / steps overhead "
+                f"{merged['overhead_median_us'] / steps['overhead_median_us']:.2f}"
+            )
     print(f"\nAcquirer down: refused by the open breaker vs hanging until the {args.deadline:g} s"
           " deadline (ms):")  # fmt: skip
     print(f"{'store':<8}{'refused median':>16}{'refused p99':>13}{'hanging median':>16}"

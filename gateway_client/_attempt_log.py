@@ -101,6 +101,8 @@ class AttemptLog:
                 breaker_state=progress.log.get("breaker"),
             )
         )
+        if not logger.isEnabledFor(level):
+            return  # the trail above is the call's record; the log line is not wanted
         logger.log(
             level,
             "acquirer attempt operation=%s acquirer=%s reference=%s attempt=%d status=%s "

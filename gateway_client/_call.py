@@ -70,7 +70,13 @@ class Answer:
 
 @dataclass(slots=True)
 class Attempt:
-    """The outcome of one attempt, as the retry loop needs it."""
+    """
+    The outcome of one attempt, as the retry loop needs it. `close_gate`: seconds the
+    answer closes the scope's gate for (None: it leaves it). Set by the outcome's store
+    round trip: `breaker` (the breaker's state after the record), and, when the call may
+    retry, `gate` (seconds until the gate opens) and `retry_budget` (whether the budget
+    allows a retry, and its state after that retry).
+    """
 
     error: GatewayError | None
     status_code: int | None
@@ -78,6 +84,9 @@ class Attempt:
     server_wait: ServerWait | None = None
     result: Any = None
     breaker: Recorded | None = None
+    close_gate: float | None = None
+    gate: float | None = None
+    retry_budget: tuple[bool, BudgetState | None] = (True, None)
 
 
 @dataclass(slots=True)

@@ -2,9 +2,10 @@
 The retry loop of `AcquirerClient`: one call as a short series of classified attempts.
 
 `RetryLoop` is the half of the client that decides, attempt by attempt, whether to send, wait
-or stop (the rules are numbered in client.py's docstring): the breaker's admission, the rate
-gate, the retry budget, the AIMD concurrency slot, the exchange, and the wait before the next
-attempt (the server's wait as a floor, full jitter above it). `AcquirerClient` is the other
+or stop (the rules are numbered in client.py's docstring): the admission (breaker permit, rate
+gate, AIMD concurrency slot and retry budget in one store script, `_attempt_state.py`), the
+exchange, the outcome (one more script), and the wait before the next attempt (the server's
+wait as a floor, full jitter above it). `AcquirerClient` is the other
 half: its constructor builds the parts this loop reads, and its public methods say what each
 operation sends and how its answer is decoded.
 """
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 
 from . import aimd as _aimd
 from ._attempt_log import AttemptLog
+from ._attempt_state import Admitted, AttemptState, Verdict
 from ._call import (
     Answer,
     Attempt,
@@ -34,9 +36,10 @@ from ._call import (
 )
 from ._exchange import Exchange
 from ._validate import check_request_id
-from .aimd import AimdLimiter, Slot
+from .aimd import AimdLimiter
 from .backoff import full_jitter
-from .breaker import BreakerSet
+from .breaker import BreakerSet, CircuitBreaker
+from .breaker_types import IGNORED
 from .budget import RetryBudget
 from .classify import breaker_outcome, limiter_outcome
 from .clock import Clock
@@ -101,6 +104,7 @@ class RetryLoop:
     scope: str
     breakers: BreakerSet
     limiter: AimdLimiter
+    _state: AttemptState
 
     def _start(
         self,
@@ -167,7 +171,10 @@ class RetryLoop:
                     raise Stop(final_error(progress, refused), "circuit_open", attempt)  # noqa: TRY301
                 wait, source = self._next_wait(progress, attempt)
                 progress.log.update(wait=wait, wait_source=source)
-                allowed, progress.budget = self.budget.try_withdraw()
+                # The budget read with the outcome; the retry's admission withdraws it.
+                allowed, state = attempt.retry_budget
+                if state is not None:
+                    progress.budget = state
                 if not allowed:
                     self.metrics.increment("budget_exhausted", operation=progress.operation)
                     raise Stop(budget_error(progress, error, self._config.name), "budget", attempt)  # noqa: TRY301
@@ -192,56 +199,111 @@ class RetryLoop:
         decode: Callable[[Answer], Any],
         last: GatewayError | None,
     ) -> Attempt:
-        """Breaker, gate, budget deposit (first attempt), concurrency slot, then one attempt."""
+        """Admission (breaker, gate, slot, budget: one store round trip), one attempt, and
+        its outcome (one more)."""
         breaker = self.breakers.get(progress.group)
-        admission = None
-        if breaker is not None:
-            admission = breaker.acquire(lease=self._lease(progress))
-            progress.log["breaker"] = admission.state
-            if not admission.admitted:
+        admitted = self._admit(progress, breaker, last)
+        if last is not None and self._elapsed(progress) >= progress.policy.deadline:
+            self._settle(progress, breaker, admitted, None)  # a slow sleep: give it all back
+            raise Stop(final_error(progress, last), "deadline")
+        try:
+            attempt = self._attempt(progress, build, decode)
+        except BaseException:
+            self._settle(progress, breaker, admitted, None)  # cancelled or a bug: no verdict
+            raise
+        self._settle(progress, breaker, admitted, attempt)
+        return attempt
+
+    def _admit(
+        self, progress: Progress, breaker: CircuitBreaker | None, last: GatewayError | None
+    ) -> Admitted:
+        """
+        Admit the next attempt: the breaker's permit, the gate (waited for when it fits),
+        a concurrency slot (waited for up to `policy.concurrency_wait`) and the budget's
+        share, all or nothing. Raises Stop when the attempt is not to be sent.
+        """
+        policy = progress.policy
+        gate_waits = 0
+        slot_wait_until: float | None = None
+        while True:
+            admitted = self._state.admit(
+                breaker, first=progress.attempts == 0, lease=self._lease(progress)
+            )
+            if admitted.admission is not None:
+                progress.log["breaker"] = admitted.admission.state
+            verdict = admitted.verdict
+            if verdict == Verdict.ADMITTED:
+                progress.budget = admitted.budget
+                return admitted
+            if verdict == Verdict.BREAKER:
+                assert admitted.admission is not None
                 refused = self._circuit_error(
-                    progress, admission.state, admission.retry_after, last
+                    progress, admitted.admission.state, admitted.admission.retry_after, last
                 )
                 raise Stop(final_error(progress, refused), "circuit_open")
-        settled = False
-        try:
-            self._wait_for_gate(progress, last=last)
-            if progress.attempts == 0:
-                progress.budget = self.budget.record_request()
-            elif last is not None and self._elapsed(progress) >= progress.policy.deadline:
-                raise Stop(final_error(progress, last), "deadline")  # a slow sleep
-            slot = self._take_slot(progress, last)
-            try:
-                attempt = self._attempt(progress, build, decode)
-            except BaseException:
-                self.limiter.release(slot, _aimd.IGNORE)  # cancelled or a bug: no verdict
-                raise
-            self.limiter.release(slot, limiter_outcome(attempt.error))
-            settled = True
-            if breaker is not None and admission is not None:
-                attempt.breaker = breaker.record(
-                    admission,
-                    breaker_outcome(attempt.error),
-                    duration=self._clock.monotonic() - attempt.started,
-                )
-                progress.log["breaker"] = attempt.breaker.state
-            return attempt
-        finally:
-            if not settled and breaker is not None and admission is not None:
-                breaker.release(admission)  # nothing sent, or cancelled: the permit goes back
+            if verdict == Verdict.GATE:
+                self._wait_for_gate(progress, admitted.gate, gate_waits, last)
+                gate_waits += 1
+            elif verdict == Verdict.CONCURRENCY:
+                if slot_wait_until is None:
+                    left = progress.deadline - self._clock.monotonic() - policy.min_attempt_time
+                    wait = max(0.0, min(policy.concurrency_wait, left))
+                    if wait > 0:
+                        self.metrics.increment("concurrency_waits", scope=self.scope)
+                    slot_wait_until = self.limiter.now() + wait
+                if not self.limiter.wait_step(slot_wait_until):
+                    self._concurrency_refused(progress, admitted.limit, last)
+            else:  # Verdict.BUDGET: others took the last retry since the outcome's read
+                assert last is not None
+                progress.budget = admitted.budget
+                self.metrics.increment("budget_exhausted", operation=progress.operation)
+                raise Stop(budget_error(progress, last, self._config.name), "budget")
+
+    def _settle(
+        self,
+        progress: Progress,
+        breaker: CircuitBreaker | None,
+        admitted: Admitted,
+        attempt: Attempt | None,
+    ) -> None:
+        """After an attempt (None: not sent, or cancelled: everything given back as
+        ignored): close the gate, release the slot, record the breaker's outcome and, when
+        the call may retry, read the gate and the budget, in one store round trip."""
+        if attempt is None:
+            self._state.settle(
+                breaker,
+                admitted,
+                limiter_outcome=_aimd.IGNORE,
+                breaker_outcome=IGNORED,
+                duration=None,
+            )
+            return
+        error = attempt.error
+        may_retry = error is not None and self._stop_reason(progress, error) is None
+        settled = self._state.settle(
+            breaker,
+            admitted,
+            limiter_outcome=limiter_outcome(error),
+            breaker_outcome=breaker_outcome(error),
+            duration=self._clock.monotonic() - attempt.started,
+            close_gate=attempt.close_gate,
+            read=may_retry,
+        )
+        if settled.recorded is not None:
+            attempt.breaker = settled.recorded
+            progress.log["breaker"] = settled.recorded.state
+        attempt.gate = settled.gate
+        if may_retry:
+            attempt.retry_budget = settled.retry_allowed()
 
     def _lease(self, progress: Progress) -> float:
         return max(0.0, progress.deadline - self._clock.monotonic()) + _LEASE_MARGIN
 
-    def _take_slot(self, progress: Progress, last: GatewayError | None) -> Slot:
-        """A concurrency slot of the scope, waiting briefly; raises Stop if none is free."""
-        policy = progress.policy
-        left = progress.deadline - self._clock.monotonic() - policy.min_attempt_time
-        wait = max(0.0, min(policy.concurrency_wait, left))
-        slot = self.limiter.acquire(self.scope, wait=wait, lease=self._lease(progress))
-        if slot is not None:
-            return slot
-        limit = self.limiter.snapshot(self.scope).limit
+    def _concurrency_refused(
+        self, progress: Progress, limit: int, last: GatewayError | None
+    ) -> NoReturn:
+        """No concurrency slot was free in time: raise Stop with ConcurrencyLimitedError."""
+        self.metrics.increment("concurrency_refused", scope=self.scope)
         error = concurrency_error(progress, self._config.name, self.scope, limit)
         set_wait(error, CONCURRENCY_RETRY_AFTER, CONCURRENCY, self._exchange.not_before)
         if last is not None:
@@ -283,6 +345,7 @@ class RetryLoop:
         )
         status_code: int | None = None
         server_wait: ServerWait | None = None
+        close_gate: float | None = None  # closed for every process by the outcome's script
         try:
             answer = self._exchange.send(call, build(timeout), progress.deadline)
             status_code = answer.status_code
@@ -294,7 +357,7 @@ class RetryLoop:
                     and server_wait is not None
                     and server_wait.seconds is not None
                 ):
-                    self.gate.close(self.scope, server_wait.seconds)  # for every process
+                    close_gate = server_wait.seconds  # for every process
                 raise error
             try:
                 result = decode(answer)
@@ -309,12 +372,12 @@ class RetryLoop:
             self.metrics.increment(
                 "attempts", operation=progress.operation, outcome=type(error).__name__
             )
-            return Attempt(error, error.status_code, started, server_wait)
+            return Attempt(error, error.status_code, started, server_wait, close_gate=close_gate)
         self.metrics.increment("attempts", operation=progress.operation, outcome="ok")
         if server_wait is not None and server_wait.source == QUOTA_HEADER and server_wait.seconds:
             # The answer spent the last of the quota: close the gate before anyone gets a 429.
-            self.gate.close(self.scope, server_wait.seconds)
-        return Attempt(None, status_code, started, server_wait, result)
+            close_gate = server_wait.seconds
+        return Attempt(None, status_code, started, server_wait, result, close_gate=close_gate)
 
     def _stop_reason(self, progress: Progress, error: GatewayError) -> str | None:
         """Why the call ends after this error, or None to try again."""
@@ -343,7 +406,7 @@ class RetryLoop:
         server = attempt.server_wait
         if server is not None and server.seconds is not None:
             floor, source = server.seconds, server.source or RETRY_AFTER
-        gate = self.gate.remaining(self.scope)
+        gate = attempt.gate if attempt.gate is not None else self.gate.remaining(self.scope)
         progress.log["gate"] = gate
         if gate > floor + _SAME_WAIT:
             floor, source = gate, GATE
@@ -367,28 +430,28 @@ class RetryLoop:
             raise Stop(final_error(progress, error), "deadline", attempt)
         return wait, source
 
-    def _wait_for_gate(self, progress: Progress, last: GatewayError | None) -> None:
-        """Before sending: wait for the scope's gate, or raise Stop if it does not fit."""
+    def _wait_for_gate(
+        self, progress: Progress, remaining: float, waits: int, last: GatewayError | None
+    ) -> None:
+        """The gate is closed for `remaining` seconds (`waits` waits so far): wait for it,
+        or raise Stop if that does not fit."""
         policy = progress.policy
-        waits = 0
-        while (remaining := self.gate.remaining(self.scope)) > 0:
-            # The gate's instant is a floor; jitter after it spreads the processes waking at T.
-            jitter = full_jitter(0, policy.backoff_base, policy.backoff_cap, self._random)
-            if (
-                remaining > policy.max_server_wait
-                or self._elapsed(progress) + remaining + jitter + policy.min_attempt_time
-                > policy.deadline
-                or waits == _MAX_GATE_WAITS
-            ):
-                self.metrics.increment("gate_refused", operation=progress.operation)
-                error = last if last is not None else gate_error(progress, self._config.name)
-                set_wait(error, remaining, GATE, self._exchange.not_before)
-                progress.log["gate"] = remaining
-                raise Stop(final_error(progress, error), "gate")
-            self.metrics.increment("gate_waits", operation=progress.operation)
-            waits += 1
-            progress.gate_waited += remaining + jitter
-            self._sleep(remaining + jitter)
+        # The gate's instant is a floor; jitter after it spreads the processes waking at T.
+        jitter = full_jitter(0, policy.backoff_base, policy.backoff_cap, self._random)
+        if (
+            remaining > policy.max_server_wait
+            or self._elapsed(progress) + remaining + jitter + policy.min_attempt_time
+            > policy.deadline
+            or waits == _MAX_GATE_WAITS
+        ):
+            self.metrics.increment("gate_refused", operation=progress.operation)
+            error = last if last is not None else gate_error(progress, self._config.name)
+            set_wait(error, remaining, GATE, self._exchange.not_before)
+            progress.log["gate"] = remaining
+            raise Stop(final_error(progress, error), "gate")
+        self.metrics.increment("gate_waits", operation=progress.operation)
+        progress.gate_waited += remaining + jitter
+        self._sleep(remaining + jitter)
 
     def _elapsed(self, progress: Progress) -> float:
         return self._clock.monotonic() - progress.started

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from .breaker_types import HALF_OPEN_RETRY_AFTER  # lua/breaker.lua's HALF_OPEN_WAIT
 from .store import MemoryKeyspace
 
-__all__ = ["aimd", "breaker", "budget", "gate_close", "gate_read"]
+__all__ = ["admit", "aimd", "breaker", "budget", "gate_close", "gate_read", "settle"]
 
 
 def _fmt(x: float) -> str:
@@ -127,7 +127,8 @@ def _window_py(h: dict[str, str], wtype: str, wsize: int, now: float) -> tuple[i
         w = h.get("w", "")
         if len(w) > wsize:
             w = w[-wsize:]
-        return len(w), sum(ch in "13" for ch in w), sum(ch in "23" for ch in w), w
+        slow_failures = w.count("3")
+        return len(w), w.count("1") + slow_failures, w.count("2") + slow_failures, w
     oldest = math.floor(now) - wsize + 1
     kept: list[str] = []
     c = f = s = 0
@@ -358,3 +359,58 @@ def breaker(space: MemoryKeyspace, keys: list[str], args: list[str], now: float)
         num("ct", 0), num("ft", 0), num("lt", 0), float(_fmt(since)),
         float(_fmt(num("until", 0))), float(_fmt(now)),
     ]  # fmt: skip
+
+
+# -- admit.lua, settle.lua: one round trip per phase of an attempt -------------------------------
+
+_NONE = [0.0] * 6
+
+
+def admit(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
+    """lua/admit.lua in Python: breaker, gate, slot, budget; all or nothing (see the file)."""
+    limiter = args[5:9]
+    breaker_config = args[11:19]
+    lease, slot_id = args[10], args[9]
+    permit = args[19] if len(keys) >= 4 else ""
+    b: list[float] = []
+    if len(keys) >= 4:
+        b = breaker(space, [keys[3]], ["acquire", *breaker_config, permit, lease], now)
+
+    def give_back_permit() -> None:
+        if b and b[0] == 2:
+            generation = str(int(b[2]))
+            breaker(space, [keys[3]], ["record", *breaker_config, permit, "i", generation], now)
+
+    if b and b[0] == 0:
+        return [1.0, 0.0, 0.0, 0.0, *_NONE, *b]
+    (gate,) = gate_read(space, [keys[0]], [], now)
+    if gate > 0:
+        give_back_permit()
+        return [2.0, gate, 0.0, 0.0, *_NONE, *b]
+    slot = aimd(space, [keys[2]], ["acquire", *limiter, slot_id, lease], now)
+    if slot[0] != 1:
+        give_back_permit()
+        return [3.0, gate, 0.0, 0.0, *slot, *b]
+    ok, balance = budget(space, [keys[1]], args[0:5], now)
+    if ok != 1:
+        aimd(space, [keys[2]], ["release", *limiter, slot_id, "ignore"], now)
+        give_back_permit()
+        return [4.0, gate, ok, balance, *slot, *b]
+    return [0.0, gate, ok, balance, *slot, *b]
+
+
+def settle(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
+    """lua/settle.lua in Python: gate close, slot release, breaker record, reads (see the file)."""
+    gate = -1.0
+    if args[0] != "":
+        (gate,) = gate_close(space, [keys[0]], [args[0]], now)
+    slot = aimd(space, [keys[2]], ["release", *args[5:9], args[9], args[10]], now)
+    b: list[float] = []
+    if len(keys) >= 4:
+        b = breaker(space, [keys[3]], ["record", *args[11:19], *args[19:22]], now)
+    ok, balance = 0.0, -1.0
+    if args[1] == "1":
+        if gate == -1.0:
+            (gate,) = gate_read(space, [keys[0]], [], now)
+        ok, balance = budget(space, [keys[1]], ["read", "0", *args[2:5]], now)
+    return [gate, ok, balance, *slot, *b]

@@ -32,7 +32,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import _twins
@@ -195,7 +195,11 @@ class AimdLimiter:
         """Give `slot` back with its outcome (DROP, SUCCESS or IGNORE); returns the new limit."""
         if outcome not in (DROP, SUCCESS, IGNORE):
             raise ValueError("outcome must be DROP, SUCCESS or IGNORE")
-        change, limit, in_flight, _, _, _ = self._run(slot.scope, "release", slot.slot_id, outcome)
+        return self._released(slot, self._run(slot.scope, "release", slot.slot_id, outcome))
+
+    def _released(self, slot: Slot, values: Sequence[float]) -> int:
+        """After a `release` answer: count and log a change of the limit; the new limit."""
+        change, limit, in_flight = values[0], values[1], values[2]
         if change != 0:
             direction = "down" if change < 0 else "up"
             self.metrics.increment(
@@ -225,20 +229,35 @@ class AimdLimiter:
             scope, int(limit), int(in_flight), self.config.max_limit, int(dec), int(inc)
         )
 
-    def _run(self, scope: str, op: str, slot_id: str, arg: str | float) -> list[float]:
+    def wait_step(self, until: float) -> bool:
+        """
+        One pause of a wait for a slot that ends at `until` (the limiter's monotonic
+        seconds): sleeps `min(poll_interval, time left)` and returns True, or returns False
+        at once when no time is left.
+        """
+        left = until - self._monotonic()
+        if left <= 0:
+            return False
+        self._sleep(min(self.config.poll_interval, left))
+        return True
+
+    def now(self) -> float:
+        """The limiter's monotonic clock (seconds), the one `wait_step` reads."""
+        return self._monotonic()
+
+    def _config_args(self) -> list[str | int | float]:
+        """The script's limiter arguments (initial, max, min, ratio), after the op."""
         config = self.config
+        return [
+            config.initial_limit,
+            config.max_limit,
+            config.min_limit,
+            float(config.backoff_ratio),
+        ]
+
+    def _run(self, scope: str, op: str, slot_id: str, arg: str | float) -> list[float]:
         return self.store.run(
-            AIMD_SCRIPT,
-            [f"aimd:{scope}"],
-            [
-                op,
-                config.initial_limit,
-                config.max_limit,
-                config.min_limit,
-                float(config.backoff_ratio),
-                slot_id,
-                arg,
-            ],
+            AIMD_SCRIPT, [f"aimd:{scope}"], [op, *self._config_args(), slot_id, arg]
         )
 
     def __repr__(self) -> str:

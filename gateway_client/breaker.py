@@ -70,7 +70,7 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from . import _twins
 from .breaker_types import (
@@ -172,18 +172,7 @@ class CircuitBreaker:
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError("lease must be a positive number of seconds")
         permit_id = uuid.uuid4().hex
-        values = self._run("acquire", permit_id, float(seconds))
-        admitted = values[_RESULT] != 0
-        if not admitted:
-            self.metrics.increment("breaker_refused", group=self.group)
-        return Admission(
-            group=self.group,
-            admitted=admitted,
-            state=_state_name(values[_STATE]),
-            generation=int(values[_GEN]),
-            retry_after=0.0 if admitted else max(0.0, values[_RETRY]),
-            permit_id=permit_id if values[_RESULT] == 2 else None,
-        )
+        return self._admission(self._run("acquire", permit_id, float(seconds)), permit_id)
 
     def record(
         self, admission: Admission, outcome: str, *, duration: float | None = None
@@ -193,26 +182,9 @@ class CircuitBreaker:
         in seconds (slow-call detection). A result of an older generation counts in the
         statistics only. Returns the state the breaker is left in.
         """
-        if not admission.admitted:
-            raise ValueError("only an admitted call has a result to record")
-        if outcome == IGNORED:
-            code = "i"
-        else:
-            if outcome not in (SUCCESS, FAILURE):
-                raise ValueError("outcome must be SUCCESS, FAILURE or IGNORED")
-            threshold = self.config.slow_call_duration
-            slow = threshold is not None and duration is not None and duration >= threshold
-            code = _OUTCOME_CODES[(outcome, slow)]
+        code = self._record_code(admission, outcome, duration)
         values = self._run("record", admission.permit_id or "-", code, admission.generation)
-        late = values[_RESULT] == 2
-        if late:
-            self.metrics.increment("breaker_late_results", group=self.group)
-        return Recorded(
-            state=_state_name(values[_STATE]),
-            retry_after=max(0.0, values[_RETRY]),
-            late=late,
-            generation=int(values[_GEN]),
-        )
+        return self._recorded(values)
 
     def release(self, admission: Admission) -> None:
         """Give back what `admission` took without a result (an ignored or cancelled call)."""
@@ -255,6 +227,52 @@ class CircuitBreaker:
     def reset(self, *, actor: str | None = None, reason: str | None = None) -> BreakerSnapshot:
         """Clear any override and close the breaker with an empty window (fleet-wide)."""
         return self._operator("reset", "reset", "", actor, reason)
+
+    # -- the client's one-round-trip path (_attempt_state.py runs the script) -----------------
+
+    def _admission(self, values: Sequence[float], permit_id: str) -> Admission:
+        """The Admission of an `acquire` answer (counts a refusal)."""
+        admitted = values[_RESULT] != 0
+        if not admitted:
+            self.metrics.increment("breaker_refused", group=self.group)
+        return Admission(
+            group=self.group,
+            admitted=admitted,
+            state=_state_name(values[_STATE]),
+            generation=int(values[_GEN]),
+            retry_after=0.0 if admitted else max(0.0, values[_RETRY]),
+            permit_id=permit_id if values[_RESULT] == 2 else None,
+        )
+
+    def _record_code(self, admission: Admission, outcome: str, duration: float | None) -> str:
+        """The window's character for `outcome` ("i" for IGNORED); ValueError if not admitted."""
+        if not admission.admitted:
+            raise ValueError("only an admitted call has a result to record")
+        if outcome == IGNORED:
+            return "i"
+        if outcome not in (SUCCESS, FAILURE):
+            raise ValueError("outcome must be SUCCESS, FAILURE or IGNORED")
+        threshold = self.config.slow_call_duration
+        slow = threshold is not None and duration is not None and duration >= threshold
+        return _OUTCOME_CODES[(outcome, slow)]
+
+    def _recorded(self, values: Sequence[float]) -> Recorded:
+        """The Recorded of a `record` answer (counts a late result)."""
+        late = values[_RESULT] == 2
+        if late:
+            self.metrics.increment("breaker_late_results", group=self.group)
+        return Recorded(
+            state=_state_name(values[_STATE]),
+            retry_after=max(0.0, values[_RETRY]),
+            late=late,
+            generation=int(values[_GEN]),
+        )
+
+    def _observe(self, values: Sequence[float], fallback: bool) -> None:
+        """After any script answer: count/log the fallback, log and count a transition."""
+        self._note_store(fallback)
+        if values[_TO] >= 0:
+            self._log_transition(values)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -323,7 +341,7 @@ class CircuitBreaker:
                 extra={"gateway_breaker": self.name, "gateway_breaker_group": self.group},
             )
 
-    def _log_transition(self, values: list[float]) -> None:
+    def _log_transition(self, values: Sequence[float]) -> None:
         source, target = _state_name(values[_FROM]), _state_name(values[_TO])
         calls, failures = int(values[_CALLS]), int(values[_FAILS])
         rate = 100.0 * failures / calls if calls else None

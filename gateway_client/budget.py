@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from . import _twins
 from .store import AtomicScript, StateStore
 
-__all__ = ["BudgetState", "RetryBudget"]
+__all__ = ["ONE_RETRY", "BudgetState", "RetryBudget", "budget_state"]
 
 _SCALE = 1000  # thousandths of a retry
 
@@ -48,6 +48,15 @@ class BudgetState:
 
     retries_available: int
     balance: float
+
+
+#: One retry, in the script's unit (thousandths of a retry): what a retry withdraws.
+ONE_RETRY = _SCALE
+
+
+def budget_state(balance: float) -> BudgetState:
+    """The BudgetState of a balance in thousandths of a retry, as the script answers it."""
+    return BudgetState(max(0, int(balance // _SCALE)), balance / _SCALE)
 
 
 class RetryBudget:
@@ -93,19 +102,24 @@ class RetryBudget:
 
     def try_withdraw(self) -> tuple[bool, BudgetState]:
         """Take one retry if the balance allows; returns (allowed, state after). Never blocks."""
-        return self._run("withdraw", _SCALE)
+        return self._run("withdraw", ONE_RETRY)
 
     def state(self) -> BudgetState:
         """The balance now, without changing it."""
         return self._run("read", 0)[1]
 
+    @property
+    def key(self) -> str:
+        """The budget's key in the store (before the store's namespace)."""
+        return f"budget:{self.name}"
+
+    def _args(self, op: str, amount: int) -> list[str | int | float]:
+        """The script's arguments: op, amount, reserve, slot seconds, slots."""
+        return [op, amount, self._reserve, self.ttl / self.slots, self.slots]
+
     def _run(self, op: str, amount: int) -> tuple[bool, BudgetState]:
-        ok, balance = self.store.run(
-            BUDGET_SCRIPT,
-            [f"budget:{self.name}"],
-            [op, amount, self._reserve, self.ttl / self.slots, self.slots],
-        )
-        return ok == 1, BudgetState(max(0, int(balance // _SCALE)), balance / _SCALE)
+        ok, balance = self.store.run(BUDGET_SCRIPT, [self.key], self._args(op, amount))
+        return ok == 1, budget_state(balance)
 
     def __repr__(self) -> str:
         return (

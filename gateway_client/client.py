@@ -43,8 +43,9 @@ idempotency key; the look-ups `lookup`, `lookup_refunds`), under a RetryPolicy (
    nothing sent. A rate-limit answer lowers the scope's limit, a success at high concurrency
    raises it.
 
-Order before each attempt: breaker, rate gate, (first attempt: budget deposit), concurrency
-slot, send.
+Order before each attempt: breaker, rate gate, concurrency slot, budget (a first attempt
+deposits, a retry withdraws), send; all four in one store script, all or nothing, and the
+outcome in one more (_attempt_state.py, docs/adr/0025).
 
 Where the rest lives: the retry loop that applies these rules in _retry_loop.py (`RetryLoop`,
 which `AcquirerClient` extends with its operations); one exchange (send, read within the
@@ -67,6 +68,7 @@ import httpx
 
 from . import deadline as _deadline
 from ._attempt_log import AttemptLog
+from ._attempt_state import AttemptState
 from ._call import (
     Answer,
     Progress,
@@ -198,6 +200,9 @@ class AcquirerClient(RetryLoop):
             )
         else:
             raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")
+        self._state = AttemptState(
+            self.store, gate=self.gate, budget=self.budget, limiter=self.limiter, scope=self.scope
+        )
         self._charges_url = config.base_url.rstrip("/") + "/charges"
         self._refunds_url = config.base_url.rstrip("/") + "/refunds"
         deadline_sockets = False

@@ -18,8 +18,11 @@ breaker (`breaker.py`) are built this way: their Lua programs are package files
     store.run(INCREMENT, ["counter:authorize"], [1])   # -> [1.0]
 
 Conventions for scripts:
-- `KEYS` are the caller's keys with the store's namespace prepended (`"<namespace>:" + key`),
-  one key per script (so a Redis Cluster needs no hash tags).
+- `KEYS` are the caller's keys with the store's namespace prepended (`"<namespace>:" + key`).
+  The parts' scripts take one key each; the attempt's two scripts (lua/admit.lua,
+  lua/settle.lua) take up to four, so on a Redis Cluster the namespace needs a hash tag
+  (`namespace="{payments}"`: every key of the namespace in one slot). `AtomicScript.packaged`
+  with `parts=` prepends other package scripts as Lua functions (`part_function`).
 - `ARGV[1]` is the clock reading to use, or the empty string: then the Lua script reads the
   server's `TIME` (the `STORE_NOW` snippet below does this). The caller's arguments follow
   from `ARGV[2]` on; the Python function receives them as `args` (strings) and `now` (float).
@@ -58,7 +61,9 @@ __all__ = [
     "MemoryStore",
     "RedisStore",
     "StateStore",
+    "arg_text",
     "lua_source",
+    "part_function",
 ]
 
 logger = logging.getLogger("gateway_client.store")
@@ -91,11 +96,33 @@ class AtomicScript:
     lua: str
     python: PythonScript
     source: str | None = None
+    parts: tuple[str, ...] = ()
 
     @classmethod
-    def packaged(cls, name: str, filename: str, python: PythonScript) -> AtomicScript:
-        """The script whose Lua is the package file `lua/<filename>`, after the prelude."""
-        return cls(name, STORE_NOW + lua_source(filename), python, source=filename)
+    def packaged(
+        cls, name: str, filename: str, python: PythonScript, *, parts: Sequence[str] = ()
+    ) -> AtomicScript:
+        """
+        The script whose Lua is the package file `lua/<filename>`, after the prelude.
+
+        `parts`: other package scripts (file names) the file calls as Lua functions, one
+        Redis round trip for several operations: `lua/gate_read.lua` becomes
+        `local function gate_read(KEYS, ARGV, now) ... end`, placed between the prelude and
+        the file (`part_function`).
+        """
+        functions = "".join(part_function(part) for part in parts)
+        lua = STORE_NOW + functions + lua_source(filename)
+        return cls(name, lua, python, source=filename, parts=tuple(parts))
+
+
+def part_function(filename: str) -> str:
+    """
+    The package script `lua/<filename>` as a Lua function named after the file (without
+    `.lua`) that takes `(KEYS, ARGV, now)` and returns the script's answer: the caller
+    passes the part's own KEYS and ARGV tables (ARGV[1] unused, as in a script of its own).
+    """
+    name = filename.removesuffix(".lua")
+    return f"local function {name}(KEYS, ARGV, now)\n{lua_source(filename)}\nend\n"
 
 
 class StateStore(Protocol):
@@ -191,7 +218,9 @@ class MemoryStore:
         full_keys = [f"{self._namespace}:{key}" for key in keys]
         with self._lock:
             self._space.now = self._clock()
-            result = script.python(self._space, full_keys, [_arg(a) for a in args], self._space.now)
+            result = script.python(
+                self._space, full_keys, [arg_text(a) for a in args], self._space.now
+            )
         return [float(value) for value in result]
 
     def run_checked(
@@ -305,7 +334,7 @@ class RedisStore:
         full_keys = [f"{self._namespace}:{key}" for key in keys]
         now = "" if self._clock is None else repr(float(self._clock()))
         try:
-            result = self._script(script)(keys=full_keys, args=[now, *map(_arg, args)])
+            result = self._script(script)(keys=full_keys, args=[now, *map(arg_text, args)])
         except self._errors as exc:
             self._failed(exc)
             return self._run_fallback(script, keys, args), True
@@ -365,7 +394,10 @@ class RedisStore:
         return f"RedisStore(namespace={self._namespace!r})"
 
 
-def _arg(value: str | int | float) -> str:
+def arg_text(value: str | int | float) -> str:
+    """A script argument as the text both backends receive: floats by `repr`, else `str`."""
+    if type(value) is str:  # the most frequent case first: a script's hot path
+        return value
     if isinstance(value, float):
         return repr(value)
     return str(value)

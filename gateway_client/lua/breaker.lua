@@ -32,13 +32,14 @@ local h = {}
 local flat = redis.call('HGETALL', key)
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 local dirty = false
+local changed = {}
 
 local function num(f, d)
   local v = h[f]
   if v == nil or v == '' then return d end
   return tonumber(v)
 end
-local function put(f, v) h[f] = v; dirty = true end
+local function put(f, v) h[f] = v; changed[f] = true; dirty = true end
 local function fmt(x) return string.format('%.6f', x) end
 local function int(x) return string.format('%d', x) end
 
@@ -268,11 +269,11 @@ if op ~= 'acquire' and op ~= 'peek' then
   end
 end
 
-if dirty then
+if dirty then  -- the fields this operation wrote, only
   local out = {}
-  for f, v in pairs(h) do
+  for f in pairs(changed) do
     out[#out + 1] = f
-    out[#out + 1] = v
+    out[#out + 1] = h[f]
   end
   redis.call('HSET', key, unpack(out))
 end

@@ -343,13 +343,13 @@ def test_the_client_leases_probes_for_the_time_left_plus_a_margin() -> None:
     """A probe's permit lease is the call's remaining deadline (8 s) plus 1 s."""
     rig = Rig()
     leases: list[float | None] = []
-    acquire = rig.breaker.acquire
+    admit = rig.client._state.admit  # the one script taking the permit (and the slot)
 
-    def spy(*, lease: float | None = None):
+    def spy(breaker: Any, *, first: bool, lease: float) -> Any:
         leases.append(lease)
-        return acquire(lease=lease)
+        return admit(breaker, first=first, lease=lease)
 
-    rig.breaker.acquire = spy  # type: ignore[method-assign]
+    rig.client._state.admit = spy  # type: ignore[method-assign]
     rig.call(approve)
     assert leases == [9.0]
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from gateway_client import _twins
+from gateway_client._attempt_state import ADMIT_SCRIPT, SETTLE_SCRIPT
 from gateway_client.aimd import AIMD_SCRIPT
 from gateway_client.breaker import BREAKER_SCRIPT
 from gateway_client.budget import BUDGET_SCRIPT
 from gateway_client.gate import GATE_CLOSE, GATE_READ
-from gateway_client.store import STORE_NOW, AtomicScript
+from gateway_client.store import STORE_NOW, AtomicScript, part_function
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED: tuple[AtomicScript, ...] = (
@@ -28,6 +29,8 @@ PACKAGED: tuple[AtomicScript, ...] = (
     BUDGET_SCRIPT,
     AIMD_SCRIPT,
     BREAKER_SCRIPT,
+    ADMIT_SCRIPT,
+    SETTLE_SCRIPT,
 )
 PRELUDE = "prelude.lua"
 
@@ -53,6 +56,14 @@ TWIN_TESTS = {
         "tests.integration.test_gateway_lua_twins",
         "test_lua_and_python_gate_give_the_same_answers",
     ),
+    "admit.lua": (
+        "tests.integration.test_gateway_attempt_state",
+        "test_lua_and_python_attempt_scripts_give_the_same_answers",
+    ),
+    "settle.lua": (
+        "tests.integration.test_gateway_attempt_state",
+        "test_lua_and_python_attempt_scripts_give_the_same_answers",
+    ),
 }
 
 
@@ -70,11 +81,22 @@ def test_importlib_resources_finds_every_script_and_the_prelude() -> None:
 
 @pytest.mark.parametrize("script", PACKAGED, ids=lambda script: script.name)
 def test_every_packaged_script_is_its_file_after_the_prelude(script: AtomicScript) -> None:
-    """The Lua run on Redis is exactly lua/prelude.lua then lua/<source>."""
+    """The Lua run on Redis is exactly lua/prelude.lua, the parts it calls (each another
+    packaged file, as a function), then lua/<source>."""
     assert script.source is not None
     body = (resources.files("gateway_client") / "lua" / script.source).read_text(encoding="utf-8")
-    assert script.lua == STORE_NOW + body
+    parts = "".join(part_function(part) for part in script.parts)
+    assert script.lua == STORE_NOW + parts + body
+    assert set(script.parts) <= {other.source for other in PACKAGED if not other.parts}
     assert script.python.__module__ == _twins.__name__
+
+
+def test_a_part_is_its_file_as_a_function_of_its_own_keys_and_arguments() -> None:
+    """lua/gate_read.lua as a part: a local function of (KEYS, ARGV, now) around the file."""
+    body = (resources.files("gateway_client") / "lua" / "gate_read.lua").read_text("utf-8")
+    assert part_function("gate_read.lua") == (
+        f"local function gate_read(KEYS, ARGV, now)\n{body}\nend\n"
+    )
 
 
 @pytest.mark.parametrize("filename", sorted(TWIN_TESTS))

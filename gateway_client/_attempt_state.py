@@ -1,0 +1,316 @@
+"""
+The shared state of one attempt in two store round trips: `admit` before sending, `settle`
+after (ADR 0025).
+
+`admit` runs lua/admit.lua (twin: `_twins.admit`): the breaker's permit, the rate gate, a
+concurrency slot and the retry budget's share (a first attempt deposits, a retry withdraws),
+all or nothing: the first step that refuses decides (`Verdict`), and what earlier steps took
+goes back inside the same atomic script. `settle` runs lua/settle.lua (twin:
+`_twins.settle`): the gate closed for the server's wait, the slot given back with the AIMD
+outcome, the breaker's record, and, when the call may retry, the gate and the budget read
+for the retry loop's decision. The two scripts call the parts' own programs (breaker.lua,
+aimd.lua, budget.lua, gate_read.lua, gate_close.lua) as Lua functions, so each rule is still
+written once in Lua and once in Python.
+
+Both scripts need the four parts in one store. A client whose budget, limiter or breakers
+were built on other stores gets the same steps, in the same order and with the same
+give-backs, one script per step (`AttemptState.merged` is False).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import _twins
+from . import aimd as _aimd
+from .aimd import AimdLimiter, Slot
+from .breaker import CircuitBreaker
+from .breaker_types import Admission, Recorded
+from .budget import ONE_RETRY, BudgetState, RetryBudget, budget_state
+from .gate import RateGate
+from .store import AtomicScript, StateStore, arg_text
+
+__all__ = [
+    "ADMIT_SCRIPT",
+    "SETTLE_SCRIPT",
+    "Admitted",
+    "AttemptState",
+    "Settled",
+    "Verdict",
+]
+
+ADMIT_SCRIPT = AtomicScript.packaged(
+    "attempt_admit",
+    "admit.lua",
+    _twins.admit,
+    parts=("gate_read.lua", "budget.lua", "aimd.lua", "breaker.lua"),
+)
+SETTLE_SCRIPT = AtomicScript.packaged(
+    "attempt_settle",
+    "settle.lua",
+    _twins.settle,
+    parts=("gate_close.lua", "gate_read.lua", "budget.lua", "aimd.lua", "breaker.lua"),
+)
+
+
+class Verdict:
+    """The admission's answer: admitted, or which step refused (the scripts' codes)."""
+
+    ADMITTED = 0
+    BREAKER = 1
+    GATE = 2
+    CONCURRENCY = 3
+    BUDGET = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """
+    What `admit` answered. `verdict`: a `Verdict` code. `admission`: the breaker's answer
+    (None without a breaker, or when an earlier step refused). `slot`: the concurrency slot
+    (None unless admitted). `gate`: seconds until the gate opens (when it refused). `limit`:
+    the scope's concurrency limit. `budget`: the balance after the budget's step (None when
+    it was not reached).
+    """
+
+    verdict: int
+    admission: Admission | None
+    slot: Slot | None
+    gate: float
+    limit: int
+    budget: BudgetState | None
+
+    @property
+    def admitted(self) -> bool:
+        """True when the attempt may be sent."""
+        return self.verdict == Verdict.ADMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What `settle` answered: the breaker's `recorded` state (None without a breaker), and,
+    when read, the `gate` seconds and the budget's `balance` in thousandths of a retry."""
+
+    recorded: Recorded | None
+    gate: float | None
+    balance: float | None
+
+    def retry_allowed(self) -> tuple[bool, BudgetState | None]:
+        """Does the budget read allow one retry? (allowed, the state after that retry)."""
+        if self.balance is None:
+            return True, None
+        if self.balance >= ONE_RETRY:
+            return True, budget_state(self.balance - ONE_RETRY)
+        return False, budget_state(self.balance)
+
+
+class AttemptState:
+    """
+    The rate gate, retry budget, AIMD limiter and breakers of one client, run per attempt in
+    one script before sending and one after (see the module docstring). `scope`: the quota
+    scope (gate and limiter keys).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        gate: RateGate,
+        budget: RetryBudget,
+        limiter: AimdLimiter,
+        scope: str,
+    ) -> None:
+        self.store = store
+        self.gate = gate
+        self.budget = budget
+        self.limiter = limiter
+        self.scope = scope
+        self._gate_key = f"gate:{scope}"
+        self._aimd_key = f"aimd:{scope}"
+        # The constant arguments, as the strings the store sends (made once, not per attempt).
+        self._budget_args = [arg_text(a) for a in budget._args("deposit", 0)[2:]]
+        self._limiter_args = [arg_text(a) for a in limiter._config_args()]
+        self._breaker_args: dict[str, list[str]] = {}
+
+    def merged(self, breaker: CircuitBreaker | None) -> bool:
+        """True when the gate, budget, limiter and `breaker` share one store (one script)."""
+        store = self.store
+        return (
+            self.gate.store is store
+            and self.budget.store is store
+            and self.limiter.store is store
+            and (breaker is None or breaker.store is store)
+        )
+
+    def _config_of(self, breaker: CircuitBreaker) -> list[str]:
+        text = self._breaker_args.get(breaker._key)
+        if text is None:
+            text = self._breaker_args[breaker._key] = [arg_text(a) for a in breaker._args]
+        return text
+
+    # -- before sending ------------------------------------------------------------------------
+
+    def admit(self, breaker: CircuitBreaker | None, *, first: bool, lease: float) -> Admitted:
+        """
+        Admit one attempt (`first`: the call's first, which deposits; else a retry, which
+        withdraws one retry) holding a permit and a slot for `lease` seconds, or refuse it.
+        """
+        if not (math.isfinite(lease) and lease > 0):
+            raise ValueError("lease must be a positive number of seconds")
+        if not self.merged(breaker):
+            return self._admit_in_steps(breaker, first=first, lease=lease)
+        budget = self.budget
+        op, amount = ("deposit", budget._deposit) if first else ("withdraw", ONE_RETRY)
+        permit_id = slot_id = uuid.uuid4().hex  # one id: the permit and the slot are in two hashes
+        keys = [self._gate_key, budget.key, self._aimd_key]
+        args: list[str | int | float] = [
+            op, amount, *self._budget_args, *self._limiter_args, slot_id, float(lease)
+        ]  # fmt: skip
+        if breaker is not None:
+            keys.append(breaker._key)
+            args += [*self._config_of(breaker), permit_id]
+        values, fallback = _run(self.store, ADMIT_SCRIPT, keys, args)
+        verdict = int(values[0])
+        admission = None
+        if breaker is not None:
+            breaker_values = values[10:]
+            breaker._observe(breaker_values, fallback)
+            admission = breaker._admission(breaker_values, permit_id)
+        slot_values = values[4:10]
+        slot = None
+        if verdict == Verdict.ADMITTED:
+            slot = Slot(self.scope, slot_id, int(slot_values[1]), int(slot_values[5]))
+        return Admitted(
+            verdict=verdict,
+            admission=admission,
+            slot=slot,
+            gate=values[1],
+            limit=int(slot_values[1]),
+            budget=budget_state(values[3]) if verdict in (Verdict.ADMITTED, Verdict.BUDGET)
+            else None,
+        )  # fmt: skip
+
+    def _admit_in_steps(
+        self, breaker: CircuitBreaker | None, *, first: bool, lease: float
+    ) -> Admitted:
+        admission = None
+        if breaker is not None:
+            admission = breaker.acquire(lease=lease)
+            if not admission.admitted:
+                return Admitted(Verdict.BREAKER, admission, None, 0.0, 0, None)
+        remaining = self.gate.remaining(self.scope)
+        if remaining > 0:
+            _give_back(breaker, admission)
+            return Admitted(Verdict.GATE, admission, None, remaining, 0, None)
+        slot = self.limiter.try_acquire(self.scope, lease=lease)
+        if slot is None:
+            _give_back(breaker, admission)
+            limit = self.limiter.snapshot(self.scope).limit
+            return Admitted(Verdict.CONCURRENCY, admission, None, remaining, limit, None)
+        if first:
+            allowed, state = True, self.budget.record_request()
+        else:
+            allowed, state = self.budget.try_withdraw()
+        if not allowed:
+            self.limiter.release(slot, _aimd.IGNORE)
+            _give_back(breaker, admission)
+            return Admitted(Verdict.BUDGET, admission, None, remaining, slot.limit, state)
+        return Admitted(Verdict.ADMITTED, admission, slot, remaining, slot.limit, state)
+
+    # -- after sending -------------------------------------------------------------------------
+
+    def settle(
+        self,
+        breaker: CircuitBreaker | None,
+        admitted: Admitted,
+        *,
+        limiter_outcome: str,
+        breaker_outcome: str,
+        duration: float | None,
+        close_gate: float | None = None,
+        read: bool = False,
+    ) -> Settled:
+        """
+        After an admitted attempt: close the gate for `close_gate` seconds (None: leave it),
+        give the slot back with `limiter_outcome` (aimd DROP, SUCCESS or IGNORE), record
+        `breaker_outcome` (SUCCESS, FAILURE or IGNORED) with the attempt's `duration`, and
+        when `read`, read the gate and the budget for the retry decision.
+        """
+        slot, admission = admitted.slot, admitted.admission
+        if slot is None:
+            raise ValueError("only an admitted attempt has an outcome to settle")
+        if limiter_outcome not in (_aimd.DROP, _aimd.SUCCESS, _aimd.IGNORE):
+            raise ValueError("limiter_outcome must be DROP, SUCCESS or IGNORE")
+        if close_gate is not None and not (math.isfinite(close_gate) and close_gate >= 0):
+            raise ValueError("close_gate must be a finite number >= 0")
+        if breaker is not None and admission is None:
+            raise ValueError("an attempt admitted by a breaker carries its Admission")
+        if not self.merged(breaker):
+            return self._settle_in_steps(
+                breaker, admission, slot, limiter_outcome, breaker_outcome, duration,
+                close_gate, read,
+            )  # fmt: skip
+        keys = [self._gate_key, self.budget.key, self._aimd_key]
+        args: list[str | int | float] = [
+            "" if close_gate is None else float(close_gate), "1" if read else "0",
+            *self._budget_args, *self._limiter_args, slot.slot_id, limiter_outcome,
+        ]  # fmt: skip
+        if breaker is not None and admission is not None:
+            code = breaker._record_code(admission, breaker_outcome, duration)
+            keys.append(breaker._key)
+            args += [*self._config_of(breaker), admission.permit_id or "-", code]
+            args.append(admission.generation)
+        values, fallback = _run(self.store, SETTLE_SCRIPT, keys, args)
+        self.limiter._released(slot, values[3:9])
+        recorded = None
+        if breaker is not None:
+            breaker_values = values[9:]
+            breaker._observe(breaker_values, fallback)
+            recorded = breaker._recorded(breaker_values)
+        return Settled(
+            recorded=recorded,
+            gate=values[0] if read else None,
+            balance=values[2] if read else None,
+        )
+
+    def _settle_in_steps(
+        self,
+        breaker: CircuitBreaker | None,
+        admission: Admission | None,
+        slot: Slot,
+        limiter_outcome: str,
+        breaker_outcome: str,
+        duration: float | None,
+        close_gate: float | None,
+        read: bool,
+    ) -> Settled:
+        gate = None
+        if close_gate is not None:
+            gate = self.gate.close(self.scope, close_gate)
+        self.limiter.release(slot, limiter_outcome)
+        recorded = None
+        if breaker is not None and admission is not None:
+            recorded = breaker.record(admission, breaker_outcome, duration=duration)
+        if not read:
+            return Settled(recorded, None, None)
+        if gate is None:
+            gate = self.gate.remaining(self.scope)
+        return Settled(recorded, gate, self.budget.state().balance * ONE_RETRY)
+
+
+def _give_back(breaker: CircuitBreaker | None, admission: Admission | None) -> None:
+    if breaker is not None and admission is not None:
+        breaker.release(admission)
+
+
+def _run(
+    store: StateStore, script: AtomicScript, keys: Sequence[str], args: Sequence[str | int | float]
+) -> tuple[list[float], bool]:
+    checked = getattr(store, "run_checked", None)
+    if checked is not None:
+        values, fallback = checked(script, keys, args)
+        return values, bool(fallback)
+    return store.run(script, keys, args), False
