@@ -16,7 +16,8 @@ Metric names (labels in braces):
 
 Gauges, computed at scrape time:
 
-* ``payments_unresolved{status}``: exact count of ``processing`` and ``needs_review`` payments.
+* ``payments_unresolved{status}``: exact count of ``processing``, ``deferred`` (the deferred
+  backlog: not sent anywhere yet) and ``needs_review`` payments.
 * ``payments_oldest_unresolved_age_seconds{status}``: age of the oldest one (0 if none).
 * ``payments_by_status_estimated{status}``: payments per status, planner estimate.
 * ``payments_reconciliation_lag_seconds``: how long the most overdue ``processing`` payment
@@ -27,6 +28,11 @@ Counters:
 
 * ``payments_reconciliation_outcomes_total{result}``: reconciliations of one payment by
   result (``resolved``, ``retry_later``, ``needs_review``, ``waiting`` ...).
+* ``payments_deferred_submissions_total{result}``: what the deferred sweep did with one
+  payment: ``submitted`` (sent; the outcome recorded), ``deferred_again`` (certainly not
+  applied: a later ``not_before``), ``expired`` (failed ``acquirer_unavailable`` at the
+  maximum age); and ``payments_deferred_sweep_stops_total{reason}``: sweeps stopped before
+  their batch by ``breaker``, ``rate_gate`` or ``pace`` (the fleet's own submission rate).
 * ``payments_idempotency_replays_total``: answers replayed from a stored idempotency key.
 * ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
 * ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
@@ -51,6 +57,8 @@ from payments.models import Payment, PaymentStatus
 
 __all__ = [
     "PaymentsCollector",
+    "record_deferred_submission",
+    "record_deferred_sweep_stop",
     "record_idempotency_key_in_use",
     "record_idempotency_key_reused",
     "record_idempotency_replay",
@@ -59,7 +67,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
+#: ``deferred`` too: its exact count is the deferred backlog, its oldest age the backlog's age.
+UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.DEFERRED, PaymentStatus.NEEDS_REVIEW)
 
 # --- Counters (in process) -------------------------------------------------------------------
 
@@ -67,6 +76,16 @@ RECONCILIATION_OUTCOMES = Counter(
     "payments_reconciliation_outcomes",
     "Reconciliations of one payment, by result.",
     ["result"],
+)
+DEFERRED_SUBMISSIONS = Counter(
+    "payments_deferred_submissions",
+    "Deferred payments the sweep handled, by result (submitted, deferred_again, expired).",
+    ["result"],
+)
+DEFERRED_SWEEP_STOPS = Counter(
+    "payments_deferred_sweep_stops",
+    "Deferred sweeps stopped before their batch, by reason (breaker, rate_gate, pace).",
+    ["reason"],
 )
 IDEMPOTENCY_REPLAYS = Counter(
     "payments_idempotency_replays", "Answers replayed from a completed idempotency key."
@@ -90,6 +109,17 @@ def _safely(increment, *args: object) -> None:
 def record_reconciliation(result: str) -> None:
     """Count one reconciliation of one payment with its ``Result`` value."""
     _safely(lambda: RECONCILIATION_OUTCOMES.labels(result=str(result)).inc())
+
+
+def record_deferred_submission(result: str) -> None:
+    """Count one deferred payment the sweep handled (``submitted``, ``deferred_again``,
+    ``expired``)."""
+    _safely(lambda: DEFERRED_SUBMISSIONS.labels(result=str(result)).inc())
+
+
+def record_deferred_sweep_stop(reason: str) -> None:
+    """Count one deferred sweep stopped early (``breaker``, ``rate_gate``, ``pace``)."""
+    _safely(lambda: DEFERRED_SWEEP_STOPS.labels(reason=str(reason)).inc())
 
 
 def record_idempotency_replay() -> None:
