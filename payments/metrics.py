@@ -22,6 +22,8 @@ Gauges, computed at scrape time:
 * ``payments_by_status_estimated{status}``: payments per status, planner estimate.
 * ``payments_reconciliation_lag_seconds``: how long the most overdue ``processing`` payment
   has been due for its reconciliation check (``next_check_at`` in the past; 0 when none is).
+* ``payments_deferred_lag_seconds``: how long the most overdue ``deferred`` payment has been
+  due for submission (``not_before`` in the past; 0 when none is): the backlog not draining.
 * ``payments_collector_up``: 1 when the scrape-time queries succeeded, else 0.
 
 Counters:
@@ -175,13 +177,19 @@ class PaymentsCollector:
             "How long the most overdue processing payment has been due for its reconciliation "
             "check (0 when none is due).",
         )
+        yield GaugeMetricFamily(
+            "payments_deferred_lag_seconds",
+            "How long the most overdue deferred payment has been due for submission (0 when "
+            "none is): growing, the backlog is not draining.",
+        )
 
     def collect(self) -> Iterable[Metric]:
         """Run the queries; on a database error only ``payments_collector_up 0`` is exported."""
-        unresolved, oldest, estimated, up, lag = self._families()
+        unresolved, oldest, estimated, up, lag, deferred_lag = self._families()
         try:
             counts, oldest_at, estimates = self._query()
             due_since = _earliest_due()
+            deferred_due_since = _earliest_deferred_due()
         except Exception:  # a scrape answers even when the database does not
             logger.exception("payments metrics collector failed")
             up.add_metric([], 0)
@@ -196,24 +204,24 @@ class PaymentsCollector:
         for status in PaymentStatus.values:
             estimated.add_metric([status], estimates.get(status, 0.0))
         lag.add_metric([], max((now - due_since).total_seconds(), 0.0) if due_since else 0.0)
+        deferred_lag.add_metric(
+            [],
+            max((now - deferred_due_since).total_seconds(), 0.0) if deferred_due_since else 0.0,
+        )
         up.add_metric([], 1)
-        return [unresolved, oldest, estimated, up, lag]
+        return [unresolved, oldest, estimated, up, lag, deferred_lag]
 
     @staticmethod
     def _query() -> tuple[dict[str, int], dict[str, object], dict[str, float]]:
-        unresolved = Payment.objects.filter(status__in=UNRESOLVED_STATUSES)
-        counts = dict(
-            unresolved.order_by()
-            .values_list("status")
-            .annotate(n=Count("pk"))
-            .values_list("status", "n")
-        )
-        oldest_at = {
-            status: Payment.objects.filter(status=status)
+        # One grouped query (the index payment_status_created): each status's count and oldest.
+        rows = list(
+            Payment.objects.filter(status__in=UNRESOLVED_STATUSES)
             .order_by()
-            .aggregate(oldest=Min("created_at"))["oldest"]
-            for status in UNRESOLVED_STATUSES
-        }
+            .values("status")
+            .annotate(n=Count("pk"), oldest=Min("created_at"))
+        )
+        counts = {row["status"]: row["n"] for row in rows}
+        oldest_at = {row["status"]: row["oldest"] for row in rows}
         return counts, oldest_at, _estimated_by_status()
 
 
@@ -224,6 +232,16 @@ def _earliest_due():
         Payment.objects.filter(status=PaymentStatus.PROCESSING, next_check_at__isnull=False)
         .order_by()
         .aggregate(due=Min("next_check_at"))["due"]
+    )
+
+
+def _earliest_deferred_due():
+    """The earliest ``not_before`` of a deferred payment (the partial index
+    ``payment_deferred_due``), or None."""
+    return (
+        Payment.objects.filter(status=PaymentStatus.DEFERRED)
+        .order_by()
+        .aggregate(due=Min("not_before"))["due"]
     )
 
 

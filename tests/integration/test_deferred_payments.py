@@ -15,11 +15,14 @@ import sys
 import threading
 from datetime import datetime, timedelta
 
+import httpx
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
+from merchant_client import MerchantClient, Pending, ServiceUnavailable
 from payments.acquirer.client import acquirer_client
 from payments.crashpoints import DEFERRED_CRASH_POINTS
 from payments.deferral import DeferralPolicy
@@ -289,4 +292,45 @@ def test_allow_deferred_refuses_every_non_boolean(merchant_a, sandbox):
         assert problem["code"] == "validation_error"
         assert [error["field"] for error in problem["errors"]] == ["allow_deferred"]
     assert Payment.objects.count() == 0
+    assert sandbox.stats()["requests_total"] == 0
+
+
+class DjangoTransport(httpx.BaseTransport):
+    """httpx requests answered by this process's Django (the real API, in process)."""
+
+    def __init__(self) -> None:
+        self.client = Client()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        skip = {"content-type", "content-length", "host"}
+        headers = {
+            f"HTTP_{name.upper().replace('-', '_')}": value
+            for name, value in request.headers.items()
+            if name.lower() not in skip
+        }
+        answer = self.client.generic(
+            request.method,
+            request.url.raw_path.decode(),
+            request.read(),
+            content_type=request.headers.get("content-type", ""),
+            **headers,
+        )
+        return httpx.Response(
+            answer.status_code, headers=list(answer.items()), content=answer.content
+        )
+
+
+def test_the_merchant_client_sends_allow_deferred_and_reads_a_deferred_payment(merchant_a, sandbox):
+    open_breaker()
+    api = MerchantClient("http://testserver", merchant_a.api_key, transport=DjangoTransport())
+    result = api.create_payment(
+        1999, "EUR", "tok_visa", allow_deferred=True, idempotency_key="mc-1"
+    )
+    assert isinstance(result, Pending)
+    payment = result.object
+    assert (payment.status, payment.final) == ("deferred", False)
+    assert payment.not_before is not None and payment.not_before.tzinfo is not None
+    assert result.retry_after is not None and result.retry_after >= 1
+    with pytest.raises(ServiceUnavailable):  # without it: the 503 of today
+        api.create_payment(1999, "EUR", "tok_visa", idempotency_key="mc-2")
     assert sandbox.stats()["requests_total"] == 0
