@@ -157,9 +157,10 @@ class MerchantClient:
         such as renewals: no acquirer could take it now, the API sends it at its `not_before`
         or later, and the same key answers its current state). Raises the
         `merchant_client.errors` tree: `ServiceUnavailable` (nothing charged; come back after
-        `retry_after` with the same key), `AcquirerError`, `ValidationError`, `CardDataNotAccepted`, `IdempotencyKeyReused`, ...; `TypeError`
-        when neither `idempotency_key` nor `persist_key` is given, `ValueError` for a key that
-        is not 1-255 characters of `%x21-7E`.
+        `retry_after` with the same key), `AcquirerError`, `ValidationError`,
+        `CardDataNotAccepted`, `IdempotencyKeyReused`, ...; `TypeError` when neither
+        `idempotency_key` nor `persist_key` is given, `ValueError` for a key that is not 1-255
+        characters of `%x21-7E`.
         """
         body: dict[str, Any] = {
             "amount": amount,
