@@ -262,7 +262,7 @@ RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default
 # the due ones at the acquirer's pace. After the maximum age it fails acquirer_unavailable: 4 h
 # outlasts most acquirer outages, gives a renewal its final answer the same day (the merchant's
 # dunning retries in days), and leaves a payment submitted at the last moment 2 h of
-# reconciliation (RECONCILIATION_MAX_AGE_SECONDS counts from creation; checks.py holds it).
+# reconciliation (RECONCILIATION_MAX_AGE_SECONDS counts from creation; checks.py warns).
 DEFERRED_MAX_AGE_SECONDS = env.float("DEFERRED_MAX_AGE_SECONDS", default=4 * 3600.0)
 DEFERRED_SWEEP_INTERVAL_SECONDS = env.float("DEFERRED_SWEEP_INTERVAL_SECONDS", default=10.0)
 # A sweep submits at most this many, one at a time (20 x the 8 s deadline < the task limit).
