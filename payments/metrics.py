@@ -34,7 +34,7 @@ Counters:
   payment: ``submitted`` (sent; the outcome recorded), ``deferred_again`` (certainly not
   applied: a later ``not_before``), ``expired`` (failed ``acquirer_unavailable`` at the
   maximum age); and ``payments_deferred_sweep_stops_total{reason}``: sweeps stopped before
-  their batch by ``breaker``, ``rate_gate`` or ``pace`` (the fleet's own submission rate).
+  their batch by ``breaker``, ``rate_gate`` or ``refused`` (a submission certainly not applied).
 * ``payments_idempotency_replays_total``: answers replayed from a stored idempotency key.
 * ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
 * ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
@@ -86,7 +86,7 @@ DEFERRED_SUBMISSIONS = Counter(
 )
 DEFERRED_SWEEP_STOPS = Counter(
     "payments_deferred_sweep_stops",
-    "Deferred sweeps stopped before their batch, by reason (breaker, rate_gate, pace).",
+    "Deferred sweeps stopped before their batch, by reason (breaker, rate_gate, refused).",
     ["reason"],
 )
 IDEMPOTENCY_REPLAYS = Counter(
@@ -120,7 +120,7 @@ def record_deferred_submission(result: str) -> None:
 
 
 def record_deferred_sweep_stop(reason: str) -> None:
-    """Count one deferred sweep stopped early (``breaker``, ``rate_gate``, ``pace``)."""
+    """Count one deferred sweep stopped early (``breaker``, ``rate_gate``, ``refused``)."""
     _safely(lambda: DEFERRED_SWEEP_STOPS.labels(reason=str(reason)).inc())
 
 

@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 
 import httpx
 import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -334,3 +336,29 @@ def test_the_merchant_client_sends_allow_deferred_and_reads_a_deferred_payment(m
     with pytest.raises(ServiceUnavailable):  # without it: the 503 of today
         api.create_payment(1999, "EUR", "tok_visa", idempotency_key="mc-2")
     assert sandbox.stats()["requests_total"] == 0
+
+
+def test_the_schema_and_the_admin_know_the_deferred_state(merchant_a, sandbox, client):
+    schema = client.get("/openapi.json").json()
+    body = schema["components"]["schemas"]["PaymentCreateInputRequest"]["properties"]
+    assert body["allow_deferred"]["type"] == "boolean"
+    payment = schema["components"]["schemas"]["Payment"]["properties"]
+    assert payment["not_before"]["format"] == "date-time"
+    assert payment["not_before"]["nullable"] is True
+    statuses = {
+        value
+        for component in schema["components"]["schemas"].values()
+        for value in component.get("enum", [])
+    }
+    assert "deferred" in statuses
+
+    deferred = deferred_payment(merchant_a, "admin-1")
+    close_breaker()
+    other = merchant_a.create_payment(PAYMENT_BODY, key="admin-2").json()["id"]
+    staff = User.objects.create_superuser("ops", password="pw")
+    client.force_login(staff)
+    listing = client.get("/admin/payments/payment/", {"status": "deferred"})
+    assert {p.pk for p in listing.context["cl"].result_list} == {deferred.pk}
+    assert other not in listing.content.decode()
+    page = client.get(f"/admin/payments/payment/{quote(deferred.pk)}/change/").content.decode()
+    assert "Deferred submission" in page and "Not before" in page
