@@ -23,12 +23,14 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from config.celery_app import app
 from idempotency.models import IdempotencyKey
 from merchant_client import MerchantClient, Pending, ServiceUnavailable
 from payments.acquirer.client import acquirer_client
 from payments.crashpoints import DEFERRED_CRASH_POINTS
 from payments.deferral import DeferralPolicy
 from payments.deferred import deferred_sweep
+from payments.deferred_tasks import submit_due_deferred_payments
 from payments.models import Payment, PaymentEventType
 from payments.reconciliation import ReconciliationPolicy, reconciliation_sweep
 from tests.conftest import PAYMENT_BODY
@@ -362,3 +364,18 @@ def test_the_schema_and_the_admin_know_the_deferred_state(merchant_a, sandbox, c
     assert other not in listing.content.decode()
     page = client.get(f"/admin/payments/payment/{quote(deferred.pk)}/change/").content.decode()
     assert "Deferred submission" in page and "Not before" in page
+
+
+def test_beat_runs_the_sweep_task_and_celery_imports_it(merchant_a, sandbox, settings):
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "payments.deferred_tasks.submit_due_deferred_payments" in tasks
+    app.loader.import_default_modules()
+    assert "payments.deferred_tasks.submit_due_deferred_payments" in app.tasks
+
+    payment = deferred_payment(merchant_a, "beat-1")
+    close_breaker()
+    Payment.objects.filter(pk=payment.pk).update(not_before=timezone.now())
+    settings.DEFERRED_SUBMIT_RATE_PER_SECOND = 0
+    assert submit_due_deferred_payments() == 1
+    payment.refresh_from_db()
+    assert payment.status == "succeeded"
