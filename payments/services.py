@@ -308,10 +308,10 @@ def key_claim(
     row = rows.filter(idempotency_key=record).first()
     resumed = PaymentEventType.KEY_TAKEN_OVER
     if claim.outcome is ClaimOutcome.COMPLETED:
-        # An allow_deferred payment is sent by us only (the request, the deferred sweep,
-        # reconciliation): a retry with its key answers what is true now.
         if row is None or row.status != pending_status:  # type: ignore[attr-defined]
             return Replayed(record)
+        # An allow_deferred payment is sent by us only (the request, the deferred sweep,
+        # reconciliation): a retry with its key answers what is true now.
         if getattr(row, "allow_deferred", False):
             return Replayed(record)
         # The stored answer is a 202: re-send with the same acquirer idempotency key.
