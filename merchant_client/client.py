@@ -155,6 +155,7 @@ class MerchantClient:
         reference: str | None = None,
         description: str | None = None,
         capture_method: str | None = None,
+        allow_deferred: bool = False,
         idempotency_key: str | None = None,
         persist_key: Callable[[str], None] | None = None,
         policy: RetryPolicy | None = None,
@@ -165,11 +166,14 @@ class MerchantClient:
 
         Returns the final `Payment` (201: `succeeded`, `requires_capture` with
         `capture_method="manual"`, or `declined`: a decline is a result) or `Pending` (202,
-        `processing`). Raises the `merchant_client.errors` tree: `ServiceUnavailable`
-        (nothing charged; come back after `retry_after` with the same key), `AcquirerError`,
-        `ValidationError`, `CardDataNotAccepted`, `IdempotencyKeyReused`, ...; `TypeError`
-        when neither `idempotency_key` nor `persist_key` is given, `ValueError` for a key that
-        is not 1-255 characters of `%x21-7E`.
+        `processing`; or `deferred` with `allow_deferred=True`, for payments nobody waits for
+        such as renewals: no acquirer could take it now, the API sends it at its `not_before`
+        or later, and the same key answers its current state). Raises the
+        `merchant_client.errors` tree: `ServiceUnavailable` (nothing charged; come back after
+        `retry_after` with the same key), `AcquirerError`, `ValidationError`,
+        `CardDataNotAccepted`, `IdempotencyKeyReused`, ...; `TypeError` when neither
+        `idempotency_key` nor `persist_key` is given, `ValueError` for a key that is not 1-255
+        characters of `%x21-7E`.
         """
         body: dict[str, Any] = {
             "amount": amount,
@@ -180,6 +184,7 @@ class MerchantClient:
             "reference": reference,
             "description": description,
             "capture_method": capture_method,
+            "allow_deferred": True if allow_deferred else None,  # false: left out, as before
         }
         body.update({name: value for name, value in optional.items() if value is not None})
         key = self._key(idempotency_key, persist_key)

@@ -9,8 +9,9 @@ answer's `Request-Id` header, None without one), `status_code` and `attempts` (r
 by the call).
 
 `Pending` is a `202`: the outcome is not known yet (never a failure); `object` is the payment
-(`processing`, `capture_pending`, `void_pending`) or the refund (`pending`) as the API showed
-it, `retry_after` the seconds the API asks to wait before looking again.
+(`processing`, `deferred`, `capture_pending`, `void_pending`) or the refund (`pending`) as the
+API showed it, `retry_after` the seconds the API asks to wait before looking again (for a
+`deferred` payment: until its `not_before`).
 
 Unknown fields are ignored (the API may add some); a missing field or a wrong JSON type raises
 `DecodeError`, which the client turns into `OutcomeUnknown` for a 2xx.
@@ -67,9 +68,12 @@ class Answered:
 class Payment(Answered):
     """
     The payment object (README, "API contract"). `amount`, `amount_captured` and
-    `amount_refunded` in minor units of `currency`; `status` one of `processing`, `succeeded`,
-    `requires_capture`, `capture_pending`, `void_pending`, `canceled`, `declined`, `failed`,
-    `needs_review`. `final` is True when the status will not change by itself.
+    `amount_refunded` in minor units of `currency`; `status` one of `processing`, `deferred`
+    (created with `allow_deferred=True` while no acquirer could take it: not sent anywhere yet,
+    sent at `not_before` or later), `succeeded`, `requires_capture`, `capture_pending`,
+    `void_pending`, `canceled`, `declined`, `failed`, `needs_review`. `not_before`: an aware
+    UTC datetime while `deferred`, else None. `final` is True when the status will not change
+    by itself.
     """
 
     id: str
@@ -87,10 +91,12 @@ class Payment(Answered):
     amount_refunded: int
     created_at: datetime
     updated_at: datetime
+    not_before: datetime | None = None
 
     @property
     def final(self) -> bool:
-        """True unless the status is `processing`, `capture_pending` or `void_pending`."""
+        """True unless the status is `processing`, `deferred`, `capture_pending` or
+        `void_pending`."""
         return self.status in FINAL_PAYMENT_STATUSES
 
 
@@ -181,6 +187,13 @@ def timestamp_of(document: Mapping[str, Any], name: str) -> datetime:
     return value
 
 
+def _optional_timestamp(document: Mapping[str, Any], name: str) -> datetime | None:
+    """`document[name]` as `timestamp_of` reads it, or None when it is null or absent."""
+    if document.get(name) is None:
+        return None
+    return timestamp_of(document, name)
+
+
 def _object(document: object, kind: str) -> Mapping[str, Any]:
     if not isinstance(document, dict) or document.get("object") != kind:
         raise DecodeError(f"not a {kind} object")
@@ -193,6 +206,7 @@ _READERS: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
     "int": lambda document, name: field_of(document, name, int),
     "str | None": _optional_str,
     "datetime": timestamp_of,
+    "datetime | None": _optional_timestamp,
 }
 
 

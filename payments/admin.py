@@ -136,6 +136,7 @@ class StatusListFilter(admin.SimpleListFilter):
             ("stuck", f"⚠ Processing, stuck (over {int(STUCK_AFTER.total_seconds() // 60)} min)"),
             ("operation_needs_review", "⚠ A capture, void or refund needs review"),
             (PaymentStatus.PROCESSING, "Processing"),
+            (PaymentStatus.DEFERRED, "Deferred (not sent yet)"),
             (PaymentStatus.SUCCEEDED, "Succeeded"),
             (PaymentStatus.DECLINED, "Declined"),
             (PaymentStatus.FAILED, "Failed"),
@@ -386,6 +387,10 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         (
             "Reconciliation",
             {"fields": ("next_check_at", "reconciliation_attempts", "reconciliation_lease_until")},
+        ),
+        (
+            "Deferred submission",
+            {"fields": ("allow_deferred", "not_before", "deferred_attempts")},
         ),
         ("Times", {"fields": ("created_at", "updated_at")}),
         ("Captures, voids and refunds", {"fields": ("operations_table",)}),

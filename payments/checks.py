@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 
 
 @register()
@@ -35,6 +35,30 @@ def task_time_limit_below_reconciliation_lease(app_configs=None, **kwargs) -> li
                 f"CELERY_TASK_TIME_LIMIT_SECONDS ({limit}) must be below "
                 f"RECONCILIATION_LEASE_SECONDS ({lease:g}).",
                 id="payments.E002",
+            )
+        ]
+    return []
+
+
+@register()
+def deferred_payments_expire_before_reconciliation_gives_up(
+    app_configs=None, **kwargs
+) -> list[Warning]:
+    """A deferred payment submitted at its last moment should still have an hour of
+    reconciliation (whose maximum age counts from the payment's creation) before
+    ``needs_review``: ``DEFERRED_MAX_AGE_SECONDS`` at most ``RECONCILIATION_MAX_AGE_SECONDS``
+    minus 3600. A warning: never a double charge (a late payment goes to a human, not re-sent),
+    and test stacks compress reconciliation to seconds."""
+    deferred = settings.DEFERRED_MAX_AGE_SECONDS
+    reconciliation = settings.RECONCILIATION_MAX_AGE_SECONDS
+    if deferred > reconciliation - 3600:
+        return [
+            Warning(
+                f"DEFERRED_MAX_AGE_SECONDS ({deferred:g}) should be at most "
+                f"RECONCILIATION_MAX_AGE_SECONDS ({reconciliation:g}) minus 3600.",
+                hint="A deferred payment submitted late whose outcome is unknown would go to "
+                "needs_review without a re-send.",
+                id="payments.W003",
             )
         ]
     return []

@@ -32,6 +32,7 @@ from django.conf import settings
 __all__ = [
     "AUTHORIZATION_CRASH_POINTS",
     "CRASH_POINTS",
+    "DEFERRED_CRASH_POINTS",
     "OPERATIONS",
     "OPERATION_CRASH_POINTS",
     "PHASES",
@@ -46,8 +47,11 @@ OPERATIONS = ("capture", "void", "refund")
 AUTHORIZATION_CRASH_POINTS = PHASES
 #: ``<operation>_<phase>`` for every operation and phase, operation by operation.
 OPERATION_CRASH_POINTS = tuple(f"{kind}_{phase}" for kind in OPERATIONS for phase in PHASES)
+#: The deferred sweep's (``payments.deferred``): after the ``deferred -> processing`` commit,
+#: before the call; after the acquirer's answer, before the outcome is recorded.
+DEFERRED_CRASH_POINTS = ("deferred_after_phase1_commit", "deferred_after_acquirer_answer")
 #: Every valid value of ``PAYMENTS_CRASH_POINT``.
-CRASH_POINTS = AUTHORIZATION_CRASH_POINTS + OPERATION_CRASH_POINTS
+CRASH_POINTS = AUTHORIZATION_CRASH_POINTS + OPERATION_CRASH_POINTS + DEFERRED_CRASH_POINTS
 
 
 def crash_point(name: str) -> None:

@@ -90,6 +90,7 @@ __all__ = [
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     PaymentStatus.PROCESSING: frozenset(
         {
+            PaymentStatus.DEFERRED,  # certainly not applied, and the merchant allowed it
             PaymentStatus.SUCCEEDED,
             PaymentStatus.REQUIRES_CAPTURE,
             PaymentStatus.DECLINED,
@@ -97,6 +98,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
             PaymentStatus.NEEDS_REVIEW,
         }
     ),
+    # Not sent anywhere yet (payments/deferred.py): the sweep submits it, or it expires.
+    PaymentStatus.DEFERRED: frozenset({PaymentStatus.PROCESSING, PaymentStatus.FAILED}),
     PaymentStatus.NEEDS_REVIEW: frozenset(
         {
             PaymentStatus.SUCCEEDED,
@@ -138,7 +141,8 @@ _APPROVED_STATUS = {
 
 
 #: The merchant's webhook event of a change into each payment status. The pending statuses
-#: (processing, capture_pending, void_pending) have none: the answer of the call says so.
+#: (processing, deferred, capture_pending, void_pending) have none: the answer of the call
+#: says so.
 PAYMENT_WEBHOOK_EVENTS: dict[str, str] = {
     PaymentStatus.SUCCEEDED: "payment.succeeded",
     PaymentStatus.REQUIRES_CAPTURE: "payment.requires_capture",

@@ -16,17 +16,25 @@ Metric names (labels in braces):
 
 Gauges, computed at scrape time:
 
-* ``payments_unresolved{status}``: exact count of ``processing`` and ``needs_review`` payments.
+* ``payments_unresolved{status}``: exact count of ``processing``, ``deferred`` (the deferred
+  backlog: not sent anywhere yet) and ``needs_review`` payments.
 * ``payments_oldest_unresolved_age_seconds{status}``: age of the oldest one (0 if none).
 * ``payments_by_status_estimated{status}``: payments per status, planner estimate.
 * ``payments_reconciliation_lag_seconds``: how long the most overdue ``processing`` payment
   has been due for its reconciliation check (``next_check_at`` in the past; 0 when none is).
+* ``payments_deferred_lag_seconds``: how long the most overdue ``deferred`` payment has been
+  due for submission (``not_before`` in the past; 0 when none is): the backlog not draining.
 * ``payments_collector_up``: 1 when the scrape-time queries succeeded, else 0.
 
 Counters:
 
 * ``payments_reconciliation_outcomes_total{result}``: reconciliations of one payment by
   result (``resolved``, ``retry_later``, ``needs_review``, ``waiting`` ...).
+* ``payments_deferred_submissions_total{result}``: what the deferred sweep did with one
+  payment: ``submitted`` (sent; the outcome recorded), ``deferred_again`` (certainly not
+  applied: a later ``not_before``), ``expired`` (failed ``acquirer_unavailable`` at the
+  maximum age); and ``payments_deferred_sweep_stops_total{reason}``: sweeps stopped before
+  their batch by ``breaker``, ``rate_gate`` or ``refused`` (a submission certainly not applied).
 * ``payments_idempotency_replays_total``: answers replayed from a stored idempotency key.
 * ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
 * ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
@@ -51,6 +59,8 @@ from payments.models import Payment, PaymentStatus
 
 __all__ = [
     "PaymentsCollector",
+    "record_deferred_submission",
+    "record_deferred_sweep_stop",
     "record_idempotency_key_in_use",
     "record_idempotency_key_reused",
     "record_idempotency_replay",
@@ -59,7 +69,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW)
+#: ``deferred`` too: its exact count is the deferred backlog, its oldest age the backlog's age.
+UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.DEFERRED, PaymentStatus.NEEDS_REVIEW)
 
 # --- Counters (in process) -------------------------------------------------------------------
 
@@ -67,6 +78,16 @@ RECONCILIATION_OUTCOMES = Counter(
     "payments_reconciliation_outcomes",
     "Reconciliations of one payment, by result.",
     ["result"],
+)
+DEFERRED_SUBMISSIONS = Counter(
+    "payments_deferred_submissions",
+    "Deferred payments the sweep handled, by result (submitted, deferred_again, expired).",
+    ["result"],
+)
+DEFERRED_SWEEP_STOPS = Counter(
+    "payments_deferred_sweep_stops",
+    "Deferred sweeps stopped before their batch, by reason (breaker, rate_gate, refused).",
+    ["reason"],
 )
 IDEMPOTENCY_REPLAYS = Counter(
     "payments_idempotency_replays", "Answers replayed from a completed idempotency key."
@@ -90,6 +111,17 @@ def _safely(increment, *args: object) -> None:
 def record_reconciliation(result: str) -> None:
     """Count one reconciliation of one payment with its ``Result`` value."""
     _safely(lambda: RECONCILIATION_OUTCOMES.labels(result=str(result)).inc())
+
+
+def record_deferred_submission(result: str) -> None:
+    """Count one deferred payment the sweep handled (``submitted``, ``deferred_again``,
+    ``expired``)."""
+    _safely(lambda: DEFERRED_SUBMISSIONS.labels(result=str(result)).inc())
+
+
+def record_deferred_sweep_stop(reason: str) -> None:
+    """Count one deferred sweep stopped early (``breaker``, ``rate_gate``, ``refused``)."""
+    _safely(lambda: DEFERRED_SWEEP_STOPS.labels(reason=str(reason)).inc())
 
 
 def record_idempotency_replay() -> None:
@@ -145,13 +177,19 @@ class PaymentsCollector:
             "How long the most overdue processing payment has been due for its reconciliation "
             "check (0 when none is due).",
         )
+        yield GaugeMetricFamily(
+            "payments_deferred_lag_seconds",
+            "How long the most overdue deferred payment has been due for submission (0 when "
+            "none is): growing, the backlog is not draining.",
+        )
 
     def collect(self) -> Iterable[Metric]:
         """Run the queries; on a database error only ``payments_collector_up 0`` is exported."""
-        unresolved, oldest, estimated, up, lag = self._families()
+        unresolved, oldest, estimated, up, lag, deferred_lag = self._families()
         try:
             counts, oldest_at, estimates = self._query()
             due_since = _earliest_due()
+            deferred_due_since = _earliest_deferred_due()
         except Exception:  # a scrape answers even when the database does not
             logger.exception("payments metrics collector failed")
             up.add_metric([], 0)
@@ -166,24 +204,24 @@ class PaymentsCollector:
         for status in PaymentStatus.values:
             estimated.add_metric([status], estimates.get(status, 0.0))
         lag.add_metric([], max((now - due_since).total_seconds(), 0.0) if due_since else 0.0)
+        deferred_lag.add_metric(
+            [],
+            max((now - deferred_due_since).total_seconds(), 0.0) if deferred_due_since else 0.0,
+        )
         up.add_metric([], 1)
-        return [unresolved, oldest, estimated, up, lag]
+        return [unresolved, oldest, estimated, up, lag, deferred_lag]
 
     @staticmethod
     def _query() -> tuple[dict[str, int], dict[str, object], dict[str, float]]:
-        unresolved = Payment.objects.filter(status__in=UNRESOLVED_STATUSES)
-        counts = dict(
-            unresolved.order_by()
-            .values_list("status")
-            .annotate(n=Count("pk"))
-            .values_list("status", "n")
-        )
-        oldest_at = {
-            status: Payment.objects.filter(status=status)
+        # One grouped query (the index payment_status_created): each status's count and oldest.
+        rows = list(
+            Payment.objects.filter(status__in=UNRESOLVED_STATUSES)
             .order_by()
-            .aggregate(oldest=Min("created_at"))["oldest"]
-            for status in UNRESOLVED_STATUSES
-        }
+            .values("status")
+            .annotate(n=Count("pk"), oldest=Min("created_at"))
+        )
+        counts = {row["status"]: row["n"] for row in rows}
+        oldest_at = {row["status"]: row["oldest"] for row in rows}
         return counts, oldest_at, _estimated_by_status()
 
 
@@ -194,6 +232,16 @@ def _earliest_due():
         Payment.objects.filter(status=PaymentStatus.PROCESSING, next_check_at__isnull=False)
         .order_by()
         .aggregate(due=Min("next_check_at"))["due"]
+    )
+
+
+def _earliest_deferred_due():
+    """The earliest ``not_before`` of a deferred payment (the partial index
+    ``payment_deferred_due``), or None."""
+    return (
+        Payment.objects.filter(status=PaymentStatus.DEFERRED)
+        .order_by()
+        .aggregate(due=Min("not_before"))["due"]
     )
 
 

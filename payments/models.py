@@ -35,6 +35,9 @@ def new_operation_id(kind: str) -> str:
 
 class PaymentStatus(models.TextChoices):
     PROCESSING = "processing", "Processing"
+    #: Not sent to any acquirer yet: no acquirer could take it when it was created (an
+    #: ``allow_deferred`` payment); the deferred sweep submits it at ``not_before`` or later.
+    DEFERRED = "deferred", "Deferred"
     SUCCEEDED = "succeeded", "Succeeded"
     DECLINED = "declined", "Declined"
     FAILED = "failed", "Failed"
@@ -105,6 +108,13 @@ class PaymentEventType(models.TextChoices):
     AUTHORIZATION_NOT_SENT = "authorization_not_sent", "Authorization not sent"
     #: processing -> failed: the acquirer refused our request (a permanent error).
     AUTHORIZATION_REJECTED = "authorization_rejected", "Authorization rejected"
+    #: processing -> deferred: certainly not applied and the merchant allowed deferral; the
+    #: deferred sweep submits it at not_before (data: reason, not_before, attempt).
+    PAYMENT_DEFERRED = "payment_deferred", "Payment deferred"
+    #: deferred -> processing: the deferred sweep claimed it and is sending it now.
+    DEFERRED_SUBMITTED = "deferred_submitted", "Deferred payment submitted"
+    #: deferred -> failed: still not sent after DEFERRED_MAX_AGE_SECONDS (acquirer_unavailable).
+    DEFERRED_EXPIRED = "deferred_expired", "Deferred payment expired"
     #: The acquirer may have applied it: stays processing, reconciliation is scheduled.
     AUTHORIZATION_OUTCOME_UNKNOWN = "authorization_outcome_unknown", "Authorization outcome unknown"
     #: processing/needs_review -> final: reconciliation found (or re-sent and got) the outcome.
@@ -210,10 +220,30 @@ class Payment(models.Model):
     reconciliation_lease_until = models.DateTimeField(
         null=True, blank=True, help_text="A reconciliation worker owns the payment until then."
     )
+    # Deferred submission (payments/deferred.py): the merchant's consent, and the schedule of a
+    # deferred payment, in PostgreSQL like reconciliation's.
+    allow_deferred = models.BooleanField(
+        default=False,
+        help_text="The merchant allowed deferral: when no acquirer can take it now, it waits "
+        "(deferred) instead of failing, and a retry with its key never sends it.",
+    )
+    not_before = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A deferred payment is submitted at this time or later (null otherwise).",
+    )
+    deferred_attempts = models.PositiveIntegerField(
+        default=0, help_text="Submissions of a deferred payment that were certainly not applied."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
+            models.Index(
+                fields=["not_before"],
+                name="payment_deferred_due",
+                condition=models.Q(status="deferred"),
+            ),
             models.Index(
                 fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"
             ),

@@ -75,15 +75,19 @@ def json_bytes(document: object) -> bytes:
 def render_payment_answer(payment: Payment) -> StoredResponse:
     """The answer to ``POST /payments`` for ``payment``, as stored for replay.
 
-    processing/needs_review: 202 with ``Retry-After``; failed because the acquirer refused our
+    processing/needs_review: 202 with ``Retry-After``; deferred: 202 with ``Retry-After`` the
+    seconds until its ``not_before`` (at least 1); failed because the acquirer refused our
     request: 502 problem ``acquirer_error`` (with ``payment_id``); every other status
-    (succeeded, requires_capture, declined, and the later ones): 201.
+    (succeeded, requires_capture, declined, a deferred payment that expired never sent, and the
+    later ones): 201.
     """
     location = f"/payments/{payment.id}"
     body = json_bytes(PaymentSerializer(payment).data)
     if payment.status in (PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW):
         return _accepted(location, body)
-    if payment.status == PaymentStatus.FAILED:
+    if payment.status == PaymentStatus.DEFERRED:
+        return _accepted(location, body, retry_after=_until_not_before(payment))
+    if payment.status == PaymentStatus.FAILED and payment.failure_code not in _NEVER_SENT:
         return _acquirer_error(
             location,
             "The acquirer refused this payment request; it was not authorized. "
@@ -93,14 +97,28 @@ def render_payment_answer(payment: Payment) -> StoredResponse:
     return StoredResponse(201, {"Content-Type": "application/json", "Location": location}, body)
 
 
-def _accepted(location: str, body: bytes) -> StoredResponse:
-    """202 with ``Retry-After``: the outcome at the acquirer is not known yet."""
+#: The failure codes of a payment that was never sent and whose answer is stored (a deferred
+#: payment past its maximum age): a final result, 201, not the 502 of a refusal.
+_NEVER_SENT = frozenset({"acquirer_unavailable"})
+
+
+def _until_not_before(payment: Payment) -> int:
+    """Whole seconds from the payment's last change to its ``not_before``, at least 1."""
+    if payment.not_before is None:
+        return settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS
+    return max(1, math.ceil((payment.not_before - payment.updated_at).total_seconds()))
+
+
+def _accepted(location: str, body: bytes, *, retry_after: int | None = None) -> StoredResponse:
+    """202 with ``Retry-After`` (default ``PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS``): the
+    outcome at the acquirer is not known yet, or the payment waits to be sent."""
+    wait = settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS if retry_after is None else retry_after
     return StoredResponse(
         202,
         {
             "Content-Type": "application/json",
             "Location": location,
-            "Retry-After": str(settings.PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS),
+            "Retry-After": str(wait),
         },
         body,
     )

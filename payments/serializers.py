@@ -88,6 +88,21 @@ class StrictStringField(serializers.Field):
         return value
 
 
+@extend_schema_field({"type": "boolean"})
+class StrictBooleanField(serializers.Field):
+    """A JSON boolean: ``true`` or ``false`` only (not ``1``, ``"true"``, ``"yes"`` or ``null``)."""
+
+    default_error_messages = {"invalid": "Must be a JSON boolean."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if type(data) is not bool:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: bool) -> bool:
+        return value
+
+
 class StrictBodySerializer(serializers.Serializer):
     """A strict JSON object body: card data anywhere (a 13-19 digit run in any value or key)
     is refused first, with the 400 problem ``card_data_not_accepted`` (``payments.card_data``),
@@ -152,6 +167,12 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
         help_text="'automatic' (default: authorize and capture in one call) or 'manual' "
         "(authorize only: capture or void later).",
     )
+    allow_deferred = StrictBooleanField(
+        required=False,
+        help_text="true: when no acquirer can take the payment now, answer 202 with the payment "
+        "'deferred' (not sent anywhere yet, sent at not_before or later) instead of 503. For "
+        "merchant-initiated payments nobody waits for (renewals). Default false.",
+    )
 
     def validate_currency(self, value: str) -> str:
         if value not in CURRENCY_EXPONENTS:
@@ -204,6 +225,12 @@ class PaymentSerializer(serializers.ModelSerializer):
 
     created_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
     updated_at = serializers.DateTimeField(format="iso-8601", default_timezone=UTC)
+    not_before = serializers.DateTimeField(
+        format="iso-8601",
+        default_timezone=UTC,
+        allow_null=True,
+        help_text="A deferred payment is sent at this time or later; null in every other status.",
+    )
     object = serializers.SerializerMethodField()
 
     class Meta:
@@ -223,6 +250,7 @@ class PaymentSerializer(serializers.ModelSerializer):
             "capture_method",
             "amount_captured",
             "amount_refunded",
+            "not_before",
             "created_at",
             "updated_at",
         ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random as random_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -45,6 +46,7 @@ from idempotency.services import (
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome, payment_authorize
 from payments.crashpoints import crash_point
+from payments.deferral import DeferralPolicy, payment_defer
 from payments.lifecycle import (
     payment_answer_store,
     payment_event_record,
@@ -145,8 +147,10 @@ def payment_create(
     reference: str | None = None,
     description: str | None = None,
     capture_method: str = "automatic",
+    allow_deferred: bool = False,
     client: AcquirerClient,
     clock: Callable[[], datetime] = timezone.now,
+    random: Callable[[], float] = random_module.random,
 ) -> CreateResult:
     """Create a payment idempotently under ``idempotency_key`` and authorize it at the acquirer.
 
@@ -156,16 +160,26 @@ def payment_create(
     An open circuit breaker is checked before anything is written, unless the key already
     holds an answer to replay. Raises ``IdempotencyKeyReused`` (422) and
     ``IdempotencyKeyInUse`` (409) from the claim, each counted.
+
+    ``allow_deferred``: when the breaker refuses, or the first attempt is certainly not
+    applied, the payment is ``deferred`` (a stored ``202``; ``payments.deferral``, with
+    ``random`` for its backoff) instead of the ``503``; ``payments.deferred`` submits it later.
     """
     body = {"amount": amount, "currency": currency, "payment_method": payment_method}
     # The default capture method is left out, so the fingerprint of an automatic request is
     # the one it had before manual capture existed.
     manual = capture_method if capture_method != CaptureMethod.AUTOMATIC else None
-    optional = {"reference": reference, "description": description, "capture_method": manual}
+    # allow_deferred joins the fingerprint only when true, for the same reason.
+    optional = {
+        "reference": reference,
+        "description": description,
+        "capture_method": manual,
+        "allow_deferred": True if allow_deferred else None,
+    }
     body |= {name: value for name, value in optional.items() if value is not None}
     now = clock()
     admitted, retry_after = client.admits("authorize")
-    if not admitted and not key_replayable(merchant, idempotency_key, now):
+    if not admitted and not allow_deferred and not key_replayable(merchant, idempotency_key, now):
         # The breaker is open: answer at once, before anything is written; the key stays free.
         return Unavailable(retry_after=max(1, math.ceil(retry_after)))
     claimed = _claim(merchant=merchant, idempotency_key=idempotency_key, body=body, now=now)
@@ -173,10 +187,35 @@ def payment_create(
         record_idempotency_replay()
         return claimed
     crash_point("after_phase1_commit")
+    if not admitted and allow_deferred and claimed.first_attempt:
+        return _defer(claimed.payment.pk, None, "circuit_open", retry_after, clock(), random)
     attempt = payment_authorize(client, claimed.payment)
     crash_point("after_acquirer_answer")
+    if allow_deferred and claimed.first_attempt and attempt.outcome.not_applied:
+        wait = attempt.retry_after_seconds
+        return _defer(claimed.payment.pk, attempt, attempt.outcome.value, wait, clock(), random)
     return payment_authorization_record(
         claimed.payment.pk, attempt, first_attempt=claimed.first_attempt, now=clock()
+    )
+
+
+def _defer(
+    payment_id: str,
+    attempt: AcquirerAttempt | None,
+    reason: str,
+    wait: float | None,
+    now: datetime,
+    random: Callable[[], float],
+) -> Answered:
+    """Phase 2 of an ``allow_deferred`` payment no acquirer could take now: ``deferred``."""
+    return payment_defer(
+        payment_id,
+        attempt=attempt,
+        reason=reason,
+        wait=wait,
+        now=now,
+        policy=DeferralPolicy.from_settings(),
+        random=random,
     )
 
 
@@ -271,6 +310,10 @@ def key_claim(
     if claim.outcome is ClaimOutcome.COMPLETED:
         if row is None or row.status != pending_status:  # type: ignore[attr-defined]
             return Replayed(record)
+        # An allow_deferred payment is sent by us only (the request, the deferred sweep,
+        # reconciliation): a retry with its key answers what is true now.
+        if getattr(row, "allow_deferred", False):
+            return Replayed(record)
         # The stored answer is a 202: re-send with the same acquirer idempotency key.
         idempotency_key_lock(record=record, now=now)
         resumed = PaymentEventType.MERCHANT_RETRY
@@ -311,6 +354,7 @@ def payment_record_create(
         reference=body.get("reference"),
         description=body.get("description"),
         capture_method=body.get("capture_method", CaptureMethod.AUTOMATIC),
+        allow_deferred=body.get("allow_deferred", False),
         status=PaymentStatus.PROCESSING,
         acquirer_idempotency_key=f"authorize-{payment_id}",
         created_at=now,

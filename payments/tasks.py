@@ -31,10 +31,14 @@ from payments.reconciliation_schedule import (
 
 logger = logging.getLogger(__name__)
 
-#: Keys whose payment or operation is unresolved are kept: reconciliation still refreshes
-#: their answer.
+#: Keys whose payment or operation is unresolved are kept: reconciliation (or the deferred
+#: sweep) still refreshes their answer.
 UNRESOLVED_PAYMENT = Q(
-    payment__status__in=[PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW]
+    payment__status__in=[
+        PaymentStatus.PROCESSING,
+        PaymentStatus.DEFERRED,
+        PaymentStatus.NEEDS_REVIEW,
+    ]
 ) | Q(payment_operation__status__in=[OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW])
 
 

@@ -64,6 +64,12 @@ SERVICE_ENV: dict[str, str] = {
     "MERCHANT_RATE_LIMIT_REQUESTS": "0",
     "MERCHANT_CONCURRENT_PAYMENTS": "0",
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS": "1",
+    # Deferred submission (bench/campaigns/deferred.py): beat's sweep every second, backoffs
+    # of seconds, and the fleet's submission rate half the deferred campaign's capacity.
+    "DEFERRED_SWEEP_INTERVAL_SECONDS": "1",
+    "DEFERRED_BACKOFF_BASE_SECONDS": "1",
+    "DEFERRED_BACKOFF_CAP_SECONDS": "4",
+    "DEFERRED_SUBMIT_RATE_PER_SECOND": "10",
     # Webhooks: the retry schedule compressed to seconds and the breaker's open period short,
     # so a campaign's flaky endpoint drains in seconds, not hours (bench/campaigns/webhooks.py).
     "WEBHOOK_SWEEP_INTERVAL_SECONDS": "1",
@@ -731,12 +737,13 @@ class Stack:
 
     def wait_resolved(self, since: datetime, *, timeout: float) -> int:
         """Wait until nothing created since ``since`` is unresolved: no payment
-        ``processing`` and no capture, void or refund ``pending``; returns how many still are
-        (0 unless the timeout passed)."""
+        ``processing`` or ``deferred`` and no capture, void or refund ``pending``; returns how
+        many still are (0 unless the timeout passed)."""
         deadline = time.monotonic() + timeout
         while True:
             (count,) = self.sql(
-                "SELECT (SELECT count(*) FROM payments_payment WHERE status = 'processing' "
+                "SELECT (SELECT count(*) FROM payments_payment WHERE status IN "
+                "('processing', 'deferred') "
                 "AND created_at >= %s) + (SELECT count(*) FROM payments_paymentoperation "
                 "WHERE status = 'pending' AND created_at >= %s)",
                 [since, since],

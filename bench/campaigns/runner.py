@@ -17,6 +17,7 @@ CAMPAIGNS: dict[str, str] = {
     "schemathesis": "bench.campaigns.fuzz",
     "soak": "bench.campaigns.soak",
     "webhooks": "bench.campaigns.webhooks",
+    "deferred": "bench.campaigns.deferred",
     "secrets": "bench.campaigns.secrets",
 }
 
@@ -28,6 +29,7 @@ MERCHANTS = {
     "schemathesis": "fuzz",
     "soak": "soak",
     "webhooks": "webhooks",
+    "deferred": "deferred",
     "secrets": "secrets",
 }
 
@@ -44,6 +46,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 600, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
+        "deferred": {"payments": 500, "concurrency": 16, "capacity": 20, "drain_timeout": 300},
     },
     "short": {
         # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
@@ -56,6 +59,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 60, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
+        "deferred": {"payments": 50, "concurrency": 16, "capacity": 20, "drain_timeout": 60},
     },
 }
 

@@ -257,6 +257,21 @@ RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
 )
 RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
+# --- Deferred submission (payments/deferred.py; ADR 0024) -----------------------------------
+# An allow_deferred payment no acquirer can take now waits as `deferred`; beat's sweep submits
+# the due ones at the acquirer's pace. After the maximum age it fails acquirer_unavailable: 4 h
+# outlasts most acquirer outages, gives a renewal its final answer the same day (the merchant's
+# dunning retries in days), and leaves a payment submitted at the last moment 2 h of
+# reconciliation (RECONCILIATION_MAX_AGE_SECONDS counts from creation; checks.py warns).
+DEFERRED_MAX_AGE_SECONDS = env.float("DEFERRED_MAX_AGE_SECONDS", default=4 * 3600.0)
+DEFERRED_SWEEP_INTERVAL_SECONDS = env.float("DEFERRED_SWEEP_INTERVAL_SECONDS", default=10.0)
+# A sweep submits at most this many, one at a time (20 x the 8 s deadline < the task limit).
+DEFERRED_BATCH_SIZE = env.int("DEFERRED_BATCH_SIZE", default=20)
+# Fleet-wide submissions of deferred payments per second (0: no cap of our own; the rate gate
+# and the breakers still hold it): keep it below the acquirer's capacity minus live traffic.
+DEFERRED_SUBMIT_RATE_PER_SECOND = env.int("DEFERRED_SUBMIT_RATE_PER_SECOND", default=5)
+DEFERRED_BACKOFF_BASE_SECONDS = env.float("DEFERRED_BACKOFF_BASE_SECONDS", default=30.0)
+DEFERRED_BACKOFF_CAP_SECONDS = env.float("DEFERRED_BACKOFF_CAP_SECONDS", default=900.0)
 # A requires_capture payment older than this is voided by the beat (the card networks' common
 # hold is 7 days; an expired hold is released by the issuer anyway).
 AUTHORIZATION_HOLD_SECONDS = env.float("AUTHORIZATION_HOLD_SECONDS", default=7 * 24 * 3600.0)
@@ -337,6 +352,9 @@ CELERY_TIMEZONE = "UTC"
 # Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
 HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
 CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
+# Task modules autodiscovery (``<app>.tasks``) does not find: the deferred sweep's task stands
+# on the create flow, which payments.tasks must not import (tests/unit/test_layout.py).
+CELERY_IMPORTS = ["payments.deferred_tasks"]
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",
@@ -349,6 +367,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-due-operations": {
         "task": "payments.tasks.reconcile_due_operations",
         "schedule": RECONCILIATION_SWEEP_INTERVAL_SECONDS,
+    },
+    "submit-due-deferred-payments": {
+        "task": "payments.deferred_tasks.submit_due_deferred_payments",
+        "schedule": DEFERRED_SWEEP_INTERVAL_SECONDS,
     },
     "void-expired-authorizations": {
         "task": "payments.tasks.void_expired_authorizations",

@@ -36,7 +36,10 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
     )
     with Stack.running(options) as running:
         running.prepare_merchants(
-            [MERCHANTS[name] for name in ("storms", "crash", "matrix", "schemathesis", "secrets")]
+            [
+                MERCHANTS[name]
+                for name in ("storms", "crash", "matrix", "schemathesis", "deferred", "secrets")
+            ]
         )
         yield running
 
@@ -72,6 +75,12 @@ def test_fault_matrix_ends_every_payment_in_an_allowed_state(stack):
 def test_schemathesis_finds_no_server_error_and_only_problem_json_errors(stack):
     """A few hundred generated requests: no 500/504, every error application/problem+json."""
     campaign(stack, "schemathesis")
+
+
+def test_a_deferred_backlog_drains_within_the_acquirers_capacity(stack):
+    """50 renewals deferred during an outage, drained after it: all succeeded, one record
+    each, never more arrivals in a second than the sandbox's capacity."""
+    campaign(stack, "deferred")
 
 
 def test_no_secret_in_logs_database_or_admin(stack):

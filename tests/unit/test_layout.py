@@ -213,14 +213,15 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         {
             "apis", "admin", "operations", "tasks", "health", "apps", "forms", "metrics_views",
             "resilience_admin", "webhook_apis", "management.commands.demo_setup",
-            "management.commands.reconcile_payments",
+            "management.commands.reconcile_payments", "deferred_tasks",
+            "management.commands.submit_deferred_payments",
         },
     ),
     (
         "services: the create flow, the operations after it, reconciliation",
         {
             "services", "lifecycle_services", "reconciliation", "operation_reconciliation",
-            "reconciliation_schedule",
+            "reconciliation_schedule", "deferral", "deferred",
         },
     ),
     (
