@@ -19,6 +19,9 @@ refund uses them prefixed with its operation (:data:`OPERATION_CRASH_POINTS`):
 every capture while authorizing normally (a campaign needs the payment before its capture, and
 a captured payment before its refund).
 
+A failover adds ``after_acquirer_switch`` (:data:`FAILOVER_CRASH_POINTS`): the payment was
+moved to the next acquirer and committed, and nothing was sent there yet.
+
 Reconciliation must resolve every payment and operation left behind, once.
 """
 
@@ -32,6 +35,7 @@ from django.conf import settings
 __all__ = [
     "AUTHORIZATION_CRASH_POINTS",
     "CRASH_POINTS",
+    "FAILOVER_CRASH_POINTS",
     "OPERATIONS",
     "OPERATION_CRASH_POINTS",
     "PHASES",
@@ -46,8 +50,11 @@ OPERATIONS = ("capture", "void", "refund")
 AUTHORIZATION_CRASH_POINTS = PHASES
 #: ``<operation>_<phase>`` for every operation and phase, operation by operation.
 OPERATION_CRASH_POINTS = tuple(f"{kind}_{phase}" for kind in OPERATIONS for phase in PHASES)
+#: A failover's point (payments/failover.py): the switch to the next acquirer is committed,
+#: nothing was sent there yet; reconciliation must look at the new acquirer.
+FAILOVER_CRASH_POINTS = ("after_acquirer_switch",)
 #: Every valid value of ``PAYMENTS_CRASH_POINT``.
-CRASH_POINTS = AUTHORIZATION_CRASH_POINTS + OPERATION_CRASH_POINTS
+CRASH_POINTS = AUTHORIZATION_CRASH_POINTS + OPERATION_CRASH_POINTS + FAILOVER_CRASH_POINTS
 
 
 def crash_point(name: str) -> None:

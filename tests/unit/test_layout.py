@@ -220,7 +220,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         "services: the create flow, the operations after it, reconciliation",
         {
             "services", "lifecycle_services", "reconciliation", "operation_reconciliation",
-            "reconciliation_schedule",
+            "reconciliation_schedule", "failover",
         },
     ),
     (
@@ -228,7 +228,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         {
             "lifecycle", "responses", "crashpoints", "limits", "acquirer", "acquirer.client",
             "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
-            "acquirer.selectors", "acquirer.services", "acquirer.operations",
+            "acquirer.selectors", "acquirer.services", "acquirer.operations", "acquirer.routing",
         },
     ),
     (
@@ -298,6 +298,7 @@ def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
         "reconciliation",
         "operation_reconciliation",
         "reconciliation_schedule",
+        "failover",
         "operations",
         "tasks",
     ):
