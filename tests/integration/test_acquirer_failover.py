@@ -285,3 +285,25 @@ def test_a_crash_between_the_switch_and_the_call_is_reconciled_at_the_new_acquir
     assert payment.status == "succeeded"
     assert (charges(alpha, payment.id), charges(beta, payment.id)) == (0, 1)
     assert beta.stats()["charges_by_idempotency_key"] == {f"authorize-{payment.id}-beta": 1}
+
+
+def test_a_merchants_preferred_order_and_the_currencies_route_the_payment(
+    merchant_a, alpha, beta, settings
+):
+    """beta first for this merchant; a currency only alpha takes goes to alpha; one nobody
+    takes is a 400 that stores nothing."""
+    merchant_a.merchant.acquirer_order = "beta"
+    merchant_a.merchant.save()
+    first = merchant_a.create_payment(PAYMENT_BODY)
+    assert Payment.objects.get(pk=first.json()["id"]).acquirer == "beta"
+    document = [
+        {"name": "alpha", "base_url": alpha.url, "api_key": alpha.api_key, "currencies": ["GBP"]},
+        {"name": "beta", "base_url": beta.url, "api_key": BETA_KEY, "currencies": ["EUR"]},
+    ]
+    settings.ACQUIRERS = parse_acquirers(json.dumps(document))
+    pounds = merchant_a.create_payment({**PAYMENT_BODY, "currency": "GBP"})
+    assert Payment.objects.get(pk=pounds.json()["id"]).acquirer == "alpha"
+    yen = merchant_a.create_payment({**PAYMENT_BODY, "currency": "JPY"}, key="fo-yen")
+    assert yen.status_code == 400
+    assert yen.json()["errors"][0]["code"] == "currency_not_supported"
+    assert not IdempotencyKey.objects.filter(key="fo-yen").exists()
