@@ -201,7 +201,7 @@ def acquirer_client(name: str | None = None) -> AcquirerClient:
                 policy=policy,
                 store=store,
                 budget=budget,
-                metrics=GatewayMetrics(),
+                metrics=GatewayMetrics(config.name),
                 breakers=dict.fromkeys(DEFAULT_GROUPS, breaker),  # every group, one config
                 limiter=limiter,
             )
