@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -18,7 +19,9 @@ from django.utils import timezone
 
 from config.acquirers import parse_acquirers
 from idempotency.models import IdempotencyKey
+from ledger.services import audit_acquirer
 from payments import failover
+from payments.acquirer.authorize import authorization_request
 from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentEvent
 from payments.money import CURRENCY_EXPONENTS
@@ -307,3 +310,23 @@ def test_a_merchants_preferred_order_and_the_currencies_route_the_payment(
     assert yen.status_code == 400
     assert yen.json()["errors"][0]["code"] == "currency_not_supported"
     assert not IdempotencyKey.objects.filter(key="fo-yen").exists()
+
+
+def test_the_ledger_audit_compares_each_acquirer_with_its_own_payments(merchant_a, alpha, beta):
+    """After a failover the audit of both acquirers is clean (alpha holds nothing of it); an
+    approval of the same payment at alpha too is reported: authorized at two acquirers."""
+    since = timezone.now() - timedelta(minutes=1)
+    alpha.set_condition("outage", duration_seconds=60, failure=503)
+    moved = merchant_a.create_payment(PAYMENT_BODY).json()["id"]
+    alpha.clear_conditions()
+    report = audit_acquirer(since=since)
+    assert report.clean, report.summary_lines()
+    assert report.source.startswith("alpha: ") and "; beta: " in report.source
+    assert report.payments_checked == 1
+    payment = Payment.objects.get(pk=moved)
+    duplicate = authorization_request(payment)
+    acquirer_client("alpha").authorize(replace(duplicate, idempotency_key="a-stray-second-key"))
+    report = audit_acquirer(since=since)
+    assert [(d.category.value, d.payment_id) for d in report.discrepancies] == [
+        ("multiple_records", moved)
+    ]
