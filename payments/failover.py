@@ -30,12 +30,23 @@ from django.utils import timezone
 from gateway_client import AcquirerClient
 from payments.acquirer.authorize import AcquirerAttempt, payment_authorize
 from payments.acquirer.client import UnknownAcquirer, client_for
-from payments.acquirer.routing import acquirer_idempotency_key, may_fail_over, skip_reason
+from payments.acquirer.routing import (
+    acquirer_idempotency_key,
+    acquirer_route,
+    may_fail_over,
+    skip_reason,
+)
 from payments.crashpoints import crash_point
 from payments.lifecycle import payment_event_record, payment_lock
 from payments.models import Payment, PaymentEventType, PaymentStatus
 
-__all__ = ["acquirer_switch", "next_acquirer", "payment_authorize_routed"]
+__all__ = [
+    "acquirer_switch",
+    "next_acquirer",
+    "payment_authorize_routed",
+    "payment_route",
+    "route_start",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +55,7 @@ def payment_authorize_routed(
     payment: Payment,
     *,
     first_attempt: bool,
-    route: Sequence[str] = (),
+    route: Sequence[str] | None = None,
     client: AcquirerClient | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     clock: Callable[[], datetime] = timezone.now,
@@ -56,7 +67,8 @@ def payment_authorize_routed(
     ``first_attempt``: nothing of this payment was ever sent (a new idempotency key); a resumed
     payment (a merchant's retry of a ``202``, a key taken over after a crash) passes False and
     is sent to its own acquirer only. ``route``: the acquirer names in routing order (the
-    payment's own among them); the payment moves only to names after its own. ``client``: a
+    payment's own among them; None: :func:`payment_route`); the payment moves only to names
+    after its own. ``client``: a
     caller's client, used when it is the client of the acquirer being called (tests). Outside
     any transaction (``RuntimeError`` from the acquirer call otherwise). ``monotonic``
     (seconds) measures the deadline; ``clock`` stamps the switch.
@@ -68,7 +80,7 @@ def payment_authorize_routed(
     """
     deadline = settings.ACQUIRER_DEADLINE_SECONDS
     started = monotonic()
-    names = list(route)
+    names = list(route) if route is not None else list(payment_route(payment))
     later = names[names.index(payment.acquirer) + 1 :] if payment.acquirer in names else []
     policy = None  # the first call has the whole deadline: the client's own policy
     while True:
@@ -89,6 +101,32 @@ def payment_authorize_routed(
         crash_point("after_acquirer_switch")
         payment = switched
         policy = chosen[1].policy.replace(deadline=time_left)
+
+
+def payment_route(payment: Payment) -> tuple[str, ...]:
+    """The routing order for ``payment`` now: its currency (ISO 4217), capture method and its
+    merchant's preferred order (:func:`~payments.acquirer.routing.acquirer_route`). A flow that
+    sends a payment later (not at its creation) passes this to
+    :func:`payment_authorize_routed`; the payment's own acquirer should be its first element
+    that admits it."""
+    return acquirer_route(
+        currency=payment.currency,
+        capture_method=payment.capture_method,
+        preferred=payment.merchant.preferred_acquirers,
+    )
+
+
+def route_start(route: Sequence[str], client: AcquirerClient | None) -> tuple[str | None, float]:
+    """The first acquirer of ``route`` (names) whose ``authorize`` breaker admits a call, and
+    0.0; or None and the shortest wait (seconds) until one of them admits probes. A read of
+    the shared breaker state: no permit taken, nothing sent."""
+    waits = []
+    for name in route:
+        admitted, retry_after = client_for(name, client).admits("authorize")
+        if admitted:
+            return name, 0.0
+        waits.append(retry_after)
+    return None, min(waits, default=0.0)
 
 
 def next_acquirer(

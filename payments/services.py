@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
@@ -45,10 +45,10 @@ from idempotency.services import (
 )
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
-from payments.acquirer.client import client_for, default_acquirer_name
+from payments.acquirer.client import default_acquirer_name
 from payments.acquirer.routing import acquirer_idempotency_key, acquirer_route
 from payments.crashpoints import crash_point
-from payments.failover import payment_authorize_routed
+from payments.failover import payment_authorize_routed, route_start
 from payments.lifecycle import (
     payment_answer_store,
     payment_event_record,
@@ -85,7 +85,6 @@ __all__ = [
     "payment_authorization_record",
     "payment_create",
     "payment_record_create",
-    "route_start",
 ]
 
 logger = logging.getLogger(__name__)
@@ -213,19 +212,6 @@ class NoAcquirerForPayment(Exception):
         super().__init__(f"no acquirer takes {currency} with capture_method {capture_method}")
         self.currency = currency
         self.capture_method = capture_method
-
-
-def route_start(route: Sequence[str], client: AcquirerClient | None) -> tuple[str | None, float]:
-    """The first acquirer of ``route`` (names) whose ``authorize`` breaker admits a call, and
-    0.0; or None and the shortest wait (seconds) until one of them admits probes. A read of
-    the shared breaker state: no permit taken, nothing sent."""
-    waits = []
-    for name in route:
-        admitted, retry_after = client_for(name, client).admits("authorize")
-        if admitted:
-            return name, 0.0
-        waits.append(retry_after)
-    return None, min(waits, default=0.0)
 
 
 def key_replayable(merchant: Merchant, key: str, now: datetime) -> bool:

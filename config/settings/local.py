@@ -1,11 +1,10 @@
 """Settings for a developer's machine (`make run`): the embedded PostgreSQL and Redis by default."""
 
-from config.acquirers import parse_acquirers
 from config.embedded_db import database_settings
 from config.embedded_redis import local_redis_urls
 from config.log_config import logging_config
 from config.settings.base import *  # noqa: F403
-from config.settings.base import ACQUIRERS, LOG_LEVEL, env
+from config.settings.base import LOG_LEVEL, env
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 # Readable lines on a developer's terminal; LOG_FORMAT=json shows what production writes.
@@ -17,12 +16,3 @@ DATABASES = database_settings(env, allow_embedded=True)
 CELERY_BROKER_URL, ACQUIRER_STATE_REDIS_URL = local_redis_urls()
 # Webhook receivers on this machine (http://127.0.0.1:...); never in production.
 WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=True)
-# Two acquirers, the Procfile's sandboxes: alpha (:8090, first by priority) and beta (:8091),
-# each with its own API key, unless ACQUIRERS is set (docs/configuration.md, "Acquirers").
-LOCAL_ACQUIRERS = """[
-  {"name": "alpha", "base_url": "http://127.0.0.1:8090", "api_key": "sandbox_sk_dev",
-   "priority": 10},
-  {"name": "beta", "base_url": "http://127.0.0.1:8091", "api_key": "sandbox_sk_beta",
-   "priority": 20}
-]"""
-ACQUIRERS = ACQUIRERS or parse_acquirers(LOCAL_ACQUIRERS)
