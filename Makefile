@@ -35,9 +35,12 @@ lock: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
 	$(BIN)/python scripts/lock.py $(if $(UPGRADE),--upgrade)
 
-## make run: migrate, create a demo merchant, then the API, worker, beat and sandbox acquirer.
+## make run: migrate, create a demo merchant, then the API, worker, beat and two sandbox acquirers.
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
 ## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md).
+# Two acquirers for make run, the Procfile's sandboxes: alpha (:8090, first by priority) and beta
+# (:8091), each with its own API key, unless ACQUIRERS is set (docs/configuration.md).
+run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:8090", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:8091", "api_key": "sandbox_sk_beta", "priority": 20}]
 run: $(VENV)/.local-installed
 	@mkdir -p .celery
 	$(BIN)/python manage.py migrate --noinput

@@ -34,8 +34,9 @@ def _secret_key() -> str:
 REQUIRED_IN_PRODUCTION: dict[str, Callable[[], Any]] = {
     "DJANGO_SECRET_KEY": _secret_key,
     "DATABASE_URL": lambda: settings.DATABASES["default"].get("NAME"),
-    "ACQUIRER_BASE_URL": lambda: settings.ACQUIRER_BASE_URL,
-    "ACQUIRER_API_KEY": lambda: settings.ACQUIRER_API_KEY,
+    # With ACQUIRERS set, each acquirer carries its own URL and key (validated at load).
+    "ACQUIRER_BASE_URL": lambda: getattr(settings, "ACQUIRERS", None) or settings.ACQUIRER_BASE_URL,
+    "ACQUIRER_API_KEY": lambda: getattr(settings, "ACQUIRERS", None) or settings.ACQUIRER_API_KEY,
     "METRICS_BEARER_TOKEN": lambda: settings.METRICS_BEARER_TOKEN,
     "CELERY_BROKER_URL": lambda: settings.CELERY_BROKER_URL,
     "ACQUIRER_STATE_REDIS_URL": lambda: settings.ACQUIRER_STATE_REDIS_URL,
@@ -59,20 +60,27 @@ def production_settings_are_set(app_configs=None, **kwargs) -> list[CheckMessage
         for variable, read in REQUIRED_IN_PRODUCTION.items()
         if not read()
     ]
-    base_url = settings.ACQUIRER_BASE_URL
-    if (
-        base_url
-        and urlsplit(base_url).scheme != "https"
-        and not getattr(settings, "ACQUIRER_ALLOW_INSECURE_HTTP", False)
-    ):
-        errors.append(
-            Error(
-                "ACQUIRER_BASE_URL must be an https:// URL in production.",
-                hint="Our API key and card tokens travel in it. ACQUIRER_ALLOW_INSECURE_HTTP=true "
-                "allows http (the sandbox of docker-compose.yml only).",
-                id="config.E002",
+    configured = getattr(settings, "ACQUIRERS", None)
+    urls = (
+        [(f"ACQUIRERS ({spec.name}) base_url", spec.base_url) for spec in configured]
+        if configured
+        else [("ACQUIRER_BASE_URL", settings.ACQUIRER_BASE_URL)]
+    )
+    for variable, base_url in urls:
+        if (
+            base_url
+            and urlsplit(base_url).scheme != "https"
+            and not getattr(settings, "ACQUIRER_ALLOW_INSECURE_HTTP", False)
+        ):
+            errors.append(
+                Error(
+                    f"{variable} must be an https:// URL in production.",
+                    hint="Our API key and card tokens travel in it. "
+                    "ACQUIRER_ALLOW_INSECURE_HTTP=true allows http (the sandbox of "
+                    "docker-compose.yml only).",
+                    id="config.E002",
+                )
             )
-        )
     return errors
 
 

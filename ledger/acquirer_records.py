@@ -28,6 +28,8 @@ import httpx
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from config.acquirers import AcquirerSpec
+
 __all__ = [
     "AcquirerRecord",
     "AcquirerRecords",
@@ -251,9 +253,12 @@ def _refund_record(row: dict) -> AcquirerRefundRecord:
         raise AcquirerRecordsError("A refund in the acquirer's listing is malformed.") from exc
 
 
-def acquirer_records_from_settings() -> AcquirerRecords:
+def acquirer_records_from_settings(spec: AcquirerSpec | None = None) -> AcquirerRecords:
     """The configured source: ``LEDGER_ACQUIRER_RECORDS`` (a dotted class path, the sandbox's
-    listing by default), built with the acquirer's base URL and API key."""
+    listing by default), built with the base URL and API key of the acquirer ``spec`` (one of
+    ``ACQUIRERS``; None: the ``ACQUIRER_*`` settings' acquirer)."""
     path = getattr(settings, "LEDGER_ACQUIRER_RECORDS", "") or DEFAULT_RECORDS_CLASS
     cls = import_string(path)
+    if spec is not None:
+        return cls(base_url=spec.base_url, api_key=spec.api_key)
     return cls(base_url=settings.ACQUIRER_BASE_URL, api_key=settings.ACQUIRER_API_KEY)

@@ -76,6 +76,7 @@ from ledger.acquirer_records import (
     acquirer_records_from_settings,
 )
 from ledger.models import STORED_ROWS_LIMIT, AuditRun
+from payments.acquirer.client import acquirer_spec, acquirer_specs
 from payments.models import (
     OperationKind,
     OperationStatus,
@@ -557,44 +558,64 @@ def audit_acquirer(
     records: AcquirerRecords | None = None,
     clock: Callable[[], datetime] = timezone.now,
     skew: timedelta = DEFAULT_SKEW,
+    acquirer: str | None = None,
 ) -> AuditReport:
-    """Compare the payments created since ``since`` (aware) with the acquirer's records.
+    """Compare the payments created since ``since`` (aware) with the acquirers' records.
 
-    ``records`` is the source (:func:`acquirer_records_from_settings` by default). Reads only;
-    writes nothing. Raises :class:`ledger.acquirer_records.AcquirerRecordsError` when the
-    records cannot be read.
+    ``records`` is the source of one acquirer; ``acquirer`` names it (only its payments are
+    compared with it: ``Payment.acquirer``). With neither, every configured acquirer
+    (``ACQUIRERS``) is audited against its own records
+    (:func:`acquirer_records_from_settings`) and the reports merged (:func:`audit_acquirers`).
+    A payment of another acquirer that this one recorded as approved is a
+    ``multiple_records`` discrepancy: authorized at two acquirers. Its declined records there
+    are expected (a soft decline that failed over). Reads only; writes nothing. Raises
+    :class:`ledger.acquirer_records.AcquirerRecordsError` when the records cannot be read.
     """
     if since.tzinfo is None:
         raise ValueError("since must be timezone-aware")
+    if records is None and acquirer is None:
+        return audit_acquirers(since=since, clock=clock, skew=skew)
     started = time.monotonic()
-    source = records if records is not None else acquirer_records_from_settings()
-    report = AuditReport(since=since, ran_at=clock(), source=source.name)
+    if records is None:
+        configured = getattr(settings, "ACQUIRERS", None)
+        records = acquirer_records_from_settings(acquirer_spec(acquirer) if configured else None)
+    source = records
+    report = AuditReport(
+        since=since,
+        ran_at=clock(),
+        source=source.name if acquirer is None else f"{acquirer}: {source.name}",
+    )
 
     by_reference, report.records_checked = _by_reference(source.records_since(since - skew), since)
 
-    payments: dict[str, _Payment] = {
-        p.id: p for p in _payments(Payment.objects.filter(created_at__gte=since))
-    }
+    ours = Payment.objects.all() if acquirer is None else Payment.objects.filter(acquirer=acquirer)
+    payments: dict[str, _Payment] = {p.id: p for p in _payments(ours.filter(created_at__gte=since))}
     for chunk in _chunks([reference for reference in by_reference if reference not in payments]):
-        payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
+        payments.update((p.id, p) for p in _payments(ours.filter(id__in=chunk)))
+    if acquirer is not None:
+        _records_of_payments_elsewhere(report, acquirer, by_reference, payments)
 
     refund_records, report.refund_records_checked = _by_reference(
         source.refunds_since(since - skew), since
     )
     # Our refunds: those of the audited payments, those created in the window, and those the
     # acquirer's refund records name (a late re-send of an older refund).
+    # Each acquirer's refunds are audited against its own records.
+    operations = (
+        PaymentOperation.objects.all()
+        if acquirer is None
+        else PaymentOperation.objects.filter(payment__acquirer=acquirer)
+    )
     refunds: dict[str, _Refund] = {
         r.id: r
         for r in _refunds(
-            PaymentOperation.objects.filter(
-                Q(created_at__gte=since) | Q(payment__created_at__gte=since)
-            )
+            operations.filter(Q(created_at__gte=since) | Q(payment__created_at__gte=since))
         )
     }
     for chunk in _chunks([reference for reference in refund_records if reference not in refunds]):
-        refunds.update((r.id, r) for r in _refunds(PaymentOperation.objects.filter(id__in=chunk)))
+        refunds.update((r.id, r) for r in _refunds(operations.filter(id__in=chunk)))
     for chunk in _chunks([r.payment_id for r in refunds.values() if r.payment_id not in payments]):
-        payments.update((p.id, p) for p in _payments(Payment.objects.filter(id__in=chunk)))
+        payments.update((p.id, p) for p in _payments(ours.filter(id__in=chunk)))
     _audit_refunds(report, payments, refunds, refund_records, since)
     refunds_unresolved = {
         r.payment_id for r in refunds.values() if r.status in UNRESOLVED_OPERATION_STATUSES
@@ -640,6 +661,79 @@ def audit_acquirer(
     report.unresolved.sort(key=lambda u: (u.created_at, u.payment_id))
     report.duration_seconds = time.monotonic() - started
     return report
+
+
+def _records_of_payments_elsewhere(
+    report: AuditReport,
+    acquirer: str,
+    by_reference: dict[str, list[AcquirerRecord]],
+    payments: dict[str, _Payment],
+) -> None:
+    """Records at ``acquirer`` of payments held by another acquirer: taken out of
+    ``by_reference`` (they are no "record unknown to us"); an approved one is a
+    ``multiple_records`` discrepancy (the payment was authorized at two acquirers), declined
+    ones are the expected trace of a soft decline that failed over."""
+    unknown = [reference for reference in by_reference if reference not in payments]
+    for chunk in _chunks(unknown):
+        elsewhere = Payment.objects.filter(id__in=chunk).exclude(acquirer=acquirer)
+        for payment_id, holder in elsewhere.values_list("id", "acquirer"):
+            records = by_reference.pop(payment_id)
+            approved = [r for r in records if r.status == "approved"]
+            if approved:
+                report.discrepancies.append(
+                    Discrepancy(
+                        category=Category.MULTIPLE_RECORDS,
+                        payment_id=payment_id,
+                        detail=f"approved at {acquirer} although the payment is at {holder}: "
+                        "authorized at two acquirers",
+                        acquirer_references=tuple(r.acquirer_reference for r in approved),
+                        acquirer_statuses=tuple(r.status for r in approved),
+                        acquirer_amounts=tuple(f"{r.amount} {r.currency}" for r in approved),
+                    )
+                )
+
+
+def audit_acquirers(
+    *,
+    since: datetime,
+    clock: Callable[[], datetime] = timezone.now,
+    skew: timedelta = DEFAULT_SKEW,
+) -> AuditReport:
+    """:func:`audit_acquirer` of every configured acquirer against its own records, merged into
+    one report (counts added, findings joined; ``source`` names each acquirer's). With one
+    acquirer, that acquirer's report. Raises ``AcquirerRecordsError`` as the audit does."""
+    specs = acquirer_specs()
+    configured = getattr(settings, "ACQUIRERS", None)
+    reports = [
+        audit_acquirer(
+            since=since,
+            records=acquirer_records_from_settings(spec if configured else None),
+            acquirer=spec.name,
+            clock=clock,
+            skew=skew,
+        )
+        for spec in specs
+    ]
+    if len(reports) == 1:
+        return reports[0]
+    merged = AuditReport(
+        since=since, ran_at=reports[0].ran_at, source="; ".join(r.source for r in reports)
+    )
+    by_status: dict[str, int] = defaultdict(int)
+    for report in reports:
+        merged.payments_checked += report.payments_checked
+        merged.records_checked += report.records_checked
+        merged.refunds_checked += report.refunds_checked
+        merged.refund_records_checked += report.refund_records_checked
+        merged.discrepancies.extend(report.discrepancies)
+        merged.unresolved.extend(report.unresolved)
+        merged.duration_seconds += report.duration_seconds
+        for status, count in report.payments_by_status.items():
+            by_status[status] += count
+    merged.payments_by_status = dict(by_status)
+    merged.discrepancies.sort(key=lambda d: (list(Category).index(d.category), d.payment_id or ""))
+    merged.unresolved.sort(key=lambda u: (u.created_at, u.payment_id))
+    return merged
 
 
 def _audit_refunds(

@@ -66,7 +66,24 @@ class MerchantForm(CardDataRefusingFormMixin, forms.ModelForm):
 
     class Meta:
         model = Merchant
-        fields = ["name", "rate_limit_requests", "concurrent_payments_limit"]
+        fields = ["name", "rate_limit_requests", "concurrent_payments_limit", "acquirer_order"]
+
+    def clean_acquirer_order(self) -> str:
+        """Comma-separated names of configured acquirers (``ACQUIRERS``, else ``ACQUIRER_NAME``),
+        each once; stored as ``alpha,beta``."""
+        names = [name.strip() for name in self.cleaned_data["acquirer_order"].split(",")]
+        names = [name for name in names if name]
+        configured = getattr(settings, "ACQUIRERS", None)
+        known = [spec.name for spec in configured] if configured else [settings.ACQUIRER_NAME]
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise forms.ValidationError(
+                f"Not a configured acquirer: {', '.join(unknown)[:100]}. "
+                f"Configured: {', '.join(known)}."
+            )
+        if len(set(names)) != len(names):
+            raise forms.ValidationError("Name each acquirer once.")
+        return ",".join(names)
 
 
 @admin.register(Merchant)
@@ -77,6 +94,7 @@ class MerchantAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name"]}),
         ("Limits", {"fields": ["rate_limit_requests", "concurrent_payments_limit"]}),
+        ("Routing", {"fields": ["acquirer_order"]}),
     ]
     inlines = [ApiKeyInline]
     actions = ["rotate_key_action"]

@@ -30,9 +30,22 @@ class Merchant(models.Model):
         "the MERCHANT_CONCURRENT_PAYMENTS default; 0: no limit. Keep it below the web tier's "
         "threads per worker (WEB_THREADS).",
     )
+    # Routing (payments/acquirer/routing.py): acquirer names tried first, in this order.
+    acquirer_order = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="Acquirer names (ACQUIRERS) to try first, comma-separated, in order; the "
+        "others follow by priority. Empty: priority order. Unknown names are ignored.",
+    )
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def preferred_acquirers(self) -> tuple[str, ...]:
+        """The names of :attr:`acquirer_order`, in order, blanks dropped."""
+        return tuple(name.strip() for name in self.acquirer_order.split(",") if name.strip())
 
     @property
     def is_authenticated(self) -> bool:

@@ -223,8 +223,9 @@ def _operation_known(operation: PaymentOperation, events: list[PaymentEvent]) ->
 
 #: The attempts table's columns (``_attempt_rows``).
 ATTEMPT_COLUMNS = (
-    "started (UTC)", "by", "operation", "attempt", "outcome", "HTTP status", "error class",
-    "elapsed", "wait", "wait source", "retry budget", "rate gate", "breaker", "decision",
+    "started (UTC)", "by", "acquirer", "operation", "attempt", "outcome", "HTTP status",
+    "error class", "elapsed", "wait", "wait source", "retry budget", "rate gate", "breaker",
+    "decision",
 )  # fmt: skip
 
 #: Who made an attempt event's call ("by" column): the request path, or reconciliation.
@@ -242,6 +243,7 @@ def _attempt_rows(event: PaymentEvent) -> list[tuple]:
     (the call's outcome, status, error, elapsed and wait)."""
     data = event.data
     made_by = ATTEMPT_MADE_BY.get(event.type, event.type)
+    acquirer = data.get("acquirer", "")
     operation = data.get("operation", "")
     log = data.get("attempt_log") or []
     if not log:
@@ -250,6 +252,7 @@ def _attempt_rows(event: PaymentEvent) -> list[tuple]:
             (
                 _fmt_epoch(event.created_at.timestamp()),
                 made_by,
+                acquirer,
                 operation,
                 data.get("attempts", ""),
                 data.get("outcome", data.get("result", "")),
@@ -276,6 +279,7 @@ def _attempt_rows(event: PaymentEvent) -> list[tuple]:
             (
                 _fmt_epoch(started) if started is not None else "not sent",
                 made_by,
+                acquirer,
                 operation,
                 step.get("attempt", ""),
                 "error" if error else step.get("outcome", ""),
@@ -376,6 +380,7 @@ class PaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "At the acquirer",
             {
                 "fields": (
+                    "acquirer",
                     "acquirer_reference",
                     "decline_code",
                     "failure_code",

@@ -26,7 +26,6 @@ from rest_framework.views import APIView
 
 from idempotency.keys import parse_idempotency_key
 from merchants.models import Merchant
-from payments.acquirer.client import acquirer_client
 from payments.card_data import (
     KEY_REFUSAL,
     QUERY_REFUSAL,
@@ -61,7 +60,7 @@ from payments.serializers import (
     RefundSerializer,
     VoidInputSerializer,
 )
-from payments.services import payment_create
+from payments.services import NoAcquirerForPayment, payment_create
 
 PROBLEM = "application/problem+json"
 
@@ -254,7 +253,6 @@ class OperationApi(MerchantApi):
                     merchant=request.user,
                     payment_id=payment_id,
                     idempotency_key=key,
-                    client=acquirer_client(),
                     **body.validated_data,
                 )
         except PaymentNotFound as exc:
@@ -284,13 +282,24 @@ class PaymentListCreateApi(MerchantApi):
         key = idempotency_key_header(request)
         body = PaymentCreateInputSerializer(data=request_json(request))
         body.is_valid(raise_exception=True)
-        with payment_slot(request.user):
-            result = payment_create(
-                merchant=request.user,
-                idempotency_key=key,
-                client=acquirer_client(),
-                **body.validated_data,
-            )
+        try:
+            with payment_slot(request.user):
+                result = payment_create(
+                    merchant=request.user, idempotency_key=key, **body.validated_data
+                )
+        except NoAcquirerForPayment as exc:
+            raise Problem(
+                "No acquirer of this service takes this currency with this capture method.",
+                code="validation_error",
+                title="The request body is invalid",
+                errors=[
+                    {
+                        "field": "currency",
+                        "code": "currency_not_supported",
+                        "message": "No acquirer takes this currency with this capture method.",
+                    }
+                ],
+            ) from exc
         return create_answer(result)
 
     @extend_schema(

@@ -19,6 +19,9 @@ refund uses them prefixed with its operation (:data:`OPERATION_CRASH_POINTS`):
 every capture while authorizing normally (a campaign needs the payment before its capture, and
 a captured payment before its refund).
 
+A failover adds ``after_acquirer_switch`` (:data:`FAILOVER_CRASH_POINTS`): the payment was
+moved to the next acquirer and committed, and nothing was sent there yet.
+
 Reconciliation must resolve every payment and operation left behind, once.
 """
 
@@ -33,6 +36,7 @@ __all__ = [
     "AUTHORIZATION_CRASH_POINTS",
     "CRASH_POINTS",
     "DEFERRED_CRASH_POINTS",
+    "FAILOVER_CRASH_POINTS",
     "OPERATIONS",
     "OPERATION_CRASH_POINTS",
     "PHASES",
@@ -50,8 +54,16 @@ OPERATION_CRASH_POINTS = tuple(f"{kind}_{phase}" for kind in OPERATIONS for phas
 #: The deferred sweep's (``payments.deferred``): after the ``deferred -> processing`` commit,
 #: before the call; after the acquirer's answer, before the outcome is recorded.
 DEFERRED_CRASH_POINTS = ("deferred_after_phase1_commit", "deferred_after_acquirer_answer")
+#: A failover's point (payments/failover.py): the switch to the next acquirer is committed,
+#: nothing was sent there yet; reconciliation must look at the new acquirer.
+FAILOVER_CRASH_POINTS = ("after_acquirer_switch",)
 #: Every valid value of ``PAYMENTS_CRASH_POINT``.
-CRASH_POINTS = AUTHORIZATION_CRASH_POINTS + OPERATION_CRASH_POINTS + DEFERRED_CRASH_POINTS
+CRASH_POINTS = (
+    AUTHORIZATION_CRASH_POINTS
+    + OPERATION_CRASH_POINTS
+    + DEFERRED_CRASH_POINTS
+    + FAILOVER_CRASH_POINTS
+)
 
 
 def crash_point(name: str) -> None:

@@ -7,8 +7,9 @@ A deferred payment (``payments.deferral``) was never sent anywhere. Beat runs
    the acquirer's state;
 2. then, one payment at a time, up to ``DEFERRED_BATCH_SIZE``:
 
-   a. **admission first**, before anything is claimed: the ``authorize`` breaker admits, the
-      shared rate gate is open, and the fleet's own submission rate
+   a. **admission first**, before anything is claimed: some configured acquirer's
+      ``authorize`` breaker admits and its shared rate gate is open, and the fleet's own
+      submission rate
       (``DEFERRED_SUBMIT_RATE_PER_SECOND``, counted in the shared state store) has room. A
       refusal by the breaker or the gate **stops the batch**; the pace waits for its next
       second. So a backlog drains at the acquirer's pace, never as a storm when it recovers.
@@ -16,7 +17,7 @@ A deferred payment (``payments.deferral``) was never sent anywhere. Beat runs
       (``FOR UPDATE SKIP LOCKED``) and commit it ``processing`` with a ``next_check_at``: if this
       worker dies now, reconciliation resolves it at the acquirer.
    c. **the call**, outside any transaction: :func:`deferred_submit`, the one seam where the
-      payment goes to an acquirer.
+      payment goes to an acquirer (with failover: it was never applied anywhere).
    d. **phase 2**: certainly not applied: back to ``deferred`` with a later ``not_before``
       (full-jitter backoff) and the batch stops; any other outcome is recorded by the create
       flow's own phase 2 (``payments.services.payment_authorization_record``: approved,
@@ -39,10 +40,11 @@ from datetime import datetime
 from django.utils import timezone
 
 from gateway_client import AcquirerClient
-from payments.acquirer.authorize import AcquirerAttempt, payment_authorize
-from payments.acquirer.client import shared_state_store
+from payments.acquirer.authorize import AcquirerAttempt
+from payments.acquirer.client import acquirer_specs, client_for, shared_state_store
 from payments.crashpoints import crash_point
 from payments.deferral import DeferralPolicy, deferred_expire_due, deferred_take, payment_defer
+from payments.failover import payment_authorize_routed, payment_route
 from payments.limits import RATE_SCRIPT
 from payments.metrics import record_deferred_submission, record_deferred_sweep_stop
 from payments.models import Payment
@@ -61,17 +63,21 @@ logger = logging.getLogger(__name__)
 _PACE_WAIT_CAP_SECONDS = 1.0
 
 
-def deferred_submit(client: AcquirerClient, payment: Payment) -> AcquirerAttempt:
-    """Send the deferred ``payment`` (now ``processing``) to the acquirer and return the
+def deferred_submit(client: AcquirerClient | None, payment: Payment) -> AcquirerAttempt:
+    """Send the deferred ``payment`` (now ``processing``) to an acquirer and return the last
     classified :class:`~payments.acquirer.authorize.AcquirerAttempt`; never raises a gateway
-    error. Outside any transaction.
+    error. Outside any transaction. ``client``: a caller's client, used for the acquirer it
+    belongs to (None: the process's clients).
 
-    **The seam**: the only place a deferred payment goes to an acquirer. Today it is the one
-    acquirer's authorization (``payment_authorize``, the payment's own acquirer idempotency
-    key); with several acquirers, the routed call with failover goes here, and nothing else in
-    this module changes.
+    **The seam**: the only place a deferred payment goes to an acquirer. It was never applied
+    anywhere, so it is a first attempt with failover
+    (:func:`payments.failover.payment_authorize_routed`): the acquirer it names first (with
+    its own acquirer idempotency key), then every other acquirer of its route in routing
+    order, each only after the one before certainly did not apply it.
     """
-    return payment_authorize(client, payment)
+    own = payment.acquirer
+    order = (own, *(name for name in payment_route(payment) if name != own))
+    return payment_authorize_routed(payment, first_attempt=True, route=order, client=client)
 
 
 @dataclass
@@ -87,20 +93,36 @@ class DeferredSweepReport:
     stopped: str = ""
 
 
-def deferred_admission(client: AcquirerClient, policy: DeferralPolicy) -> tuple[str, float]:
-    """Whether a deferred payment may be submitted now, without taking anything but a pace
-    token: ``("", 0.0)`` when it may; else the reason and seconds to wait: ``breaker`` (the
-    ``authorize`` breaker refuses), ``rate_gate`` (the quota scope's gate is closed), ``pace``
-    (``policy.submit_rate`` submissions this second already, fleet-wide)."""
+def _acquirer_admission(client: AcquirerClient) -> tuple[str, float]:
     admitted, wait = client.admits("authorize")
     if not admitted:
         return "breaker", wait
     closed_for = client.gate.remaining(client.scope)
     if closed_for > 0:
         return "rate_gate", closed_for
+    return "", 0.0
+
+
+def deferred_admission(client: AcquirerClient | None, policy: DeferralPolicy) -> tuple[str, float]:
+    """Whether a deferred payment may be submitted now, without taking anything but a pace
+    token: ``("", 0.0)`` when some configured acquirer (in routing order; ``client`` in place
+    of its own acquirer's) would take a call; else the reason and seconds to wait (the
+    shortest among them): ``breaker`` (every ``authorize`` breaker refuses), ``rate_gate``
+    (the quota scopes' gates are closed), ``pace`` (``policy.submit_rate`` submissions this
+    second already, fleet-wide, in the admitting acquirer's scope)."""
+    refusals = []
+    for spec in acquirer_specs():
+        current = client_for(spec.name, client)
+        reason, wait = _acquirer_admission(current)
+        if not reason:
+            break
+        refusals.append((wait, reason))
+    else:
+        wait, reason = min(refusals)
+        return reason, wait
     if policy.submit_rate > 0:
         allowed, _, reset = shared_state_store().run(
-            RATE_SCRIPT, [f"deferred_submit:{client.scope}"], [policy.submit_rate, 1, 0]
+            RATE_SCRIPT, [f"deferred_submit:{current.scope}"], [policy.submit_rate, 1, 0]
         )
         if not allowed:
             return "pace", reset
@@ -109,12 +131,12 @@ def deferred_admission(client: AcquirerClient, policy: DeferralPolicy) -> tuple[
 
 def deferred_sweep(
     *,
-    client: AcquirerClient,
+    client: AcquirerClient | None = None,
     policy: DeferralPolicy,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
     sleep: Callable[[float], None] = time.sleep,
-    submit: Callable[[AcquirerClient, Payment], AcquirerAttempt] = deferred_submit,
+    submit: Callable[[AcquirerClient | None, Payment], AcquirerAttempt] = deferred_submit,
 ) -> DeferredSweepReport:
     """One sweep of the due deferred payments (see the module's docstring); returns what it did.
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from payments.acquirer.client import acquirer_client
 from payments.deferral import DeferralPolicy
 from payments.deferred import deferred_sweep
 
@@ -22,5 +21,5 @@ def submit_due_deferred_payments() -> int:
     """The beat sweep of deferred payments: expire the overdue, submit up to
     ``DEFERRED_BATCH_SIZE`` due ones at the acquirer's pace. Returns how many it handled. Two
     at once (a slow sweep overlapping the next) take disjoint payments."""
-    report = deferred_sweep(client=acquirer_client(), policy=DeferralPolicy.from_settings())
+    report = deferred_sweep(policy=DeferralPolicy.from_settings())
     return len(report.submitted) + len(report.deferred_again) + len(report.expired)

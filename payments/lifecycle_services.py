@@ -32,6 +32,7 @@ from django.utils import timezone
 from gateway_client import AcquirerClient
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt
+from payments.acquirer.client import client_for
 from payments.acquirer.operations import operation_send
 from payments.crashpoints import crash_point
 from payments.lifecycle import (
@@ -88,7 +89,7 @@ def payment_capture(
     payment_id: str,
     idempotency_key: str,
     amount: int | None = None,
-    client: AcquirerClient,
+    client: AcquirerClient | None = None,
     clock: Callable[[], datetime] = timezone.now,
 ) -> CreateResult:
     """Capture the merchant's ``requires_capture`` payment, idempotently under
@@ -111,7 +112,7 @@ def payment_void(
     merchant: Merchant,
     payment_id: str,
     idempotency_key: str,
-    client: AcquirerClient,
+    client: AcquirerClient | None = None,
     clock: Callable[[], datetime] = timezone.now,
 ) -> CreateResult:
     """Release the authorization of the merchant's ``requires_capture`` payment, idempotently.
@@ -129,7 +130,7 @@ def refund_create(
     idempotency_key: str,
     amount: int | None = None,
     reason: str | None = None,
-    client: AcquirerClient,
+    client: AcquirerClient | None = None,
     clock: Callable[[], datetime] = timezone.now,
     audit: dict | None = None,
 ) -> CreateResult:
@@ -156,13 +157,21 @@ def _operate(
     payment_id: str,
     idempotency_key: str,
     body: dict,
-    client: AcquirerClient,
+    given: AcquirerClient | None,
     clock: Callable[[], datetime],
     audit: dict | None = None,
 ) -> CreateResult:
+    """The flow of every operation: at the acquirer that holds the payment
+    (``Payment.acquirer``; ``given`` when it is that acquirer's client), never another."""
     now = clock()
-    if not Payment.objects.filter(merchant=merchant, pk=payment_id).exists():
+    acquirer = (
+        Payment.objects.filter(merchant=merchant, pk=payment_id)
+        .values_list("acquirer", flat=True)
+        .first()
+    )
+    if acquirer is None:
         raise PaymentNotFound(payment_id)
+    client = client_for(acquirer, given)
     admitted, retry_after = client.admits(kind)
     if not admitted and not key_replayable(merchant, idempotency_key, now):
         # The breaker is open: answer at once, before anything is written; the key stays free.

@@ -164,6 +164,9 @@ class PaymentEventType(models.TextChoices):
     OPERATION_NEEDS_REVIEW = "operation_needs_review", "Operation needs review"
     #: A requires_capture payment older than AUTHORIZATION_HOLD_SECONDS: its void is started.
     AUTHORIZATION_HOLD_EXPIRED = "authorization_hold_expired", "Authorization hold expired"
+    #: The payment moved to the next acquirer after the previous one certainly did not apply
+    #: it (data: from_acquirer, to_acquirer, reason, skipped), committed before the next send.
+    ACQUIRER_SWITCHED = "acquirer_switched", "Switched to the next acquirer"
     #: An operator issued a refund from the admin (data: operator, note, operation, amount,
     #: idempotency_key). Recorded in the transaction that creates the refund, so once per refund.
     OPERATOR_REFUND_REQUESTED = "operator_refund_requested", "Operator requested a refund"
@@ -208,6 +211,14 @@ class Payment(models.Model):
         max_length=64,
         unique=True,
         help_text="Sent to the acquirer on every attempt and every re-send of this payment.",
+    )
+    #: The acquirer that holds the payment, or may: written (with its acquirer idempotency
+    #: key) before anything is sent there, and changed only by a failover after the previous
+    #: acquirer certainly did not apply it (payments/failover.py, ADR 0023). Captures, voids,
+    #: refunds, look-ups, re-sends and reconciliation all go to it.
+    acquirer = models.CharField(
+        max_length=32,
+        help_text="The configured acquirer (ACQUIRERS name) that holds or may hold the payment.",
     )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from gateway_client import AcquirerClient, RetryPolicy
 from payments.acquirer.authorize import AuthorizationOutcome
+from payments.acquirer.client import client_for
 from payments.acquirer.operations import Found, operation_lookup, operation_send
 from payments.lifecycle import (
     InvalidTransition,
@@ -291,7 +292,7 @@ def authorization_holds_expire(
                 check_at=now + timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS),
                 data={"reason": "hold_expired"},
             )  # fmt: skip
-        attempt = operation_send(client, payment, operation)
+        attempt = operation_send(client_for(payment.acquirer, client), payment, operation)
         with transaction.atomic():
             operation_attempt_record(
                 operation.pk, attempt, first_attempt=True, now=clock(),

@@ -346,8 +346,10 @@ def reconciliation_run(
     ``include_review`` also takes a ``needs_review`` payment (an operator asked: a look-up
     only). Returns a report with :attr:`ReconciliationResult.NOT_CLAIMED` when the payment is
     resolved, unknown or held by another worker, so a duplicate or redelivered message does
-    nothing. ``client``, ``policy`` and ``acquirer_policy`` default to the ones the settings
-    describe (:func:`~payments.acquirer.client.acquirer_client`,
+    nothing. The payment is looked up and re-sent at its own acquirer (``Payment.acquirer``;
+    ``client`` is used when it is that acquirer's). ``client``, ``policy`` and
+    ``acquirer_policy`` default to the ones the settings describe
+    (:func:`~payments.acquirer.client.acquirer_client`,
     :meth:`ReconciliationPolicy.from_settings`, the reconciliation retry policy).
     """
     policy = policy or ReconciliationPolicy.from_settings()

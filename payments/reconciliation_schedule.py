@@ -33,7 +33,7 @@ import enum
 import logging
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -43,6 +43,7 @@ from django.db.models import F, Q
 
 from gateway_client import AcquirerClient, GatewayError, RetryPolicy
 from idempotency.models import IdempotencyKey
+from payments.acquirer.client import client_for
 from payments.lifecycle import payment_event_record
 from payments.models import Payment, PaymentEventType
 
@@ -355,9 +356,35 @@ class Reconciliation(abc.ABC, Generic[Row]):
             self.model._default_manager.filter(pk=pk).update(reconciliation_lease_until=None)
             raise
 
+    def acquirer_of(self, row: Row) -> str:
+        """The acquirer that holds ``row`` (a payment's ``acquirer``; an operation's payment's):
+        every look-up and re-send of it goes there."""
+        payment = row if isinstance(row, Payment) else row.payment  # type: ignore[attr-defined]
+        return payment.acquirer
+
+    def _at_acquirer(self, row: Row, check: Check) -> Check:
+        """``check`` with the client of ``row``'s acquirer (``client_for``): the caller's
+        client when it is that acquirer's, else the process's, with the caller's deadline,
+        server wait and concurrency wait on that acquirer's own retry policy."""
+        client = client_for(self.acquirer_of(row), check.client)
+        if client is check.client:
+            return check
+        given = check.acquirer_policy
+        acquirer_policy = (
+            None
+            if given is None
+            else client.policy.replace(
+                deadline=given.deadline,
+                max_server_wait=given.max_server_wait,
+                concurrency_wait=given.concurrency_wait,
+            )
+        )
+        return replace(check, client=client, acquirer_policy=acquirer_policy)
+
     def _check(self, pk: str, check: Check) -> ReconciliationReport:
         now, policy = check.now, check.policy
         row = self.load(pk)
+        check = self._at_acquirer(row, check)
         early = self.before_check(row, check)
         if early is not None:
             return early

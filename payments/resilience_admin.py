@@ -1,7 +1,8 @@
 """The acquirer resilience page of the operations console: ``/admin/payments/resilience/``.
 
-The acquirer client's circuit breakers per endpoint group, the rate gate, the retry budget and
-the AIMD limit, read without side effects (:mod:`payments.acquirer.selectors`); force open /
+Per configured acquirer (``?acquirer=<name>``, default the first in routing order; a link per
+acquirer at the top): its client's circuit breakers per endpoint group, its rate gate, retry
+budget and AIMD limit, read without side effects (:mod:`payments.acquirer.selectors`); force open /
 disable / reset per group with a note (``payments.operate_breaker``, the ``operator`` group,
 data migration 0005), applied and audited by :mod:`payments.acquirer.services`: recorded in the
 admin history and in the breaker's own log with the operator and the note. Reading needs
@@ -23,10 +24,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
 
 from gateway_client import BreakerSnapshot
 from payments.acquirer.selectors import (
     acquirer_client_or_none,
+    acquirer_names,
     breaker_groups,
     breaker_history,
     breaker_snapshot,
@@ -181,25 +184,29 @@ class ResilienceAdmin:
         """The page: breakers, rate gate, retry budget, AIMD limit, recent actions."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        client = acquirer_client_or_none()
+        names = acquirer_names()
+        chosen_name = request.GET.get("acquirer") or (names[0] if names else None)
+        if names and chosen_name not in names:
+            raise Http404("No such acquirer.")
+        client = acquirer_client_or_none(chosen_name)
+        query_name = chosen_name if len(names) > 1 else None  # one acquirer: plain URLs
         state = resilience_state(client) if client is not None else None
         can_operate = self.has_operate_permission(request)
         if state is not None and can_operate:
             for row in state["breakers"]:
                 row["actions"] = [
-                    (
-                        action.label,
-                        reverse(
-                            "admin:payments_resilience_action",
-                            args=[row["group"], name],
-                            current_app=self.site.name,
-                        ),
-                    )
+                    (action.label, self._action_url(query_name, row["group"], name))
                     for name, action in BREAKER_ACTIONS.items()
                 ]
+        page_url = reverse("admin:payments_resilience", current_app=self.site.name)
         context = self._context(
             request,
             "Acquirer resilience",
+            acquirers=[
+                {"name": name, "url": f"{page_url}?{urlencode({'acquirer': name})}"}
+                for name in names
+            ],
+            chosen_acquirer=chosen_name,
             state=state,
             can_operate=can_operate,
             memory_store_warning=MEMORY_STORE_WARNING,
@@ -208,13 +215,21 @@ class ResilienceAdmin:
         )
         return TemplateResponse(request, self.template, context)
 
+    def _action_url(self, acquirer: str | None, group: str, action: str) -> str:
+        url = reverse(
+            "admin:payments_resilience_action", args=[group, action], current_app=self.site.name
+        )
+        return url if acquirer is None else f"{url}?{urlencode({'acquirer': acquirer})}"
+
     def action_view(self, request: HttpRequest, group: str, action: str) -> HttpResponse:
-        """Force open / disable / reset one group: a page with a required note, then the
-        breaker call (with the operator and note) and an admin-history row."""
+        """Force open / disable / reset one group of one acquirer (``?acquirer=``, default the
+        first in routing order): a page with a required note, then the breaker call (with the
+        operator and note) and an admin-history row naming the acquirer."""
         if not self.has_operate_permission(request):
             raise PermissionDenied
         chosen = BREAKER_ACTIONS.get(action)
-        client = acquirer_client_or_none()
+        acquirer = request.GET.get("acquirer") or None
+        client = acquirer_client_or_none(acquirer)
         if chosen is None or client is None or group not in breaker_groups(client):
             raise Http404("No such breaker action.")
         form = NoteForm(request.POST or None)
@@ -238,13 +253,14 @@ class ResilienceAdmin:
                     else "THIS PROCESS ONLY (no shared state store)"
                 )
                 messages.add_message(request, level, f"{summary}; applies to {scope}.")
-            return HttpResponseRedirect(
-                reverse("admin:payments_resilience", current_app=self.site.name)
-            )
+            page_url = reverse("admin:payments_resilience", current_app=self.site.name)
+            if acquirer is not None:
+                page_url = f"{page_url}?{urlencode({'acquirer': acquirer})}"
+            return HttpResponseRedirect(page_url)
         snapshot = breaker_snapshot(client, group)
         context = self._context(
             request,
-            f"{chosen.label} the {group} circuit breaker",
+            f"{chosen.label} the {group} circuit breaker of {client.config.name}",
             form=form,
             group=group,
             action=chosen,

@@ -4,8 +4,9 @@ The protocol (Brandur Leach's rocket-rides, adapted):
 
 * Phase 1, one short transaction (:func:`_claim`): claim the idempotency key and create the
   payment ``processing``; commit. A duplicate request now gets a fast 409 or a replay.
-* The acquirer call, outside any transaction, with the payment's acquirer idempotency key
-  (:func:`payments.acquirer.authorize.payment_authorize`).
+* The acquirer call, outside any transaction, with the payment's acquirer idempotency key,
+  routed and failing over only when certain (:func:`payments.failover.payment_authorize_routed`:
+  each move to the next acquirer is committed before the request goes there).
 * Phase 2, one short transaction (:func:`payment_authorization_record`): record the attempt,
   the transition that :data:`OUTCOME_TRANSITIONS` gives its outcome, and the answer to replay,
   and complete the key; or, when the request was certainly not applied, mark the payment
@@ -44,9 +45,12 @@ from idempotency.services import (
     idempotency_key_release,
 )
 from merchants.models import Merchant
-from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome, payment_authorize
+from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
+from payments.acquirer.client import default_acquirer_name
+from payments.acquirer.routing import acquirer_idempotency_key, acquirer_route
 from payments.crashpoints import crash_point
 from payments.deferral import DeferralPolicy, payment_defer
+from payments.failover import payment_authorize_routed, route_start
 from payments.lifecycle import (
     payment_answer_store,
     payment_event_record,
@@ -74,6 +78,7 @@ __all__ = [
     "Answered",
     "CreateResult",
     "KeyClaimed",
+    "NoAcquirerForPayment",
     "Replayed",
     "Unavailable",
     "claim_refused",
@@ -148,22 +153,29 @@ def payment_create(
     description: str | None = None,
     capture_method: str = "automatic",
     allow_deferred: bool = False,
-    client: AcquirerClient,
+    client: AcquirerClient | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
 ) -> CreateResult:
-    """Create a payment idempotently under ``idempotency_key`` and authorize it at the acquirer.
+    """Create a payment idempotently under ``idempotency_key`` and authorize it, routed to the
+    acquirers that take it and failing over only when certain
+    (:func:`payments.failover.payment_authorize_routed`).
 
     ``amount`` in minor units of ``currency`` (ISO 4217), ``payment_method`` a token, the
     optional merchant ``reference`` and ``description``: the validated body of
-    ``POST /payments``. Returns :class:`Replayed`, :class:`Answered` or :class:`Unavailable`.
-    An open circuit breaker is checked before anything is written, unless the key already
-    holds an answer to replay. Raises ``IdempotencyKeyReused`` (422) and
-    ``IdempotencyKeyInUse`` (409) from the claim, each counted.
+    ``POST /payments``. ``client``: a caller's client, used for the acquirer it belongs to
+    (None: the process's clients). Returns :class:`Replayed`, :class:`Answered` or
+    :class:`Unavailable`. The routed acquirers' circuit breakers are checked before anything
+    is written (all open: :class:`Unavailable`), unless the key already holds an answer to
+    replay; the payment starts at the first acquirer whose breaker admits it. Raises
+    :class:`NoAcquirerForPayment` when no configured acquirer takes the currency and capture
+    method, ``IdempotencyKeyReused`` (422) and ``IdempotencyKeyInUse`` (409) from the claim,
+    each counted.
 
-    ``allow_deferred``: when the breaker refuses, or the first attempt is certainly not
-    applied, the payment is ``deferred`` (a stored ``202``; ``payments.deferral``, with
-    ``random`` for its backoff) instead of the ``503``; ``payments.deferred`` submits it later.
+    ``allow_deferred``: when every breaker refuses, or the first attempt (after failover) is
+    certainly not applied, the payment is ``deferred`` (a stored ``202``;
+    ``payments.deferral``, with ``random`` for its backoff) instead of the ``503``;
+    ``payments.deferred`` submits it later.
     """
     body = {"amount": amount, "currency": currency, "payment_method": payment_method}
     # The default capture method is left out, so the fingerprint of an automatic request is
@@ -178,18 +190,33 @@ def payment_create(
     }
     body |= {name: value for name, value in optional.items() if value is not None}
     now = clock()
-    admitted, retry_after = client.admits("authorize")
-    if not admitted and not allow_deferred and not key_replayable(merchant, idempotency_key, now):
-        # The breaker is open: answer at once, before anything is written; the key stays free.
-        return Unavailable(retry_after=max(1, math.ceil(retry_after)))
-    claimed = _claim(merchant=merchant, idempotency_key=idempotency_key, body=body, now=now)
+    route = acquirer_route(
+        currency=currency, capture_method=capture_method, preferred=merchant.preferred_acquirers
+    )
+    start, retry_after = route_start(route, client)
+    if start is None and not key_replayable(merchant, idempotency_key, now):
+        if not route:
+            raise NoAcquirerForPayment(currency, capture_method)
+        if not allow_deferred:
+            # Every breaker is open: answer at once, before anything is written; the key
+            # stays free.
+            return Unavailable(retry_after=max(1, math.ceil(retry_after)))
+    claimed = _claim(
+        merchant=merchant,
+        idempotency_key=idempotency_key,
+        body=body,
+        now=now,
+        acquirer=(start or route[0]) if route else "",
+    )
     if isinstance(claimed, Replayed):
         record_idempotency_replay()
         return claimed
     crash_point("after_phase1_commit")
-    if not admitted and allow_deferred and claimed.first_attempt:
+    if start is None and allow_deferred and claimed.first_attempt:
         return _defer(claimed.payment.pk, None, "circuit_open", retry_after, clock(), random)
-    attempt = payment_authorize(client, claimed.payment)
+    attempt = payment_authorize_routed(
+        claimed.payment, first_attempt=claimed.first_attempt, route=route, client=client
+    )
     crash_point("after_acquirer_answer")
     if allow_deferred and claimed.first_attempt and attempt.outcome.not_applied:
         wait = attempt.retry_after_seconds
@@ -219,6 +246,16 @@ def _defer(
     )
 
 
+class NoAcquirerForPayment(Exception):
+    """No configured acquirer (``ACQUIRERS``) takes the payment's ISO 4217 currency with its
+    capture method: a 400 before anything is stored (the request cannot succeed as sent)."""
+
+    def __init__(self, currency: str, capture_method: str) -> None:
+        super().__init__(f"no acquirer takes {currency} with capture_method {capture_method}")
+        self.currency = currency
+        self.capture_method = capture_method
+
+
 def key_replayable(merchant: Merchant, key: str, now: datetime) -> bool:
     """Whether ``key`` already holds an answer (a replay needs no acquirer). A read, no lock."""
     return IdempotencyKey.objects.filter(
@@ -227,7 +264,7 @@ def key_replayable(merchant: Merchant, key: str, now: datetime) -> bool:
 
 
 def _claim(
-    *, merchant: Merchant, idempotency_key: str, body: dict, now: datetime
+    *, merchant: Merchant, idempotency_key: str, body: dict, now: datetime, acquirer: str
 ) -> Replayed | _Claimed:
     """Phase 1: claim the key and create the payment (or resume the one it already has)."""
     with transaction.atomic():
@@ -246,7 +283,12 @@ def _claim(
         if payment is None:
             # If this request dies before phase 2, reconciliation finds the payment then.
             payment = payment_record_create(
-                merchant=merchant, body=body, key=claimed.record, now=now, check_at=claimed.check_at
+                merchant=merchant,
+                body=body,
+                key=claimed.record,
+                now=now,
+                check_at=claimed.check_at,
+                acquirer=acquirer,
             )
         else:
             payment_event_record(
@@ -338,11 +380,13 @@ def payment_record_create(
     key: IdempotencyKey | None,
     now: datetime,
     check_at: datetime,
+    acquirer: str = "",
 ) -> Payment:
     """Insert a ``processing`` payment for the validated ``body`` (amount, currency,
     payment_method, optional reference and description) with its ``payment_created`` event
-    and its own acquirer idempotency key. ``check_at``: when reconciliation looks at it if the
-    request dies before phase 2. Inside the caller's transaction."""
+    and its own acquirer idempotency key, at ``acquirer`` (a configured name; empty: the first
+    in routing order), named before anything is sent. ``check_at``: when reconciliation looks
+    at it if the request dies before phase 2. Inside the caller's transaction."""
     payment_id = new_payment_id()
     payment = Payment.objects.create(
         id=payment_id,
@@ -356,7 +400,8 @@ def payment_record_create(
         capture_method=body.get("capture_method", CaptureMethod.AUTOMATIC),
         allow_deferred=body.get("allow_deferred", False),
         status=PaymentStatus.PROCESSING,
-        acquirer_idempotency_key=f"authorize-{payment_id}",
+        acquirer_idempotency_key=acquirer_idempotency_key(payment_id, acquirer, first=True),
+        acquirer=acquirer or default_acquirer_name(),
         created_at=now,
         updated_at=now,
         next_check_at=check_at,

@@ -24,6 +24,7 @@ Tokens (details and examples in docs/sandbox.md):
 ``tok_visa``, any other            approved
 ``tok_decline``                    declined, ``do_not_honor``
 ``tok_insufficient_funds``         declined, ``insufficient_funds``
+``tok_issuer_unavailable``         declined, ``issuer_unavailable`` (a soft decline)
 ``tok_slow_<ms>``                  approved after ``<ms>`` ms (0..60000), key in progress meanwhile
 ``tok_timeout_after_commit``       approved and recorded, reply after ``hang_seconds``
 ``tok_500_after_commit``           approved and recorded, reply is a 500
@@ -159,6 +160,9 @@ _FIXED: dict[str, Callable[[ScenarioSettings], Scenario]] = {
     "tok_decline": lambda _: Scenario(status="declined", decline_code="do_not_honor"),
     "tok_insufficient_funds": lambda _: Scenario(
         status="declined", decline_code="insufficient_funds"
+    ),
+    "tok_issuer_unavailable": lambda _: Scenario(
+        status="declined", decline_code="issuer_unavailable"
     ),
     "tok_timeout_after_commit": lambda settings: Scenario(
         reply_delay_seconds=settings.hang_seconds

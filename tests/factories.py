@@ -6,6 +6,7 @@ import factory
 from django.utils import timezone
 
 from merchants.models import Merchant
+from payments.acquirer.client import default_acquirer_name
 from payments.models import Payment, PaymentStatus, new_payment_id
 
 
@@ -32,5 +33,6 @@ class PaymentFactory(factory.django.DjangoModelFactory):
         lambda p: p.amount if p.status == PaymentStatus.SUCCEEDED else 0
     )
     acquirer_idempotency_key = factory.LazyAttribute(lambda p: f"authorize-{p.id}")
+    acquirer = factory.LazyFunction(default_acquirer_name)
     created_at = factory.LazyFunction(timezone.now)
     updated_at = factory.LazyAttribute(lambda p: p.created_at)

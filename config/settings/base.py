@@ -10,7 +10,9 @@ from pathlib import Path
 
 import environ
 
+from config.acquirers import parse_acquirers
 from config.log_config import logging_config, structlog_configure
+from payments.money import CURRENCY_EXPONENTS
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -191,6 +193,15 @@ RECONCILIATION_CONCURRENCY_WAIT_SECONDS = env.float(
 # config.settings.local the embedded Redis when unset; in-memory (per process) when empty.
 ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL", default="")
 ACQUIRER_STATE_NAMESPACE = env("ACQUIRER_STATE_NAMESPACE", default="payments:gateway")
+
+# Several acquirers (config/acquirers.py; docs/configuration.md, "Acquirers"): a JSON array,
+# parsed and validated here. Unset: one acquirer from the ACQUIRER_* settings above.
+ACQUIRERS = parse_acquirers(
+    env("ACQUIRERS", default=""), known_currencies=frozenset(CURRENCY_EXPONENTS)
+)
+# Decline codes after which a payment may try the next acquirer (a decline is otherwise a
+# result): e.g. issuer_unavailable,try_again_later. Empty by default.
+ACQUIRER_SOFT_DECLINE_CODES = env.list("ACQUIRER_SOFT_DECLINE_CODES", default=[])
 
 # --- Payments API ---------------------------------------------------------------------------
 # Retry-After (seconds) sent with 202 (outcome unknown) and 503 (acquirer unavailable).

@@ -32,3 +32,6 @@ MERCHANT_CONCURRENT_PAYMENTS = 0
 METRICS_BEARER_TOKEN = ""
 # Webhook receivers on this machine (http://127.0.0.1:...); never in production.
 WEBHOOK_ALLOW_LOCAL_URLS = True
+# One acquirer from the ACQUIRER_* settings whatever the environment says; tests that route
+# between several set ACQUIRERS themselves (tests/integration/test_acquirer_failover.py).
+ACQUIRERS = None

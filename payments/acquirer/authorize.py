@@ -16,7 +16,7 @@ import enum
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from django.db import connection
 
@@ -30,6 +30,7 @@ from gateway_client import (
     GatewayError,
     PermanentError,
     RetryableError,
+    RetryPolicy,
 )
 from payments.models import CaptureMethod, Payment
 
@@ -74,7 +75,8 @@ class AcquirerAttempt:
     in whole seconds rounded up, with ``wait_source`` saying where it came from
     (``retry-after``, ``quota-header`` or ``gate``). ``amount``: for a capture or refund, the
     amount (minor units) the acquirer applied. ``code``: the acquirer's refusal code (a
-    permanent error's), when it gave one. ``attempt_log``: each step of the call, in order
+    permanent error's), when it gave one. ``acquirer``: the name of the acquirer the call went
+    to (``ACQUIRERS``; every attempt records it). ``attempt_log``: each step of the call, in order
     (:func:`attempt_log_data` of the gateway's ``AttemptRecord``s: start, elapsed, status,
     outcome, error class, decision and stop reason, the chosen wait and its source, the retry
     budget, the rate gate and the breaker state), shown as rows on the payment's page.
@@ -94,6 +96,7 @@ class AcquirerAttempt:
     amount: int | None = None
     code: str | None = None
     attempt_log: tuple[dict, ...] = ()
+    acquirer: str | None = None
 
     def as_event_data(self) -> dict:
         """The JSON stored in the event: ``asdict()`` with the outcome's value, fields that do
@@ -158,12 +161,15 @@ def payment_authorize(
     client: AcquirerClient,
     payment: Payment,
     *,
+    policy: RetryPolicy | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> AcquirerAttempt:
-    """Authorize ``payment`` at the acquirer and return the classified :class:`AcquirerAttempt`.
+    """Authorize ``payment`` at ``client``'s acquirer and return the classified
+    :class:`AcquirerAttempt`, naming that acquirer.
 
     Outside any transaction (``RuntimeError`` otherwise): no network call holds a row lock.
-    The client retries within its policy; nothing here retries. Never raises a
+    The client retries within ``policy`` (None: its own; a failover passes the request's
+    remaining deadline); nothing here retries. Never raises a
     :class:`~gateway_client.GatewayError`: each becomes an outcome. ``monotonic`` (seconds)
     times the call.
     """
@@ -172,10 +178,11 @@ def payment_authorize(
     started = monotonic()
     try:
         authorization = client.authorize(
-            authorization_request(payment), request_id=current_request_id()
+            authorization_request(payment), policy=policy, request_id=current_request_id()
         )
     except GatewayError as exc:
-        return failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
+        attempt = failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
+        return replace(attempt, acquirer=client.config.name)
     return AcquirerAttempt(
         outcome=(
             AuthorizationOutcome.APPROVED
@@ -189,4 +196,5 @@ def payment_authorize(
         decline_code=authorization.decline_code,
         replayed=authorization.replayed,
         attempt_log=attempt_log_data(authorization.attempt_log),
+        acquirer=client.config.name,
     )

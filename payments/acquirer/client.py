@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 
+from config.acquirers import AcquirerSpec
 from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
@@ -28,65 +30,120 @@ from gateway_client.budget import RetryBudget
 from payments.acquirer.metrics import GatewayMetrics
 
 
-def acquirer_config() -> AcquirerConfig:
-    """Return the acquirer configuration from the ``ACQUIRER_*`` settings (seconds)."""
+def acquirer_specs() -> tuple[AcquirerSpec, ...]:
+    """Every configured acquirer in routing order (priority, then configuration order): the
+    ``ACQUIRERS`` setting (config/acquirers.py), or when it is unset one acquirer named
+    ``ACQUIRER_NAME`` built from the ``ACQUIRER_*`` settings, read now (so tests' settings
+    overrides apply)."""
+    configured = getattr(settings, "ACQUIRERS", None)
+    if configured:
+        return tuple(configured)
+    return (
+        AcquirerSpec(
+            name=settings.ACQUIRER_NAME,
+            base_url=settings.ACQUIRER_BASE_URL,
+            api_key=settings.ACQUIRER_API_KEY,
+        ),
+    )
+
+
+def default_acquirer_name() -> str:
+    """The name of the first acquirer in routing order (the one payments made before routing
+    existed are recorded at, by the migration)."""
+    return acquirer_specs()[0].name
+
+
+def acquirer_spec(name: str | None = None) -> AcquirerSpec:
+    """The configured acquirer ``name`` (None: the first in routing order). Raises
+    :class:`UnknownAcquirer` for a name no longer configured."""
+    specs = acquirer_specs()
+    if name is None:
+        return specs[0]
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    raise UnknownAcquirer(name)
+
+
+class UnknownAcquirer(LookupError):
+    """A payment names an acquirer the settings no longer configure (``ACQUIRERS``): put it
+    back in the configuration (its payments' captures, refunds and reconciliation go there)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no acquirer named {name!r} is configured (ACQUIRERS)")
+        self.name = name
+
+
+def _setting(spec: AcquirerSpec | None, name: str) -> Any:
+    """The ``ACQUIRER_*`` setting ``name``, overridden by ``spec``'s policy when it has one."""
+    value = getattr(settings, name)
+    return value if spec is None else spec.setting(name, value)
+
+
+def acquirer_config(spec: AcquirerSpec | None = None) -> AcquirerConfig:
+    """Return the configuration of the acquirer ``spec`` (None: the first configured) from its
+    URL, key and name and the ``ACQUIRER_*`` settings it does not override (seconds)."""
+    spec = spec or acquirer_spec()
     return AcquirerConfig(
-        base_url=settings.ACQUIRER_BASE_URL,
-        api_key=settings.ACQUIRER_API_KEY,
-        connect_timeout=settings.ACQUIRER_CONNECT_TIMEOUT_SECONDS,
-        read_timeout=settings.ACQUIRER_READ_TIMEOUT_SECONDS,
-        honours_idempotency_keys=settings.ACQUIRER_HONOURS_IDEMPOTENCY_KEYS,
-        name=settings.ACQUIRER_NAME,
-        quota_profile=settings.ACQUIRER_QUOTA_PROFILE,
-        rate_scope=settings.ACQUIRER_RATE_SCOPE,
+        base_url=spec.base_url,
+        api_key=spec.api_key,
+        connect_timeout=_setting(spec, "ACQUIRER_CONNECT_TIMEOUT_SECONDS"),
+        read_timeout=_setting(spec, "ACQUIRER_READ_TIMEOUT_SECONDS"),
+        honours_idempotency_keys=_setting(spec, "ACQUIRER_HONOURS_IDEMPOTENCY_KEYS"),
+        name=spec.name,
+        quota_profile=_setting(spec, "ACQUIRER_QUOTA_PROFILE"),
+        rate_scope=_setting(spec, "ACQUIRER_RATE_SCOPE"),
     )
 
 
-def api_retry_policy() -> RetryPolicy:
-    """The retry policy of the synchronous ``POST /payments`` path (``ACQUIRER_RETRY_*``):
-    by default 3 attempts within an 8 s deadline, below a merchant client's usual 10 s."""
+def api_retry_policy(spec: AcquirerSpec | None = None) -> RetryPolicy:
+    """The retry policy of the synchronous ``POST /payments`` path (``ACQUIRER_RETRY_*``, with
+    ``spec``'s overrides): by default 3 attempts within an 8 s deadline, below a merchant
+    client's usual 10 s. The deadline is the request's, shared by every acquirer it tries."""
     return RetryPolicy(
-        max_attempts=settings.ACQUIRER_RETRY_MAX_ATTEMPTS,
-        backoff_base=settings.ACQUIRER_RETRY_BACKOFF_BASE_SECONDS,
-        backoff_cap=settings.ACQUIRER_RETRY_BACKOFF_CAP_SECONDS,
-        connect_timeout=settings.ACQUIRER_CONNECT_TIMEOUT_SECONDS,
-        read_timeout=settings.ACQUIRER_READ_TIMEOUT_SECONDS,
+        max_attempts=_setting(spec, "ACQUIRER_RETRY_MAX_ATTEMPTS"),
+        backoff_base=_setting(spec, "ACQUIRER_RETRY_BACKOFF_BASE_SECONDS"),
+        backoff_cap=_setting(spec, "ACQUIRER_RETRY_BACKOFF_CAP_SECONDS"),
+        connect_timeout=_setting(spec, "ACQUIRER_CONNECT_TIMEOUT_SECONDS"),
+        read_timeout=_setting(spec, "ACQUIRER_READ_TIMEOUT_SECONDS"),
         deadline=settings.ACQUIRER_DEADLINE_SECONDS,
-        max_server_wait=settings.ACQUIRER_MAX_SERVER_WAIT_SECONDS,
-        retry_ambiguous=settings.ACQUIRER_RETRY_AMBIGUOUS,
-        min_attempt_time=settings.ACQUIRER_MIN_ATTEMPT_SECONDS,
-        concurrency_wait=settings.ACQUIRER_CONCURRENCY_WAIT_SECONDS,
+        max_server_wait=_setting(spec, "ACQUIRER_MAX_SERVER_WAIT_SECONDS"),
+        retry_ambiguous=_setting(spec, "ACQUIRER_RETRY_AMBIGUOUS"),
+        min_attempt_time=_setting(spec, "ACQUIRER_MIN_ATTEMPT_SECONDS"),
+        concurrency_wait=_setting(spec, "ACQUIRER_CONCURRENCY_WAIT_SECONDS"),
     )
 
 
-def breaker_config() -> BreakerConfig:
-    """The circuit breaker of each endpoint group (``ACQUIRER_BREAKER_*``; seconds, percent)."""
+def breaker_config(spec: AcquirerSpec | None = None) -> BreakerConfig:
+    """The circuit breaker of each endpoint group (``ACQUIRER_BREAKER_*``, with ``spec``'s
+    overrides; seconds, percent)."""
     return BreakerConfig(
         window_type=settings.ACQUIRER_BREAKER_WINDOW_TYPE,
-        window_size=settings.ACQUIRER_BREAKER_WINDOW_SIZE,
-        minimum_calls=settings.ACQUIRER_BREAKER_MINIMUM_CALLS,
-        failure_rate_threshold=settings.ACQUIRER_BREAKER_FAILURE_RATE_THRESHOLD,
+        window_size=_setting(spec, "ACQUIRER_BREAKER_WINDOW_SIZE"),
+        minimum_calls=_setting(spec, "ACQUIRER_BREAKER_MINIMUM_CALLS"),
+        failure_rate_threshold=_setting(spec, "ACQUIRER_BREAKER_FAILURE_RATE_THRESHOLD"),
         slow_call_duration=settings.ACQUIRER_BREAKER_SLOW_CALL_SECONDS,
         slow_call_rate_threshold=settings.ACQUIRER_BREAKER_SLOW_CALL_RATE_THRESHOLD,
-        open_duration=settings.ACQUIRER_BREAKER_OPEN_SECONDS,
-        half_open_permits=settings.ACQUIRER_BREAKER_HALF_OPEN_PERMITS,
+        open_duration=_setting(spec, "ACQUIRER_BREAKER_OPEN_SECONDS"),
+        half_open_permits=_setting(spec, "ACQUIRER_BREAKER_HALF_OPEN_PERMITS"),
         max_half_open_duration=settings.ACQUIRER_BREAKER_MAX_HALF_OPEN_SECONDS,
     )
 
 
-def concurrency_config() -> AimdConfig:
-    """The adaptive concurrency limit per quota scope (``ACQUIRER_CONCURRENCY_*``)."""
+def concurrency_config(spec: AcquirerSpec | None = None) -> AimdConfig:
+    """The adaptive concurrency limit per quota scope (``ACQUIRER_CONCURRENCY_*``, with
+    ``spec``'s overrides)."""
     return AimdConfig(
-        initial_limit=settings.ACQUIRER_CONCURRENCY_INITIAL_LIMIT,
-        max_limit=settings.ACQUIRER_CONCURRENCY_MAX_LIMIT,
+        initial_limit=_setting(spec, "ACQUIRER_CONCURRENCY_INITIAL_LIMIT"),
+        max_limit=_setting(spec, "ACQUIRER_CONCURRENCY_MAX_LIMIT"),
     )
 
 
-def reconciliation_retry_policy() -> RetryPolicy:
+def reconciliation_retry_policy(spec: AcquirerSpec | None = None) -> RetryPolicy:
     """The policy of reconciliation's look-ups and re-sends: nobody waits on them, so a longer
     deadline (``RECONCILIATION_ACQUIRER_DEADLINE_SECONDS``) and server waits up to it."""
     deadline = settings.RECONCILIATION_ACQUIRER_DEADLINE_SECONDS
-    return api_retry_policy().replace(
+    return api_retry_policy(spec).replace(
         deadline=deadline,
         max_server_wait=deadline,
         concurrency_wait=settings.RECONCILIATION_CONCURRENCY_WAIT_SECONDS,
@@ -112,16 +169,20 @@ _clients_lock = threading.Lock()
 _clients: dict[tuple, AcquirerClient] = {}
 
 
-def acquirer_client() -> AcquirerClient:
-    """Return the process-wide client for the current settings (one connection pool each)."""
-    config, policy = acquirer_config(), api_retry_policy()
+def acquirer_client(name: str | None = None) -> AcquirerClient:
+    """Return the process-wide client of the acquirer ``name`` (None: the first in routing
+    order) for the current settings, one connection pool each. Its breakers, retry budget,
+    rate-gate scope and concurrency limit are keyed by the acquirer's name in the shared state
+    store, and its metrics labelled with it. Raises :class:`UnknownAcquirer`."""
+    spec = acquirer_spec(name)
+    config, policy = acquirer_config(spec), api_retry_policy(spec)
     redis_url, namespace = settings.ACQUIRER_STATE_REDIS_URL, settings.ACQUIRER_STATE_NAMESPACE
     budget_settings = (
-        settings.ACQUIRER_RETRY_BUDGET_TTL_SECONDS,
-        settings.ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND,
-        settings.ACQUIRER_RETRY_BUDGET_PERCENT,
+        _setting(spec, "ACQUIRER_RETRY_BUDGET_TTL_SECONDS"),
+        _setting(spec, "ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND"),
+        _setting(spec, "ACQUIRER_RETRY_BUDGET_PERCENT"),
     )
-    breaker, limiter = breaker_config(), concurrency_config()
+    breaker, limiter = breaker_config(spec), concurrency_config(spec)
     cache_key = (config, policy, redis_url, namespace, budget_settings, breaker, limiter)
     with _clients_lock:
         client = _clients.get(cache_key)
@@ -140,12 +201,23 @@ def acquirer_client() -> AcquirerClient:
                 policy=policy,
                 store=store,
                 budget=budget,
-                metrics=GatewayMetrics(),
+                metrics=GatewayMetrics(config.name),
                 breakers=dict.fromkeys(DEFAULT_GROUPS, breaker),  # every group, one config
                 limiter=limiter,
             )
             _clients[cache_key] = client
         return client
+
+
+def client_for(acquirer: str, given: AcquirerClient | None = None) -> AcquirerClient:
+    """The client of the acquirer named ``acquirer`` (a payment's ``acquirer``): ``given`` when
+    it is that acquirer's (a caller's own client, e.g. a test's), else the process's client of
+    that acquirer. Everything after an authorization goes through this, so a capture, void,
+    refund, look-up or re-send reaches the acquirer that holds the payment. Raises
+    :class:`UnknownAcquirer`."""
+    if given is not None and given.config.name == acquirer:
+        return given
+    return acquirer_client(acquirer)
 
 
 def acquirer_clients_reset() -> None:

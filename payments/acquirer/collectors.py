@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from payments.acquirer.client import acquirer_client
+from payments.acquirer.client import acquirer_client, acquirer_specs
 
 __all__ = ["BREAKER_STATES", "STATE_STORES", "ResilienceCollector"]
 
@@ -36,8 +36,8 @@ STATE_STORES = ("redis", "fallback", "memory")
 
 
 class ResilienceCollector:
-    """Scrape-time gauges of the process's acquirer client: breaker state per endpoint group and
-    the AIMD limit of its quota scope.
+    """Scrape-time gauges of the process's acquirer clients, one per configured acquirer: breaker
+    state per acquirer and endpoint group and the AIMD limit of each quota scope.
 
     Cost: two breaker reads and one limiter read, each one atomic read-only script on the shared
     store (a Redis round trip each, or a dict look-up for the in-memory store); no permit taken,
@@ -55,18 +55,19 @@ class ResilienceCollector:
     def _families() -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
             "payments_acquirer_breaker_state",
-            "Circuit breaker state per endpoint group: 1 for the current state, 0 for the others.",
-            labels=["group", "state"],
+            "Circuit breaker state per acquirer and endpoint group: 1 for the current state, 0 "
+            "for the others.",
+            labels=["acquirer", "group", "state"],
         )
         yield GaugeMetricFamily(
             "payments_acquirer_breaker_failure_rate_percent",
             "Failure rate over the breaker's buffered calls, percent (absent with none).",
-            labels=["group"],
+            labels=["acquirer", "group"],
         )
         yield GaugeMetricFamily(
             "payments_acquirer_breaker_buffered_calls",
             "Results in the breaker's window (in half-open: the probe results).",
-            labels=["group"],
+            labels=["acquirer", "group"],
         )
         yield GaugeMetricFamily(
             "payments_acquirer_concurrency_limit",
@@ -93,21 +94,25 @@ class ResilienceCollector:
         """Read the state; on an error only ``..._resilience_collector_up 0`` is exported."""
         state, rate, buffered, limit, in_flight, store, up = self._families()
         try:
-            snapshots, limiter = self._read()
+            readings = self._read()
         except Exception:  # a scrape answers whatever the state store does
             logger.exception("resilience metrics collector failed")
             up.add_metric([], 0)
             return [up]
-        stores = set()
-        for group, snapshot in snapshots.items():
-            for name in BREAKER_STATES:
-                state.add_metric([group, name], 1 if snapshot.state == name else 0)
-            if snapshot.failure_rate is not None:
-                rate.add_metric([group], snapshot.failure_rate)
-            buffered.add_metric([group], snapshot.buffered_calls)
-            stores.add(snapshot.store)
-        limit.add_metric([limiter.scope], limiter.limit)
-        in_flight.add_metric([limiter.scope], limiter.in_flight)
+        stores: set[str] = set()
+        scopes: set[str] = set()
+        for acquirer, snapshots, limiter in readings:
+            for group, snapshot in snapshots.items():
+                for name in BREAKER_STATES:
+                    state.add_metric([acquirer, group, name], 1 if snapshot.state == name else 0)
+                if snapshot.failure_rate is not None:
+                    rate.add_metric([acquirer, group], snapshot.failure_rate)
+                buffered.add_metric([acquirer, group], snapshot.buffered_calls)
+                stores.add(snapshot.store)
+            if limiter.scope not in scopes:  # acquirers may share a quota scope
+                scopes.add(limiter.scope)
+                limit.add_metric([limiter.scope], limiter.limit)
+                in_flight.add_metric([limiter.scope], limiter.in_flight)
         # "fallback" wins: one group read from the fallback means the shared state is not seen.
         current = next((name for name in ("fallback", "memory", "redis") if name in stores), "")
         for name in STATE_STORES:
@@ -117,5 +122,11 @@ class ResilienceCollector:
 
     @staticmethod
     def _read():
-        client = acquirer_client()
-        return client.breakers.snapshot(), client.limiter.snapshot(client.scope)
+        """(acquirer name, breaker snapshots, limiter snapshot) of every configured acquirer."""
+        readings = []
+        for spec in acquirer_specs():
+            client = acquirer_client(spec.name)
+            readings.append(
+                (spec.name, client.breakers.snapshot(), client.limiter.snapshot(client.scope))
+            )
+        return readings

@@ -8,7 +8,9 @@ inside it is logged, never raised, so it can never change the outcome of a payme
 scrape-time gauges of the client's shared state are :mod:`payments.acquirer.collectors`; the
 ``/metrics`` view is :mod:`payments.metrics_views`.
 
-Counters (labels in braces), by the gateway client's counter name (:data:`GATEWAY_COUNTERS`):
+Counters (labels in braces), by the gateway client's counter name (:data:`GATEWAY_COUNTERS`);
+every one but the state store's also carries ``acquirer``, the configured acquirer's name
+(``ACQUIRERS``), so each acquirer's attempts, retries and breakers are told apart:
 
 * ``payments_acquirer_attempts_total{operation,outcome}``: HTTP requests sent to the acquirer
   (outcome ``ok`` or the error class).
@@ -55,17 +57,17 @@ logger = logging.getLogger(__name__)
 ACQUIRER_ATTEMPTS = Counter(
     "payments_acquirer_attempts",
     "HTTP requests sent to the acquirer, by operation and outcome (ok or the error class).",
-    ["operation", "outcome"],
+    ["acquirer", "operation", "outcome"],
 )
 ACQUIRER_RETRIES = Counter(
     "payments_acquirer_retries",
     "Retries started by the gateway client, by operation and the error that caused them.",
-    ["operation", "reason"],
+    ["acquirer", "operation", "reason"],
 )
 GATEWAY_CLIENT_EVENTS = Counter(
     "payments_gateway_client_events",
     "Other counters of the gateway client (gate waits, deadline stops, invalid headers ...).",
-    ["name", "operation"],
+    ["acquirer", "name", "operation"],
 )
 
 # --- The gateway client's resilience counters (breaker, limiter, budget, gate) -----------------
@@ -73,68 +75,68 @@ GATEWAY_CLIENT_EVENTS = Counter(
 BREAKER_TRANSITIONS = Counter(
     "payments_acquirer_breaker_transitions",
     "Circuit breaker transitions by endpoint group, counted once fleet-wide.",
-    ["group", "from_state", "to_state"],
+    ["acquirer", "group", "from_state", "to_state"],
 )
 BREAKER_REFUSED = Counter(
     "payments_acquirer_breaker_refused",
     "Calls refused by the circuit breaker without being sent, by endpoint group.",
-    ["group"],
+    ["acquirer", "group"],
 )
 BREAKER_LATE_RESULTS = Counter(
     "payments_acquirer_breaker_late_results",
     "Results of calls admitted in an older breaker generation (statistics only).",
-    ["group"],
+    ["acquirer", "group"],
 )
 BREAKER_STORE_FALLBACK = Counter(
     "payments_acquirer_breaker_store_fallback",
     "Breaker operations decided by the local fallback because Redis was unreachable.",
-    ["group"],
+    ["acquirer", "group"],
 )
 BREAKER_OPERATOR_ACTIONS = Counter(
     "payments_acquirer_breaker_operator_actions",
     "Operator overrides of a circuit breaker, by endpoint group and action.",
-    ["group", "action"],
+    ["acquirer", "group", "action"],
 )
 CIRCUIT_OPEN_CALLS = Counter(
     "payments_acquirer_circuit_open_calls",
     "Calls ended by the circuit breaker (refused before sending, or stopped when it opened).",
-    ["operation"],
+    ["acquirer", "operation"],
 )
 CONCURRENCY_LIMIT_CHANGES = Counter(
     "payments_acquirer_concurrency_limit_changes",
     "AIMD concurrency limit changes by quota scope and direction (down: rate limited).",
-    ["scope", "direction"],
+    ["acquirer", "scope", "direction"],
 )
 CONCURRENCY_WAITS = Counter(
     "payments_acquirer_concurrency_waits",
     "Concurrency slot requests that had to wait for a free slot, by quota scope.",
-    ["scope"],
+    ["acquirer", "scope"],
 )
 CONCURRENCY_REFUSED = Counter(
     "payments_acquirer_concurrency_refused",
     "Concurrency slot requests that found no free slot in time, by quota scope.",
-    ["scope"],
+    ["acquirer", "scope"],
 )
 CONCURRENCY_REFUSED_CALLS = Counter(
     "payments_acquirer_concurrency_refused_calls",
     "Calls that failed without sending for want of a concurrency slot, by operation.",
-    ["operation"],
+    ["acquirer", "operation"],
 )
 RETRY_BUDGET_EXHAUSTED = Counter(
     "payments_acquirer_retry_budget_exhausted",
     "Retries refused by the shared retry budget (the call failed at once), by operation.",
-    ["operation"],
+    ["acquirer", "operation"],
 )
 RATE_GATE_HITS = Counter(
     "payments_acquirer_rate_gate_hits",
     "Calls that found the quota scope's rate gate closed, by operation and result "
     "(waited, or refused without sending).",
-    ["operation", "result"],
+    ["acquirer", "operation", "result"],
 )
 INVALID_HEADERS = Counter(
     "payments_acquirer_invalid_headers",
     "Retry-After or quota headers present but invalid (ignored: the backoff applied), by header.",
-    ["header"],
+    ["acquirer", "header"],
 )
 STATE_STORE_FALLBACK = Counter(
     "payments_acquirer_state_store_fallback",
@@ -177,10 +179,15 @@ GATEWAY_COUNTERS: dict[str, _Mapped] = {
 
 
 class GatewayMetrics:
-    """The gateway client's metrics hook (``increment(name, value=1, **labels)``) on Prometheus.
+    """The gateway client's metrics hook (``increment(name, value=1, **labels)``) on Prometheus,
+    labelled with the ``acquirer``'s name (a configured acquirer's; "" for the state store's
+    own counters, which no acquirer owns).
 
-    Hand it to ``AcquirerClient(config, metrics=GatewayMetrics())``. Never raises.
+    Hand it to ``AcquirerClient(config, metrics=GatewayMetrics(config.name))``. Never raises.
     """
+
+    def __init__(self, acquirer: str = "") -> None:
+        self.acquirer = acquirer
 
     def increment(self, name: str, value: int = 1, **labels: str) -> None:
         """Add ``value`` to the Prometheus counter mapped from the client's counter ``name``."""
@@ -189,13 +196,14 @@ class GatewayMetrics:
         except Exception:  # metrics must never break a payment
             logger.exception("gateway metrics increment failed")
 
-    @staticmethod
-    def _increment(name: str, value: int, labels: dict[str, str]) -> None:
+    def _increment(self, name: str, value: int, labels: dict[str, str]) -> None:
         mapped = GATEWAY_COUNTERS.get(name)
         if mapped is None:
-            GATEWAY_CLIENT_EVENTS.labels(name=name, operation=str(labels.get("operation", ""))).inc(
-                value
-            )
+            GATEWAY_CLIENT_EVENTS.labels(
+                acquirer=self.acquirer, name=name, operation=str(labels.get("operation", ""))
+            ).inc(value)
             return
         values = {label: str(labels.get(label, "")) for label in mapped.labels}
+        if mapped.counter is not STATE_STORE_FALLBACK:
+            values["acquirer"] = self.acquirer
         mapped.counter.labels(**values, **dict(mapped.fixed)).inc(value)

@@ -114,7 +114,8 @@ def operation_send(
     policy: RetryPolicy | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> AcquirerAttempt:
-    """Send ``operation`` to the acquirer and return the classified attempt.
+    """Send ``operation`` to ``client``'s acquirer (the payment's: ``client_for``) and return
+    the classified attempt, naming that acquirer.
 
     Outside any transaction (``RuntimeError`` otherwise). The client retries within
     ``policy`` (default its own); nothing here retries. Never raises a
@@ -128,8 +129,13 @@ def operation_send(
     try:
         answer = _call(client, payment, operation, policy)
     except GatewayError as exc:
-        return failed_attempt(exc, operation=operation.kind, elapsed=monotonic() - started)
-    return replace(_answered(operation, answer), elapsed_seconds=round(monotonic() - started, 3))
+        attempt = failed_attempt(exc, operation=operation.kind, elapsed=monotonic() - started)
+        return replace(attempt, acquirer=client.config.name)
+    return replace(
+        _answered(operation, answer),
+        elapsed_seconds=round(monotonic() - started, 3),
+        acquirer=client.config.name,
+    )
 
 
 @dataclass(frozen=True)

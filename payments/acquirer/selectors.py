@@ -20,11 +20,12 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from gateway_client import AcquirerClient, BreakerSnapshot
-from payments.acquirer.client import acquirer_client
+from payments.acquirer.client import UnknownAcquirer, acquirer_client, acquirer_specs
 
 __all__ = [
     "BREAKER_AUDIT_CONTENT_TYPE",
     "acquirer_client_or_none",
+    "acquirer_names",
     "breaker_groups",
     "breaker_history",
     "breaker_snapshot",
@@ -44,13 +45,25 @@ BREAKER_HISTORY_LIMIT = 20
 T = TypeVar("T")
 
 
-def acquirer_client_or_none() -> AcquirerClient | None:
-    """The process's acquirer client, or None (logged) when the settings cannot build one."""
+def acquirer_client_or_none(name: str | None = None) -> AcquirerClient | None:
+    """The process's client of the acquirer ``name`` (None: the first in routing order), or
+    None (logged) when the settings cannot build one or name no such acquirer."""
     try:
-        return acquirer_client()
+        return acquirer_client(name)
+    except UnknownAcquirer:
+        return None
     except Exception:  # settings broken: the page and the list must still render
         logger.exception("the acquirer client could not be built")
         return None
+
+
+def acquirer_names() -> tuple[str, ...]:
+    """The configured acquirers' names in routing order (``()`` when the settings are broken)."""
+    try:
+        return tuple(spec.name for spec in acquirer_specs())
+    except Exception:
+        logger.exception("the acquirers could not be read from the settings")
+        return ()
 
 
 def breaker_groups(client: AcquirerClient) -> tuple[str, ...]:
@@ -59,26 +72,31 @@ def breaker_groups(client: AcquirerClient) -> tuple[str, ...]:
 
 
 def breakers_not_closed() -> list[dict[str, Any]]:
-    """Breakers that are not closed, for the payments list's banner: one dict per group,
-    ``{"group": str, "state": str, "refusing": bool}`` (refusing: open or forced open, so new
-    payments are answered 503). ``[]`` when the client or its state cannot be read."""
-    client = acquirer_client_or_none()
-    if client is None:
-        return []
-    try:
-        snapshots = client.breakers.snapshot()
-    except Exception:  # a banner is never worth a failed page
-        logger.exception("reading the circuit breakers failed")
-        return []
-    return [
-        {
-            "group": group,
-            "state": snapshot.state,
-            "refusing": snapshot.state in ("open", "forced_open"),
-        }
-        for group, snapshot in snapshots.items()
-        if snapshot.state != "closed"
-    ]
+    """Breakers that are not closed, for the payments list's banner: one dict per acquirer and
+    group, ``{"acquirer": str, "group": str, "state": str, "refusing": bool}`` (refusing: open
+    or forced open, so that acquirer is skipped, and with every acquirer refusing new payments
+    are answered 503). Acquirers whose client or state cannot be read are left out."""
+    found = []
+    for name in acquirer_names():
+        client = acquirer_client_or_none(name)
+        if client is None:
+            continue
+        try:
+            snapshots = client.breakers.snapshot()
+        except Exception:  # a banner is never worth a failed page
+            logger.exception("reading the circuit breakers failed")
+            continue
+        found.extend(
+            {
+                "acquirer": name,
+                "group": group,
+                "state": snapshot.state,
+                "refusing": snapshot.state in ("open", "forced_open"),
+            }
+            for group, snapshot in snapshots.items()
+            if snapshot.state != "closed"
+        )
+    return found
 
 
 def _read(what: str, errors: list[str], read: Callable[[], T]) -> T | None:

@@ -401,7 +401,8 @@ def test_attempts_table_shows_the_read_timeout_and_then_the_approval(
     payment = Payment.objects.get(pk=answer.json()["id"])
     first, second = attempt_rows(support.get(detail_url(payment)).content.decode())
     assert re.search(
-        r"^[\d-]+ [\d:.]+ \| request \| authorize \| 1 \| error \|  \| ResponseTimeoutError \| "
+        r"^[\d-]+ [\d:.]+ \| request \| sandbox \| authorize \| 1 \| error \|  \| "
+        r"ResponseTimeoutError \| "
         r"0\.3\d* s \| [\d.]+ s \| backoff \| \d+ left \| open \| closed \| retry$",
         first,
     ), first

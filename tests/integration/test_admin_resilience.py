@@ -13,6 +13,7 @@ from django.apps import apps
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, User
 
+from config.acquirers import parse_acquirers
 from gateway_client import RedisStore
 from gateway_client.breaker import BreakerSet
 from payments.acquirer.client import acquirer_client
@@ -307,3 +308,31 @@ def test_only_operator_may_operate_the_breakers():
         users[role].groups.add(Group.objects.get(name=role))
     assert users["operator"].has_perm("payments.operate_breaker")
     assert not users["support"].has_perm("payments.operate_breaker")
+
+
+def test_two_acquirers_each_have_their_page_and_their_own_breakers(operator, settings):
+    """With ACQUIRERS naming alpha and beta, the page links both; an action on beta's breaker
+    (``?acquirer=beta``) changes beta's only, and the history names beta. No key is shown."""
+    settings.ACQUIRERS = parse_acquirers(
+        '[{"name": "alpha", "base_url": "http://127.0.0.1:9", "api_key": "sk_alpha_SECRET"},'
+        ' {"name": "beta", "base_url": "http://127.0.0.1:9", "api_key": "sk_beta_SECRET"}]'
+    )
+    page = operator.get(PAGE_URL).content.decode()
+    assert 'id="acquirers"' in page and "?acquirer=beta" in page
+    assert f'href="{action_url("authorize", "force_open")}?acquirer=alpha"' in page
+    beta_page = operator.get(f"{PAGE_URL}?acquirer=beta").content.decode()
+    assert f'href="{action_url("authorize", "force_open")}?acquirer=beta"' in beta_page
+    assert operator.get(f"{PAGE_URL}?acquirer=gamma").status_code == 404
+    response = operator.post(
+        f"{action_url('authorize', 'force_open')}?acquirer=beta", {"note": "INC-7 beta down"}
+    )
+    assert response.status_code == 302 and response["Location"] == f"{PAGE_URL}?acquirer=beta"
+    assert acquirer_client("beta").breaker_state("authorize").state == "forced_open"
+    assert acquirer_client("alpha").breaker_state("authorize").state == "closed"
+    assert "circuit breaker beta/authorize" in LogEntry.objects.get().object_repr
+    for body in (page, beta_page, operator.get(LIST_URL).content.decode()):
+        assert "SECRET" not in body
+    assert (
+        "Acquirer beta: its authorize circuit breaker is forced_open"
+        in operator.get(LIST_URL).content.decode()
+    )

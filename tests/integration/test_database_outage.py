@@ -108,14 +108,14 @@ def _charges(sandbox, body: dict) -> int:
 
 def _after_the_acquirer_call(monkeypatch, fault) -> None:
     """Run ``fault()`` right after the acquirer has answered, before phase 2."""
-    authorize = services.payment_authorize
+    authorize = services.payment_authorize_routed
 
-    def authorize_then_fault(client, payment):
-        attempt = authorize(client, payment)
+    def authorize_then_fault(payment, **kwargs):
+        attempt = authorize(payment, **kwargs)
         fault()
         return attempt
 
-    monkeypatch.setattr(services, "payment_authorize", authorize_then_fault)
+    monkeypatch.setattr(services, "payment_authorize_routed", authorize_then_fault)
 
 
 def _assert_left_as_after_a_crash_then_reconciled(merchant, sandbox, body, key) -> None:

@@ -152,14 +152,15 @@ def test_metrics_token_is_required_when_configured(client, settings):
 def test_gateway_attempts_are_counted_by_operation_and_outcome():
     """The gateway client's "attempts" hook feeds payments_acquirer_attempts_total."""
     labels = {"operation": "authorize", "outcome": "ResponseTimeoutError"}
-    before = counter("payments_acquirer_attempts_total", **labels)
-    GatewayMetrics().increment("attempts", **labels)
-    assert counter("payments_acquirer_attempts_total", **labels) == before + 1
+    before = counter("payments_acquirer_attempts_total", acquirer="alpha", **labels)
+    GatewayMetrics("alpha").increment("attempts", **labels)
+    assert counter("payments_acquirer_attempts_total", acquirer="alpha", **labels) == before + 1
+    assert counter("payments_acquirer_attempts_total", acquirer="beta", **labels) == 0
 
 
 def test_unmapped_gateway_counters_are_kept_by_name():
     """A client counter without its own metric lands in payments_gateway_client_events_total."""
-    labels = {"name": "deadline_stops", "operation": "lookup"}
+    labels = {"acquirer": "", "name": "deadline_stops", "operation": "lookup"}
     before = counter("payments_gateway_client_events_total", **labels)
     GatewayMetrics().increment("deadline_stops", operation="lookup")
     assert counter("payments_gateway_client_events_total", **labels) == before + 1

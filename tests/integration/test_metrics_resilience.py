@@ -39,13 +39,33 @@ def scrape(client) -> dict[tuple[str, tuple], float]:
     }
 
 
+#: Metrics without the ``acquirer`` label: the state store's, and the gauges per quota scope.
+NOT_PER_ACQUIRER = {
+    "payments_acquirer_state_store",
+    "payments_acquirer_resilience_collector_up",
+    "payments_acquirer_concurrency_limit",
+    "payments_acquirer_concurrency_in_flight",
+    "payments_acquirer_state_store_fallback_total",
+    "payments_collector_up",
+}
+
+
+def _labelled(name: str, labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` with the suite's one acquirer (``ACQUIRER_NAME``) on a per-acquirer metric."""
+    if name.startswith(("payments_acquirer_", "payments_gateway_")) and name not in (
+        NOT_PER_ACQUIRER
+    ):
+        return {"acquirer": acquirer_client().config.name, **labels}
+    return labels
+
+
 def sample(samples: dict, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
+    return samples.get((name, tuple(sorted(_labelled(name, labels).items()))))
 
 
 def counter(name: str, **labels: str) -> float:
     """A counter sample of this process's default registry (0 when not yet created)."""
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    return REGISTRY.get_sample_value(name, _labelled(name, labels)) or 0.0
 
 
 def authorize(token: str = "tok_visa") -> GatewayError | None:
@@ -248,13 +268,13 @@ def test_invalid_retry_after_is_counted_with_its_header(client):
         AcquirerConfig(base_url="http://acquirer.test", api_key="k", name="mock"),
         transport=httpx.MockTransport(unavailable),
         policy=RetryPolicy(max_attempts=1),
-        metrics=GatewayMetrics(),
+        metrics=GatewayMetrics("mock"),
     )
     name = "payments_acquirer_invalid_headers_total"
-    before = sample(scrape(client), name, header="retry-after") or 0
+    before = sample(scrape(client), name, acquirer="mock", header="retry-after") or 0
     with pytest.raises(GatewayError):
         gateway.lookup("pay_1")
-    assert sample(scrape(client), name, header="retry-after") == before + 1
+    assert sample(scrape(client), name, acquirer="mock", header="retry-after") == before + 1
 
 
 # --- the mapping of every client counter ---------------------------------------------------
@@ -358,7 +378,7 @@ def test_invalid_retry_after_is_counted_with_its_header(client):
 def test_each_client_counter_has_its_metric_and_labels(name, labels, metric, exported):
     """Every resilience counter of the gateway client lands in its own labelled metric."""
     before = counter(metric, **exported)
-    GatewayMetrics().increment(name, **labels)
+    GatewayMetrics(acquirer_client().config.name).increment(name, **labels)
     assert counter(metric, **exported) == before + 1
 
 

@@ -419,6 +419,8 @@ def test_an_unexpected_error_frees_the_lease_at_once(merchant_a, sandbox):
     sweep instead of waiting for its lease to run out."""
 
     class BrokenClient:
+        config = acquirer_client().config  # the payment's acquirer's: reconciliation uses it
+
         def lookup(self, reference, policy=None, request_id=None):
             raise RuntimeError("a bug")
 

@@ -37,7 +37,7 @@ def test_docker_compose_has_the_agreed_services():
 
 def test_procfile_runs_api_worker_beat_and_sandbox():
     """`make run` starts these four processes."""
-    assert set(procfile_commands()) == {"web", "worker", "beat", "sandbox"}
+    assert set(procfile_commands()) == {"web", "worker", "beat", "sandbox", "sandbox_beta"}
 
 
 def test_ci_runs_the_readme_test_command():
@@ -221,7 +221,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         "services: the create flow, the operations after it, reconciliation",
         {
             "services", "lifecycle_services", "reconciliation", "operation_reconciliation",
-            "reconciliation_schedule", "deferral", "deferred",
+            "reconciliation_schedule", "deferral", "deferred", "failover",
         },
     ),
     (
@@ -229,7 +229,7 @@ PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
         {
             "lifecycle", "responses", "crashpoints", "limits", "acquirer", "acquirer.client",
             "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
-            "acquirer.selectors", "acquirer.services", "acquirer.operations",
+            "acquirer.selectors", "acquirer.services", "acquirer.operations", "acquirer.routing",
         },
     ),
     (
@@ -299,6 +299,7 @@ def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
         "reconciliation",
         "operation_reconciliation",
         "reconciliation_schedule",
+        "failover",
         "operations",
         "tasks",
     ):

@@ -7,7 +7,6 @@ stopping when the breaker or the rate gate refuses; prints what it did.
 
 from django.core.management.base import BaseCommand
 
-from payments.acquirer.client import acquirer_client
 from payments.deferral import DeferralPolicy
 from payments.deferred import deferred_sweep
 
@@ -16,7 +15,7 @@ class Command(BaseCommand):
     help = "Submit the due deferred payments now (one sweep), at the acquirer's pace."
 
     def handle(self, *args, **options):
-        report = deferred_sweep(client=acquirer_client(), policy=DeferralPolicy.from_settings())
+        report = deferred_sweep(policy=DeferralPolicy.from_settings())
         self.stdout.write(
             f"submitted {len(report.submitted)}, deferred again {len(report.deferred_again)}, "
             f"expired {len(report.expired)}, stopped: {report.stopped or '-'}"

@@ -1,0 +1,261 @@
+"""The ``ACQUIRERS`` setting: every acquirer the service may route a payment to, parsed and
+validated once, when the settings load (plain Python: no Django app, no gateway_client).
+
+The value is a JSON array of objects (docs/configuration.md, "Acquirers")::
+
+    [{"name": "alpha", "base_url": "https://alpha.example", "api_key": "sk_...",
+      "currencies": ["EUR", "USD"], "capture_methods": ["automatic", "manual"],
+      "priority": 10, "policy": {"read_timeout_seconds": 2.0}}]
+
+``name``: 1-24 of ``[a-z0-9_-]``, starting with a letter or digit, unique; it keys the
+acquirer's breakers, retry budget, rate-gate scope and concurrency limit in the shared state
+store, labels its metrics, and is stored on each payment (``Payment.acquirer``). ``base_url``:
+``http://`` or ``https://``. ``api_key``: printable ASCII, never shown (kept out of ``repr()``
+and out of every error message here). ``currencies``: ISO 4217 codes in upper case, omitted =
+every currency. ``capture_methods``: ``automatic`` and/or ``manual``, omitted = both.
+``priority``: an integer, lower first (omitted: 100); equal priorities keep the array's order.
+``policy``: overrides of the ``ACQUIRER_*`` policy settings for this acquirer only, by the
+setting's name without the ``ACQUIRER_`` prefix in lower case (:data:`POLICY_OVERRIDES`).
+
+Unset or empty: ``None``, and one acquirer is built from the ``ACQUIRER_*`` settings at call
+time (``payments.acquirer.client``), as before this setting existed. Bad values raise
+``django.core.exceptions.ImproperlyConfigured`` naming the acquirer (by index and name) and
+the field, never the value of ``api_key``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+__all__ = [
+    "CAPTURE_METHODS",
+    "DEFAULT_PRIORITY",
+    "POLICY_OVERRIDES",
+    "AcquirerSpec",
+    "parse_acquirers",
+]
+
+#: The capture methods an acquirer may support (``payments.models.CaptureMethod`` values).
+CAPTURE_METHODS = ("automatic", "manual")
+DEFAULT_PRIORITY = 100
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,23}")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+_FIELDS = frozenset(
+    {"name", "base_url", "api_key", "currencies", "capture_methods", "priority", "policy"}
+)
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _percent(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 100
+
+
+def _fraction(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _flag(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _label(value: object) -> bool:
+    return isinstance(value, str) and bool(_VISIBLE_ASCII.fullmatch(value))
+
+
+#: ``policy`` key -> (what it must be, the check). Key ``k`` overrides ``ACQUIRER_<K>``.
+POLICY_OVERRIDES: dict[str, tuple[str, Any]] = {
+    "connect_timeout_seconds": ("seconds > 0", _seconds),
+    "read_timeout_seconds": ("seconds > 0", _seconds),
+    "honours_idempotency_keys": ("a boolean", _flag),
+    "quota_profile": ("one of auto, ietf, github, retry-after", None),
+    "rate_scope": ("printable ASCII", _label),
+    "retry_max_attempts": ("an integer >= 1", _count),
+    "retry_backoff_base_seconds": ("seconds > 0", _seconds),
+    "retry_backoff_cap_seconds": ("seconds > 0", _seconds),
+    "max_server_wait_seconds": ("seconds > 0", _seconds),
+    "min_attempt_seconds": ("seconds > 0", _seconds),
+    "retry_ambiguous": ("a boolean", _flag),
+    "retry_budget_percent": ("a fraction from 0 to 1", _fraction),
+    "retry_budget_min_per_second": ("seconds > 0", _seconds),
+    "retry_budget_ttl_seconds": ("seconds > 0", _seconds),
+    "breaker_window_size": ("an integer >= 1", _count),
+    "breaker_minimum_calls": ("an integer >= 1", _count),
+    "breaker_failure_rate_threshold": ("a percentage from 0 to 100", _percent),
+    "breaker_open_seconds": ("seconds > 0", _seconds),
+    "breaker_half_open_permits": ("an integer >= 1", _count),
+    "concurrency_initial_limit": ("an integer >= 1", _count),
+    "concurrency_max_limit": ("an integer >= 1", _count),
+    "concurrency_wait_seconds": ("seconds > 0", _seconds),
+}
+_QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
+
+
+@dataclass(frozen=True, slots=True)
+class AcquirerSpec:
+    """One configured acquirer (see the module docstring). ``currencies`` None: every ISO 4217
+    currency. ``policy``: ``(setting name, value)`` pairs overriding ``ACQUIRER_*`` settings,
+    e.g. ``(("ACQUIRER_READ_TIMEOUT_SECONDS", 2.0),)``. ``api_key`` is kept out of repr()."""
+
+    name: str
+    base_url: str
+    api_key: str = field(repr=False)
+    currencies: frozenset[str] | None = None
+    capture_methods: frozenset[str] = frozenset(CAPTURE_METHODS)
+    priority: int = DEFAULT_PRIORITY
+    policy: tuple[tuple[str, Any], ...] = ()
+
+    def supports(self, currency: str, capture_method: str) -> bool:
+        """Whether this acquirer takes a payment in ``currency`` (ISO 4217) with
+        ``capture_method`` (``automatic`` or ``manual``)."""
+        return capture_method in self.capture_methods and (
+            self.currencies is None or currency in self.currencies
+        )
+
+    def setting(self, name: str, default: Any) -> Any:
+        """The value of the ``ACQUIRER_*`` setting ``name`` for this acquirer: its override,
+        else ``default`` (the global setting's value)."""
+        return dict(self.policy).get(name, default)
+
+
+_SHOWABLE = re.compile(r"[A-Za-z_]{1,40}")
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted when it looks like a field name or a code, else a placeholder: a
+    misplaced secret is never echoed."""
+    return repr(text) if _SHOWABLE.fullmatch(text) else "(not shown)"
+
+
+def _fail(where: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"ACQUIRERS: {where}: {problem}")
+
+
+def _string_list(where: str, value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise _fail(where, f"must be a non-empty JSON array of {what}")
+    if len(set(value)) != len(value):
+        raise _fail(where, "lists a value twice")
+    return value
+
+
+def _policy(where: str, value: object) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(value, Mapping):
+        raise _fail(f"{where}.policy", "must be a JSON object")
+    pairs = []
+    for key in sorted(value):
+        if key not in POLICY_OVERRIDES:
+            raise _fail(
+                f"{where}.policy",
+                f"unknown key {_shown(key)} (known: {', '.join(sorted(POLICY_OVERRIDES))})",
+            )
+        what, check = POLICY_OVERRIDES[key]
+        item = value[key]
+        valid = item in _QUOTA_PROFILES if check is None else check(item)
+        if not valid:
+            raise _fail(f"{where}.policy.{key}", f"must be {what}")
+        pairs.append((f"ACQUIRER_{key.upper()}", item))
+    return tuple(pairs)
+
+
+def _currencies(where: str, value: object, known: frozenset[str] | None) -> frozenset[str]:
+    codes = _string_list(f"{where}.currencies", value, "ISO 4217 codes")
+    for code in codes:
+        if not _CURRENCY.fullmatch(code) or (known is not None and code not in known):
+            raise _fail(f"{where}.currencies", f"{_shown(code)} is not a supported ISO 4217 code")
+    return frozenset(codes)
+
+
+def _spec(index: int, item: object, known: frozenset[str] | None) -> AcquirerSpec:
+    where = f"acquirer {index}"
+    if not isinstance(item, Mapping):
+        raise _fail(where, "must be a JSON object")
+    unknown = sorted(set(item) - _FIELDS)
+    if unknown:
+        raise _fail(
+            where, f"unknown field {_shown(unknown[0])} (known: {', '.join(sorted(_FIELDS))})"
+        )
+    name = item.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _fail(
+            where, "name must be 1-24 of a-z, 0-9, _ and -, starting with a letter or digit"
+        )
+    where = f"acquirer {index} ({name})"
+    base_url = item.get("base_url")
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(where, "base_url must be an http:// or https:// URL with a host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise _fail(where, "base_url must have no credentials, query or fragment")
+    api_key = item.get("api_key")
+    if not isinstance(api_key, str) or not _VISIBLE_ASCII.fullmatch(api_key):
+        raise _fail(where, "api_key must be a non-empty string of printable ASCII (no spaces)")
+    currencies = None
+    if "currencies" in item:
+        currencies = _currencies(where, item["currencies"], known)
+    capture_methods = frozenset(CAPTURE_METHODS)
+    if "capture_methods" in item:
+        methods = _string_list(f"{where}.capture_methods", item["capture_methods"], "strings")
+        if not set(methods) <= set(CAPTURE_METHODS):
+            raise _fail(f"{where}.capture_methods", "may hold only automatic and manual")
+        capture_methods = frozenset(methods)
+    priority = item.get("priority", DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise _fail(where, "priority must be an integer (lower is tried first)")
+    policy = _policy(where, item["policy"]) if "policy" in item else ()
+    return AcquirerSpec(
+        name=name,
+        base_url=base_url.rstrip("/"),  # type: ignore[union-attr]
+        api_key=api_key,
+        currencies=currencies,
+        capture_methods=capture_methods,
+        priority=priority,
+        policy=policy,
+    )
+
+
+def parse_acquirers(
+    raw: str | None, *, known_currencies: frozenset[str] | None = None
+) -> tuple[AcquirerSpec, ...] | None:
+    """Parse the ``ACQUIRERS`` JSON value into :class:`AcquirerSpec` s in routing order
+    (priority ascending, then the array's order). ``None`` or blank: ``None`` (the single
+    acquirer of the ``ACQUIRER_*`` settings). ``known_currencies``: the ISO 4217 codes a
+    currency list may name (None: any three capital letters).
+
+    Raises ``ImproperlyConfigured`` on a value that is not JSON, not a non-empty array of
+    objects, an unknown field or policy key, a bad field, or a name used twice; the message
+    names the acquirer and the field and never quotes an ``api_key``.
+    """
+    if raw is None or not raw.strip():
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        # The parser's message quotes nothing of the value but its position.
+        raise ImproperlyConfigured(
+            f"ACQUIRERS is not valid JSON (line {getattr(exc, 'lineno', '?')}, column "
+            f"{getattr(exc, 'colno', '?')})"
+        ) from None
+    if not isinstance(document, list) or not document:
+        raise ImproperlyConfigured("ACQUIRERS must be a non-empty JSON array of objects")
+    specs = [_spec(index, item, known_currencies) for index, item in enumerate(document)]
+    names = [spec.name for spec in specs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ImproperlyConfigured(f"ACQUIRERS: the name {name!r} is used twice")
+    order = sorted(range(len(specs)), key=lambda i: (specs[i].priority, i))
+    return tuple(specs[i] for i in order)
