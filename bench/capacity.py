@@ -166,6 +166,13 @@ def wal_bytes_of_database(
         capture_output=True,
         text=True,
     ).stdout
+    return wal_of_database(dump, oid)
+
+
+def wal_of_database(dump: str, oid: int) -> tuple[int, int]:
+    """From pg_waldump's text ``dump``: the bytes of the records of database ``oid`` and of its
+    transactions, and how many of those transactions committed (see
+    :func:`wal_bytes_of_database`)."""
     records = []
     ours: set[str] = set()
     commits: set[str] = set()
