@@ -407,13 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         with service_stack(db, "capacity", **env) as (sandbox, server):
             from bench.common import SANDBOX_API_KEY, django_env
 
+            add_webhook_endpoint(server.url, api_key)  # before the SQL is captured
             request_sql = capture_request_sql(
                 django_env(
                     db, ACQUIRER_BASE_URL=sandbox.url, ACQUIRER_API_KEY=SANDBOX_API_KEY, **env
                 ),
                 api_key,
             )
-            add_webhook_endpoint(server.url, api_key)
             send_payments(f"{server.url}/payments", api_key, f"warm-{stamp}", 50, 4)
             trips = redis_round_trips(
                 redis_server, f"{server.url}/payments", api_key, f"mon-{stamp}", 20
