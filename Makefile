@@ -105,3 +105,10 @@ campaign: $(VENV)/.test-installed
 
 campaign-short: $(VENV)/.test-installed
 	$(BIN)/python -m bench.campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+
+## make test-pgbouncer: the concurrency and end-to-end tests and a short throughput run through
+## a private PgBouncer in transaction pooling mode (docs/scaling.md). Needs Debian's pgbouncer
+## (apt-get install pgbouncer) and DATABASE_URL over TCP, so it is not part of make test.
+.PHONY: test-pgbouncer
+test-pgbouncer: $(VENV)/.test-installed
+	$(BIN)/python scripts/test_pgbouncer.py $(PGBOUNCER_ARGS)

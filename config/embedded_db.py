@@ -17,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from config.pooler import apply_pooler
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -80,7 +82,8 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     default["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     default["CONN_HEALTH_CHECKS"] = True
     default["OPTIONS"] = connection_options(env, default.get("OPTIONS") or {})
-    return {"default": default}
+    # Behind PgBouncer's transaction pooling (DATABASE_POOLER): no session state (config/pooler.py).
+    return {"default": apply_pooler(env, default)}
 
 
 def connection_options(env: Any, options: dict[str, Any]) -> dict[str, Any]:

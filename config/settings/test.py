@@ -10,12 +10,14 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 # The suite drops and creates its database (DROP DATABASE forces a checkpoint: seconds on a busy
 # machine) and holds a test's transaction open while subprocesses work, so no statement or
 # idle-in-transaction timeout here; lock_timeout stays (tests/integration/test_database_outage.py).
-DATABASES["default"]["OPTIONS"]["options"] = " ".join(
-    f"{part.partition('=')[0]}=0"
-    if part.startswith(("statement_timeout=", "idle_in_transaction_session_timeout="))
-    else part
-    for part in DATABASES["default"]["OPTIONS"]["options"].split()
-)
+# Behind PgBouncer (DATABASE_POOLER) there is no options string: its connect_query sets them.
+if "options" in DATABASES["default"]["OPTIONS"]:
+    DATABASES["default"]["OPTIONS"]["options"] = " ".join(
+        f"{part.partition('=')[0]}=0"
+        if part.startswith(("statement_timeout=", "idle_in_transaction_session_timeout="))
+        else part
+        for part in DATABASES["default"]["OPTIONS"]["options"].split()
+    )
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Nothing listens here (the discard port): a test that forgets the sandbox fixture fails fast

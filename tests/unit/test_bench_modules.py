@@ -16,11 +16,13 @@ import httpx
 import pytest
 
 from bench import (
+    capacity,
     client_compare,
     common,
     endpoint_compare,
     noisy_neighbour,
     profile_stacks,
+    purge_cost,
     replay_latency,
     retry_storm,
     same_key_storm,
@@ -40,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
         client_compare,
         retry_storm,
         noisy_neighbour,
+        capacity,
+        purge_cost,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
@@ -347,3 +351,40 @@ def test_bench_routes_resolve():
     assert plain.func.view_class is PlainPaymentCreateApi
     assert getattr(peer.func, "idempotency_key", False) is True
     assert service.url_name == "payments"
+
+
+# pg_waldump lines, without their lsn and prev fields.
+WALDUMP = "\n".join(
+    [
+        "rmgr: Heap len (rec/tot):     59/  7331, tx:        901, desc: INSERT off 3,"
+        " blkref #0: rel 1663/16384/16390 blk 0 FPW",
+        "rmgr: Btree len (rec/tot):     64/    64, tx:        901, desc: INSERT_LEAF off 2,"
+        " blkref #0: rel 1663/16384/16395 blk 1",
+        "rmgr: Heap len (rec/tot):     54/   182, tx:        902, desc: INSERT off 9,"
+        " blkref #0: rel 1663/5/2619 blk 7",
+        "rmgr: Transaction len (rec/tot):     34/    34, tx:        901, desc: COMMIT",
+        "rmgr: Transaction len (rec/tot):     34/    34, tx:        902, desc: COMMIT",
+        "rmgr: Heap2 len (rec/tot):     60/    60, tx:          0, desc: PRUNE latestRemovedXid 0,"
+        " blkref #0: rel 1663/16384/16390 blk 0",
+        "rmgr: Standby len (rec/tot):     50/    50, tx:          0, desc: RUNNING_XACTS",
+    ]
+)
+
+
+def test_the_wal_of_one_database_is_told_apart_from_the_servers():
+    # Database 16384: transaction 901 (two records and its commit) and a prune; not database
+    # 5's transaction 902, not the server's RUNNING_XACTS.
+    assert capacity.wal_of_database(WALDUMP, 16384) == (7331 + 64 + 34 + 60, 1)
+    assert capacity.wal_of_database(WALDUMP, 5) == (182 + 34, 1)
+
+
+def test_index_entries_count_every_insert_and_every_update_that_is_not_hot():
+    def counters(ins, upd, hot, size):
+        row = {"inserted": ins, "updated": upd, "hot_updated": hot, "deleted": 0,
+               "indexes": 3, "rows": ins, "bytes": size}  # fmt: skip
+        return dict.fromkeys(capacity.TABLES, row)
+
+    writes = capacity.per_payment_writes(counters(0, 0, 0, 8192), counters(10, 10, 4, 18192), 10)
+    table = writes["payments_payment"]
+    assert table["index_entries"] == (10 + 10 - 4) * 3 / 10
+    assert table["bytes_kept"] == 1000

@@ -1,0 +1,54 @@
+"""DATABASE_POOLER=pgbouncer leaves nothing on a server connection that outlives a transaction
+(config/pooler.py); scripts/test_pgbouncer.py runs the real thing through PgBouncer."""
+
+from __future__ import annotations
+
+import environ
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.embedded_db import database_settings
+from config.pooler import server_timeout_sql
+
+URL = "postgres://postgres@127.0.0.1:5432/payments"
+
+
+def settings_for(monkeypatch, url: str = URL, **variables: str) -> dict:
+    monkeypatch.setenv("DATABASE_URL", url)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return database_settings(environ.Env(), allow_embedded=False)["default"]
+
+
+def test_without_a_pooler_the_timeouts_travel_in_the_startup_options(monkeypatch):
+    monkeypatch.delenv("DATABASE_POOLER", raising=False)
+    default = settings_for(monkeypatch)
+    assert "statement_timeout=5000" in default["OPTIONS"]["options"]
+    assert not default.get("DISABLE_SERVER_SIDE_CURSORS", False)
+
+
+def test_behind_pgbouncer_no_session_state_is_asked_for(monkeypatch):
+    default = settings_for(monkeypatch, DATABASE_POOLER="pgbouncer")
+    assert default["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert default["OPTIONS"]["prepare_threshold"] is None  # psycopg never prepares
+    assert "options" not in default["OPTIONS"]  # PgBouncer refuses the startup parameter
+    assert default["OPTIONS"]["connect_timeout"] == 3  # a libpq setting, kept
+
+
+def test_the_timeouts_become_statements_for_the_role_or_connect_query(monkeypatch):
+    options = settings_for(monkeypatch, DATABASE_LOCK_TIMEOUT_MS="250")["OPTIONS"]
+    assert server_timeout_sql(options) == [
+        "SET statement_timeout = 5000",
+        "SET lock_timeout = 250",
+        "SET idle_in_transaction_session_timeout = 10000",
+    ]
+    assert server_timeout_sql(options, role="payments")[0] == (
+        'ALTER ROLE "payments" SET statement_timeout = 5000'
+    )
+
+
+def test_prepared_statements_and_unknown_poolers_are_refused(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match="server_side_binding"):
+        settings_for(monkeypatch, URL + "?server_side_binding=true", DATABASE_POOLER="pgbouncer")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOLER"):
+        settings_for(monkeypatch, DATABASE_POOLER="pgpool")
