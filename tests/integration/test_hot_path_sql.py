@@ -41,7 +41,7 @@ def _post(merchant, key: str, *, sql: list[str] | None = None):
     return answer, captured_shapes(statements)
 
 
-def test_a_fresh_payment_is_six_statements_and_the_first_request_adds_the_api_key(
+def test_a_fresh_payment_is_five_statements_and_the_first_request_adds_the_api_key(
     merchant_a, sandbox
 ):
     """The first request of a key looks it up (and writes last_used_at); the next ones are
