@@ -3,14 +3,16 @@
 The protocol (Brandur Leach's rocket-rides, adapted):
 
 * Phase 1, one short transaction (:func:`_claim`): claim the idempotency key and create the
-  payment ``processing``; commit. A duplicate request now gets a fast 409 or a replay.
+  payment ``processing``; commit. A duplicate request now gets a fast 409 or a replay. The
+  common cases (a new key, a replay, a 409, a 422) are one statement (ADR 0026).
 * The acquirer call, outside any transaction, with the payment's acquirer idempotency key
   (:func:`payments.acquirer.authorize.payment_authorize`).
 * Phase 2, one short transaction (:func:`payment_authorization_record`): record the attempt,
   the transition that :data:`OUTCOME_TRANSITIONS` gives its outcome, and the answer to replay,
   and complete the key; or, when the request was certainly not applied, mark the payment
   ``failed`` and release the key so the merchant can retry with the same key. An unknown
-  outcome is the one case that schedules reconciliation.
+  outcome is the one case that schedules reconciliation. A known outcome of a payment still
+  ``processing`` is one statement (``payments.lifecycle.payment_outcome_record``).
 
 The answer is rendered once, in phase 2 (``payments.lifecycle.payment_answer_store``), and
 stored with the key, so every replay is byte-identical; ``payments.responses.create_answer``
