@@ -80,11 +80,11 @@ clean:
 demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 16 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 20 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
 ## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput endpoint_compare replay_latency same_key_storm client_compare retry_storm \
+BENCH ?= throughput hot_path_ab endpoint_compare replay_latency same_key_storm client_compare retry_storm \
          noisy_neighbour
 .PHONY: bench
 bench: $(VENV)/.bench-installed

@@ -80,7 +80,9 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
         raise ImproperlyConfigured("DATABASE_URL must point to PostgreSQL (no SQLite here).")
     default["ATOMIC_REQUESTS"] = False
     default["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
-    default["CONN_HEALTH_CHECKS"] = True
+    # No SELECT 1 before each request's first query (ADR 0026): a connection the server dropped
+    # fails that request with a 503 (ADR 0020) and is closed at its end; the next reconnects.
+    default["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=False)
     default["OPTIONS"] = connection_options(env, default.get("OPTIONS") or {})
     # Behind PgBouncer's transaction pooling (DATABASE_POOLER): no session state (config/pooler.py).
     return {"default": apply_pooler(env, default)}

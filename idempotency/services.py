@@ -15,17 +15,25 @@ The life of a key (Brandur Leach's rocket-rides design, adapted):
 
 Expiry is decided when a key is read: an expired row counts as absent and is replaced. The
 purge (:func:`idempotency_keys_purge_expired`) only reclaims space.
+
+The hot path (:func:`idempotency_key_claim_at_once`, ADR 0026) does the common cases in one
+statement and no transaction: a new key is inserted together with the caller's own rows (one
+statement is atomic), and an existing key is read from the same statement's snapshot, enough to
+answer a replay, a ``409`` or a ``422`` without a lock. Every other case (a key taken over, a
+stored ``202`` to re-send, an expired key, a concurrent claim the snapshot missed) returns None
+and the caller claims with :func:`idempotency_key_claim` under the row lock, as before.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Q
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
@@ -78,17 +86,7 @@ def idempotency_key_claim(
     _assert_in_transaction()
     for _ in range(3):  # a row that vanished between the conflict and the read: claim again
         record = _insert_unless_present(
-            IdempotencyKey(
-                merchant_id=merchant_id,
-                key=key,
-                method=method,
-                route=route,
-                request_fingerprint=fingerprint,
-                status=IdempotencyKey.Status.IN_PROGRESS,
-                locked_at=now,
-                created_at=now,
-                expires_at=now + retention,
-            )
+            _new_record(merchant_id, key, method, route, fingerprint, now, retention)
         )
         if record is not None:
             return _claimed(record, ClaimOutcome.CREATED)
@@ -146,18 +144,146 @@ def _refused(error: IdempotencyKeyInUse | IdempotencyKeyReused) -> Exception:
     return error
 
 
+def insert_parts(
+    record: object, *, expressions: Mapping[str, str] | None = None
+) -> tuple[str, str, list[object]]:
+    """The parts of an ``INSERT`` of the unsaved model instance ``record``: the quoted column
+    list, the value list (``%s`` placeholders, or the SQL of ``expressions`` by attribute
+    name, such as a column of a CTE) and the parameters, every concrete field but an automatic
+    primary key, prepared as the ORM prepares them for a save."""
+    meta = record._meta  # type: ignore[attr-defined]
+    expressions = expressions or {}
+    db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` goes through a proxy
+    quote = db.ops.quote_name
+    columns, values, params = [], [], []
+    for field in meta.concrete_fields:
+        value = getattr(record, field.attname)
+        if field.primary_key and value is None:
+            continue  # an automatic id: the database's sequence
+        columns.append(quote(field.column))
+        if field.attname in expressions:
+            values.append(expressions[field.attname])
+        else:
+            values.append("%s")
+            params.append(field.get_db_prep_save(value, db))
+    return ", ".join(columns), ", ".join(values), params
+
+
+def idempotency_key_claim_at_once(
+    *,
+    merchant_id: int,
+    key: str,
+    method: str,
+    route: str,
+    fingerprint: str,
+    now: datetime,
+    retention: timedelta,
+    lock_timeout: timedelta,
+    then: Sequence[tuple[str, Sequence[object]]] = (),
+    rows_table: str,
+    pending_status: str,
+) -> Claim | None:
+    """Claim ``key`` in one statement, outside any transaction (autocommit), with the caller's
+    ``then``: CTE bodies (``name AS (INSERT ...)``, parameters) that read the new key's id from
+    the CTE ``claimed_key(id)`` and so run only when the key is new, in the same atomic
+    statement. ``rows_table``: the table whose ``idempotency_key_id`` row (the payment) tells
+    whether a completed key's answer is final (its status is not ``pending_status``).
+
+    Returns a :class:`Claim`: ``CREATED`` (the record saved, the caller's rows with it) or
+    ``COMPLETED`` (a final answer to replay; the record read, not locked). Raises
+    :class:`IdempotencyKeyReused` (422) and :class:`IdempotencyKeyInUse` (409, a lock younger
+    than ``lock_timeout``) as :func:`idempotency_key_claim` does. Returns None for every other
+    case (taken over, a stored answer of a pending row, expired, or a key committed by a
+    concurrent claim after this statement's snapshot): claim with :func:`idempotency_key_claim`.
+    """
+    db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
+    if db.in_atomic_block:
+        raise RuntimeError("The one-statement claim runs outside transaction.atomic().")
+    record = _new_record(merchant_id, key, method, route, fingerprint, now, retention)
+    qn = db.ops.quote_name
+    table = qn(IdempotencyKey._meta.db_table)
+    columns, values, params = insert_parts(record)
+    ctes = [
+        f"claimed_key AS (INSERT INTO {table} ({columns}) VALUES ({values}) "  # noqa: S608
+        "ON CONFLICT (merchant_id, key) DO NOTHING RETURNING id)"
+    ]
+    for sql, extra in then:
+        ctes.append(sql)
+        params.extend(extra)
+    params.extend([merchant_id, key])
+    sql = (
+        f"WITH {', '.join(ctes)} "  # noqa: S608
+        "SELECT true, id, NULL::varchar, NULL::varchar, NULL::varchar, NULL::varchar, "
+        "NULL::timestamptz, NULL::timestamptz, NULL::integer, NULL::jsonb, NULL::bytea, "
+        "NULL::varchar FROM claimed_key UNION ALL "
+        "SELECT false, o.id, o.status, o.request_fingerprint, o.method, o.route, o.locked_at, "
+        "o.expires_at, o.response_status, o.response_headers, o.response_body, r.status "
+        f"FROM {table} o LEFT JOIN {qn(rows_table)} r ON r.idempotency_key_id = o.id "
+        "WHERE o.merchant_id = %s AND o.key = %s AND NOT EXISTS (SELECT FROM claimed_key)"
+    )
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None  # a concurrent claim committed after our snapshot: claim under the lock
+    created, pk, status, stored_fingerprint, stored_method, stored_route = row[:6]
+    locked_at, expires_at, response_status, headers, body, row_status = row[6:]
+    record.pk = pk
+    record._state.adding = False
+    record._state.db = db.alias
+    if created:
+        return _claimed(record, ClaimOutcome.CREATED)
+    if expires_at <= now:
+        return None  # expired: replaced under the lock
+    if (stored_fingerprint, stored_method, stored_route) != (fingerprint, method, route):
+        raise _refused(IdempotencyKeyReused())
+    if status == IdempotencyKey.Status.COMPLETED:
+        if row_status == pending_status:
+            return None  # a stored 202: re-sent under the lock
+        record.status = status
+        record.locked_at = None
+        record.response_status = response_status
+        record.response_headers = json.loads(headers) if isinstance(headers, str) else headers
+        record.response_body = bytes(body) if body is not None else None
+        record.expires_at = expires_at
+        return _claimed(record, ClaimOutcome.COMPLETED)
+    if locked_at is not None and locked_at > now - lock_timeout:
+        raise _refused(IdempotencyKeyInUse())
+    return None  # left in progress by a crashed request: taken over under the lock
+
+
+def _new_record(
+    merchant_id: int,
+    key: str,
+    method: str,
+    route: str,
+    fingerprint: str,
+    now: datetime,
+    retention: timedelta,
+) -> IdempotencyKey:
+    """The unsaved row of a new claim: in progress, locked at ``now``, kept for ``retention``."""
+    return IdempotencyKey(
+        merchant_id=merchant_id,
+        key=key,
+        method=method,
+        route=route,
+        request_fingerprint=fingerprint,
+        status=IdempotencyKey.Status.IN_PROGRESS,
+        locked_at=now,
+        created_at=now,
+        expires_at=now + retention,
+    )
+
+
 def _insert_unless_present(record: IdempotencyKey) -> IdempotencyKey | None:
     """INSERT ``record`` with ``ON CONFLICT (merchant_id, key) DO NOTHING``; return it saved, or
     None when the key exists. No unique violation is raised or logged by PostgreSQL, and the
     caller's transaction is never aborted (so no savepoint is needed)."""
-    meta = IdempotencyKey._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
-    values = [f.get_db_prep_save(getattr(record, f.attname), connection) for f in fields]
+    columns, placeholders, values = insert_parts(record)
+    table = connection.ops.quote_name(IdempotencyKey._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "  # noqa: S608
+            f"INSERT INTO {table} ({columns}) "  # noqa: S608
             f"VALUES ({placeholders}) ON CONFLICT (merchant_id, key) DO NOTHING RETURNING id",
             values,
         )

@@ -13,6 +13,9 @@ actions (``payments.operations``). Nothing here calls the acquirer or enqueues a
   lacks its change; the outbox enqueues the delivery when the transaction commits.
 * :func:`payment_answer_store`: the answer a replay of the merchant's idempotency key returns,
   rendered from what is true now and stored with the key.
+* :func:`payment_outcome_record`: the create flow's phase 2 for a known outcome in one
+  statement (the payment's update, both events, the key's answer), taking the same locks in
+  the same order as :func:`payment_lock_with_key` (ADR 0026).
 * :func:`payment_lock` and :func:`payment_lock_with_key`: the only row locks taken on
   ``Payment`` (besides reconciliation's ``SKIP LOCKED`` claims).
 * The operations after the authorization (captures, voids, refunds:
@@ -39,12 +42,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Sum
 
 from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
-from idempotency.services import idempotency_key_complete, idempotency_key_release
+from idempotency.services import (
+    REPLAYED_HEADERS,
+    idempotency_key_complete,
+    idempotency_key_release,
+    insert_parts,
+)
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
 from payments.models import (
     CaptureMethod,
@@ -57,8 +65,13 @@ from payments.models import (
     PaymentStatus,
     new_operation_id,
 )
-from payments.responses import StoredResponse, render_operation_answer, render_payment_answer
-from payments.serializers import PaymentSerializer, RefundSerializer
+from payments.responses import (
+    StoredResponse,
+    payment_document,
+    render_operation_answer,
+    render_payment_answer,
+)
+from payments.serializers import RefundSerializer
 from webhooks.outbox import event_record
 
 __all__ = [
@@ -82,6 +95,7 @@ __all__ = [
     "payment_event_record",
     "payment_lock",
     "payment_lock_with_key",
+    "payment_outcome_record",
     "payment_transition",
     "refundable_amount",
 ]
@@ -169,7 +183,7 @@ def _payment_webhook(payment: Payment, now: datetime) -> None:
             merchant_id=payment.merchant_id,
             event_type=event_type,
             object_id=payment.id,
-            obj=PaymentSerializer(payment).data,
+            obj=payment_document(payment),
             now=now,
         )
 
@@ -234,6 +248,22 @@ def payment_lock_with_key(
     return payment, IdempotencyKey.objects.select_for_update().get(pk=payment.idempotency_key_id)
 
 
+def _resolved_status(payment: Payment, to_status: str, changes: dict[str, Any]) -> str:
+    """``to_status`` as the state machine applies it to ``payment`` (an approval of a manual
+    payment is ``requires_capture``; of an automatic one, ``succeeded`` with everything
+    captured, added to ``changes``). Raises :class:`InvalidTransition`."""
+    if to_status == PaymentStatus.SUCCEEDED and payment.status in (
+        PaymentStatus.PROCESSING,
+        PaymentStatus.NEEDS_REVIEW,
+    ):
+        to_status = _APPROVED_STATUS[payment.capture_method]
+        if to_status == PaymentStatus.SUCCEEDED:
+            changes["amount_captured"] = payment.amount
+    if to_status not in ALLOWED_TRANSITIONS[payment.status]:
+        raise InvalidTransition(f"{payment.status} -> {to_status} is not allowed")
+    return to_status
+
+
 def payment_transition(
     *,
     payment: Payment,
@@ -254,15 +284,7 @@ def payment_transition(
     which for a ``manual`` payment is ``requires_capture`` (nothing captured) and for an
     ``automatic`` one ``succeeded`` with ``amount_captured = amount``.
     """
-    if to_status == PaymentStatus.SUCCEEDED and payment.status in (
-        PaymentStatus.PROCESSING,
-        PaymentStatus.NEEDS_REVIEW,
-    ):
-        to_status = _APPROVED_STATUS[payment.capture_method]
-        if to_status == PaymentStatus.SUCCEEDED:
-            changes["amount_captured"] = payment.amount
-    if to_status not in ALLOWED_TRANSITIONS[payment.status]:
-        raise InvalidTransition(f"{payment.status} -> {to_status} is not allowed")
+    to_status = _resolved_status(payment, to_status, changes)
     from_status = payment.status
     payment.status = to_status
     for name, value in changes.items():
@@ -316,6 +338,97 @@ def payment_answer_store(
             now=now,
         )
     return answer
+
+
+def payment_outcome_record(
+    payment: Payment,
+    *,
+    attempt_data: dict,
+    to_status: str,
+    event_type: PaymentEventType,
+    now: datetime,
+    changes: dict[str, Any],
+) -> tuple[Payment, StoredResponse] | None:
+    """Phase 2 of the create flow in one statement, for ``payment`` as phase 1 left it (a
+    ``processing`` payment, changed here in memory: pass a copy).
+
+    While the row is still ``processing``: the transition to ``to_status`` with ``changes``
+    (:func:`payment_transition`'s rules), the ``acquirer_attempt`` event (``attempt_data``)
+    and the transition's ``event_type``, in that order, and the answer stored for the
+    payment's idempotency key, all in one ``UPDATE ... RETURNING`` with data-modifying CTEs:
+    the key's update reads the payment's returned row, so the payment row is locked before
+    the key's, the lock order of :func:`payment_lock_with_key`. Then the webhook outbox event.
+    Returns the payment and its stored answer, or None when the row was no longer
+    ``processing`` (resolved meanwhile: nothing written; take the locks and read it). Inside
+    the caller's transaction; raises :class:`InvalidTransition` as
+    :func:`payment_transition` does.
+    """
+    _assert_in_transaction()
+    db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
+    from_status = payment.status
+    to_status = _resolved_status(payment, to_status, changes)
+    payment.status = to_status
+    for name, value in changes.items():
+        setattr(payment, name, value)
+    payment.updated_at = now
+    answer = render_payment_answer(payment)
+    qn = db.ops.quote_name
+    fields = [Payment._meta.get_field(name) for name in ("status", "updated_at", *changes)]
+    assignments = ", ".join(f"{qn(field.column)} = %s" for field in fields)
+    params: list[object] = [
+        field.get_db_prep_save(getattr(payment, field.attname), db) for field in fields
+    ]
+    params += [payment.pk, from_status]
+    request_id = current_request_id()
+    rows, names = [], ""
+    for n, (kind, data, status_before) in enumerate(
+        ((PaymentEventType.ACQUIRER_ATTEMPT, attempt_data, from_status), (event_type, {}, None))
+    ):
+        event = PaymentEvent(
+            payment_id=payment.pk,
+            type=kind,
+            from_status=status_before or from_status,
+            to_status=from_status if status_before else to_status,
+            data=data,
+            created_at=now,
+            request_id=request_id,
+        )
+        columns, values, event_params = insert_parts(event)
+        rows.append(f"({n}, {values})")
+        params += event_params
+        names = columns
+    aliases = ", ".join(f"c{i}" for i in range(names.count(",") + 1))
+    key_fields = [
+        IdempotencyKey._meta.get_field(name)
+        for name in ("response_status", "response_headers", "response_body", "completed_at")
+    ]
+    key_values = [
+        answer.status_code,
+        {k: v for k, v in answer.headers.items() if k in REPLAYED_HEADERS},
+        answer.body,
+        now,
+    ]
+    params += [f.get_db_prep_save(v, db) for f, v in zip(key_fields, key_values, strict=True)]
+    params.append(IdempotencyKey.Status.COMPLETED)
+    key_table = qn(IdempotencyKey._meta.db_table)
+    sql = (
+        f"WITH updated_payment AS (UPDATE {qn(Payment._meta.db_table)} SET {assignments} "  # noqa: S608
+        "WHERE id = %s AND status = %s RETURNING id, idempotency_key_id), "
+        f"events AS (INSERT INTO {qn(PaymentEvent._meta.db_table)} ({names}) "
+        f"SELECT {aliases} FROM (VALUES {', '.join(rows)}) AS v(n, {aliases}) "
+        "CROSS JOIN updated_payment ORDER BY v.n), "
+        f"completed_key AS (UPDATE {key_table} SET "
+        + ", ".join(f"{qn(f.column)} = %s" for f in key_fields)
+        + ", status = %s, locked_at = NULL "
+        "WHERE id = (SELECT idempotency_key_id FROM updated_payment)) "
+        "SELECT id FROM updated_payment"
+    )
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.fetchone() is None:
+            return None
+    _payment_webhook(payment, now)
+    return payment, answer
 
 
 # --- Operations after the authorization: captures, voids, refunds ----------------------------

@@ -3,7 +3,8 @@
 The protocol (Brandur Leach's rocket-rides, adapted):
 
 * Phase 1, one short transaction (:func:`_claim`): claim the idempotency key and create the
-  payment ``processing``; commit. A duplicate request now gets a fast 409 or a replay.
+  payment ``processing``; commit. A duplicate request now gets a fast 409 or a replay. The
+  common cases (a new key, a replay, a 409, a 422) are one statement (ADR 0026).
 * The acquirer call, outside any transaction, with the payment's acquirer idempotency key,
   routed and failing over only when certain (:func:`payments.failover.payment_authorize_routed`:
   each move to the next acquirer is committed before the request goes there).
@@ -11,7 +12,8 @@ The protocol (Brandur Leach's rocket-rides, adapted):
   the transition that :data:`OUTCOME_TRANSITIONS` gives its outcome, and the answer to replay,
   and complete the key; or, when the request was certainly not applied, mark the payment
   ``failed`` and release the key so the merchant can retry with the same key. An unknown
-  outcome is the one case that schedules reconciliation.
+  outcome is the one case that schedules reconciliation. A known outcome of a payment still
+  ``processing`` is one statement (``payments.lifecycle.payment_outcome_record``).
 
 The answer is rendered once, in phase 2 (``payments.lifecycle.payment_answer_store``), and
 stored with the key, so every replay is byte-identical; ``payments.responses.create_answer``
@@ -21,6 +23,7 @@ or :class:`~payments.responses.Unavailable`) into the HTTP response.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random as random_module
@@ -30,10 +33,11 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from config.request_context import current_request_id
 from gateway_client import AcquirerClient
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.fingerprint import request_fingerprint
@@ -41,8 +45,10 @@ from idempotency.models import IdempotencyKey
 from idempotency.services import (
     ClaimOutcome,
     idempotency_key_claim,
+    idempotency_key_claim_at_once,
     idempotency_key_lock,
     idempotency_key_release,
+    insert_parts,
 )
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
@@ -55,6 +61,7 @@ from payments.lifecycle import (
     payment_answer_store,
     payment_event_record,
     payment_lock_with_key,
+    payment_outcome_record,
     payment_transition,
 )
 from payments.metrics import (
@@ -65,6 +72,7 @@ from payments.metrics import (
 from payments.models import (
     CaptureMethod,
     Payment,
+    PaymentEvent,
     PaymentEventType,
     PaymentStatus,
     new_payment_id,
@@ -221,8 +229,15 @@ def payment_create(
     if allow_deferred and claimed.first_attempt and attempt.outcome.not_applied:
         wait = attempt.retry_after_seconds
         return _defer(claimed.payment.pk, attempt, attempt.outcome.value, wait, clock(), random)
+    # Phase 1's payment in memory serves phase 2's one-statement path unless it moved to
+    # another acquirer (the switch changed its row): then phase 2 reads the row.
+    unmoved = attempt.acquirer in (None, claimed.payment.acquirer)
     return payment_authorization_record(
-        claimed.payment.pk, attempt, first_attempt=claimed.first_attempt, now=clock()
+        claimed.payment.pk,
+        attempt,
+        first_attempt=claimed.first_attempt,
+        now=clock(),
+        payment=claimed.payment if unmoved else None,
     )
 
 
@@ -266,7 +281,40 @@ def key_replayable(merchant: Merchant, key: str, now: datetime) -> bool:
 def _claim(
     *, merchant: Merchant, idempotency_key: str, body: dict, now: datetime, acquirer: str
 ) -> Replayed | _Claimed:
-    """Phase 1: claim the key and create the payment (or resume the one it already has)."""
+    """Phase 1: claim the key and create the payment (or resume the one it already has).
+
+    The common cases in one statement (``idempotency_key_claim_at_once``): a new key with its
+    payment and ``payment_created`` event, or the replay of a final answer (the 409 and 422
+    refusals raise from it too). Everything else in one transaction under the key's row lock.
+    """
+    lock_timeout = timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS)
+    payment = _payment_new(
+        merchant=merchant, body=body, now=now, check_at=now + lock_timeout, acquirer=acquirer
+    )
+    try:
+        fast = idempotency_key_claim_at_once(
+            merchant_id=merchant.pk,
+            key=idempotency_key,
+            method="POST",
+            route=PAYMENTS_ROUTE,
+            fingerprint=request_fingerprint("POST", PAYMENTS_ROUTE, body),
+            now=now,
+            retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
+            lock_timeout=lock_timeout,
+            then=_creation_inserts(payment, now=now, source="claimed_key"),
+            rows_table=Payment._meta.db_table,
+            pending_status=PaymentStatus.PROCESSING,
+        )
+    except (IdempotencyKeyInUse, IdempotencyKeyReused) as exc:
+        claim_refused(exc)
+        raise
+    if fast is not None:
+        if fast.outcome is ClaimOutcome.COMPLETED:
+            return Replayed(fast.record)
+        payment.idempotency_key_id = fast.record.pk
+        payment._state.adding = False
+        payment._state.db = connection.alias
+        return _Claimed(payment, first_attempt=True)
     with transaction.atomic():
         claimed = key_claim(
             merchant=merchant,
@@ -279,10 +327,10 @@ def _claim(
         )
         if isinstance(claimed, Replayed):
             return claimed
-        payment = claimed.row
-        if payment is None:
+        resumed = claimed.row
+        if resumed is None:
             # If this request dies before phase 2, reconciliation finds the payment then.
-            payment = payment_record_create(
+            resumed = payment_record_create(
                 merchant=merchant,
                 body=body,
                 key=claimed.record,
@@ -292,9 +340,9 @@ def _claim(
             )
         else:
             payment_event_record(
-                payment=payment, event_type=claimed.resumed, now=now, data={"resumed": True}
+                payment=resumed, event_type=claimed.resumed, now=now, data={"resumed": True}
             )
-        return _Claimed(payment, first_attempt=claimed.first_attempt)
+        return _Claimed(resumed, first_attempt=claimed.first_attempt)
 
 
 @dataclass(frozen=True)
@@ -373,25 +421,17 @@ def claim_refused(exc: IdempotencyKeyInUse | IdempotencyKeyReused) -> None:
     _CLAIM_REFUSALS[type(exc)]()
 
 
-def payment_record_create(
-    *,
-    merchant: Merchant,
-    body: dict,
-    key: IdempotencyKey | None,
-    now: datetime,
-    check_at: datetime,
-    acquirer: str = "",
+def _payment_new(
+    *, merchant: Merchant, body: dict, now: datetime, check_at: datetime, acquirer: str = ""
 ) -> Payment:
-    """Insert a ``processing`` payment for the validated ``body`` (amount, currency,
-    payment_method, optional reference and description) with its ``payment_created`` event
-    and its own acquirer idempotency key, at ``acquirer`` (a configured name; empty: the first
-    in routing order), named before anything is sent. ``check_at``: when reconciliation looks
-    at it if the request dies before phase 2. Inside the caller's transaction."""
+    """The unsaved ``processing`` payment for the validated ``body``, at ``acquirer`` (a
+    configured name; empty: the first in routing order), named before anything is sent, with
+    that acquirer's first acquirer idempotency key (``authorize-<id>``); its idempotency key
+    is set by the caller."""
     payment_id = new_payment_id()
-    payment = Payment.objects.create(
+    return Payment(
         id=payment_id,
         merchant=merchant,
-        idempotency_key=key,
         amount=body["amount"],
         currency=body["currency"],
         payment_method=body["payment_method"],
@@ -406,14 +446,79 @@ def payment_record_create(
         updated_at=now,
         next_check_at=check_at,
     )
-    payment_event_record(
-        payment=payment, event_type=PaymentEventType.PAYMENT_CREATED, now=now, data={}
+
+
+def _creation_inserts(
+    payment: Payment, *, now: datetime, source: str | None
+) -> list[tuple[str, list[object]]]:
+    """CTE bodies inserting ``payment`` and its ``payment_created`` event in one statement.
+    ``source``: a CTE ``(id)`` whose row gives the payment's idempotency key id (and without
+    whose row nothing is inserted), or None for the payment's own ``idempotency_key_id``."""
+    event = PaymentEvent(
+        payment_id=payment.id,
+        type=PaymentEventType.PAYMENT_CREATED,
+        from_status=payment.status,
+        to_status=payment.status,
+        data={},
+        created_at=now,
+        request_id=current_request_id(),
     )
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    key_column = {"idempotency_key_id": f"{source}.id"} if source else None
+    columns, values, params = insert_parts(payment, expressions=key_column)
+    event_columns, event_values, event_params = insert_parts(event)
+    rows = f" FROM {source}" if source else ""
+    return [
+        (
+            f"created_payment AS (INSERT INTO {qn(Payment._meta.db_table)} ({columns}) "
+            f"SELECT {values}{rows} RETURNING id)",
+            params,
+        ),
+        (
+            f"created_event AS (INSERT INTO {qn(PaymentEvent._meta.db_table)} "  # noqa: S608
+            f"({event_columns}) SELECT {event_values} FROM created_payment)",
+            event_params,
+        ),
+    ]
+
+
+def payment_record_create(
+    *,
+    merchant: Merchant,
+    body: dict,
+    key: IdempotencyKey | None,
+    now: datetime,
+    check_at: datetime,
+    acquirer: str = "",
+) -> Payment:
+    """Insert a ``processing`` payment for the validated ``body`` (amount, currency,
+    payment_method, optional reference and description) with its ``payment_created`` event
+    and its own acquirer idempotency key, at ``acquirer`` (a configured name; empty: the first
+    in routing order), in one statement. ``check_at``: when reconciliation looks at it if the
+    request dies before phase 2. Inside the caller's transaction."""
+    payment = _payment_new(
+        merchant=merchant, body=body, now=now, check_at=check_at, acquirer=acquirer
+    )
+    payment.idempotency_key = key
+    ctes = _creation_inserts(payment, now=now, source=None)
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"WITH {', '.join(sql for sql, _ in ctes)} SELECT id FROM created_payment",  # noqa: S608
+            [param for _, params in ctes for param in params],
+        )
+    payment._state.adding = False
+    payment._state.db = db.alias
     return payment
 
 
 def payment_authorization_record(
-    payment_id: str, attempt: AcquirerAttempt, *, first_attempt: bool, now: datetime
+    payment_id: str,
+    attempt: AcquirerAttempt,
+    *,
+    first_attempt: bool,
+    now: datetime,
+    payment: Payment | None = None,
 ) -> Answered | Unavailable:
     """Phase 2: record ``attempt`` for the payment in one transaction, under the payment's and
     then its key's row lock (``payments.lifecycle``'s order).
@@ -424,11 +529,35 @@ def payment_authorization_record(
     outcome of a resumed payment counts as unknown (an earlier attempt may have been applied).
     Not applied: the key is released and :class:`Unavailable` returned. Otherwise the answer
     is stored for the key (when the payment has one) and returned as :class:`Answered`.
+
+    ``payment``: the payment as phase 1 left it, when the caller has it. Then an approval, a
+    decline or a rejection is recorded in one statement while the payment is still
+    ``processing`` (``payments.lifecycle.payment_outcome_record``); any other case, or a
+    payment resolved meanwhile, takes the locks and reads the rows as above.
     """
     outcome = attempt.outcome
     if outcome.not_applied and not first_attempt:
         outcome = AuthorizationOutcome.UNKNOWN  # this attempt was not applied; an earlier may be
     with transaction.atomic():
+        if payment is not None and outcome in OUTCOME_TRANSITIONS and not outcome.not_applied:
+            to_status, event_type, failure_code = OUTCOME_TRANSITIONS[outcome]
+            recorded = payment_outcome_record(
+                copy.copy(payment),
+                attempt_data=attempt.as_event_data(),
+                to_status=to_status,
+                event_type=event_type,
+                now=now,
+                changes=_outcome_changes(attempt, failure_code),
+            )
+            if recorded is not None:
+                crash_point("before_phase2_commit")
+                logger.info(
+                    "payment %s authorize outcome=%s status=%s",
+                    recorded[0].id,
+                    outcome.value,
+                    recorded[0].status,
+                )
+                return Answered(payment=recorded[0], response=recorded[1])
         payment, key = payment_lock_with_key(payment_id)
         payment_event_record(
             payment=payment,
@@ -440,12 +569,7 @@ def payment_authorization_record(
             pass  # Resolved meanwhile (by reconciliation): the answer renders what is now true.
         elif outcome in OUTCOME_TRANSITIONS:
             to_status, event_type, failure_code = OUTCOME_TRANSITIONS[outcome]
-            changes = {"next_check_at": None}
-            for name in ("acquirer_reference", "decline_code"):
-                if getattr(attempt, name) is not None:
-                    changes[name] = getattr(attempt, name)
-            if failure_code is not None:
-                changes["failure_code"] = failure_code
+            changes = _outcome_changes(attempt, failure_code)
             payment_transition(
                 payment=payment, to_status=to_status, event_type=event_type, now=now, **changes
             )
@@ -467,6 +591,17 @@ def payment_authorization_record(
         "payment %s authorize outcome=%s status=%s", payment.id, outcome.value, payment.status
     )
     return Answered(payment=payment, response=response)
+
+
+def _outcome_changes(attempt: AcquirerAttempt, failure_code: str | None) -> dict[str, object]:
+    """The payment's fields an outcome sets besides its status (phase 2's transition)."""
+    changes: dict[str, object] = {"next_check_at": None}
+    for name in ("acquirer_reference", "decline_code"):
+        if getattr(attempt, name) is not None:
+            changes[name] = getattr(attempt, name)
+    if failure_code is not None:
+        changes["failure_code"] = failure_code
+    return changes
 
 
 def _schedule_reconciliation(payment: Payment, now: datetime) -> None:

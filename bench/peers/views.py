@@ -48,7 +48,9 @@ def payment_create_without_key(
             check_at=now + timedelta(seconds=settings.IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS),
         )
     attempt = payment_authorize(acquirer_client(), payment)
-    return payment_authorization_record(payment.pk, attempt, first_attempt=True, now=timezone.now())
+    return payment_authorization_record(
+        payment.pk, attempt, first_attempt=True, now=timezone.now(), payment=payment
+    )
 
 
 class PlainPaymentCreateApi(APIView):

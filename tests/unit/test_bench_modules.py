@@ -165,27 +165,38 @@ def test_cpu_accounting():
 # -- throughput: the pgbench script is the request's SQL -------------------------------------
 
 
-def test_pgbench_script_has_the_two_transactions_of_a_request():
-    script = throughput.pgbench_script(7, "ab" * 32)
-    assert throughput.script_shapes(script) == [
-        "SELECT merchants_apikey",
+def test_pgbench_script_makes_every_transaction_a_new_payment():
+    """The captured SQL of a request becomes the script: the payment id, the idempotency key and
+    the outbox event id vary per transaction; a key id named as a literal (the ORM's claim
+    before ADR 0026) is kept from its INSERT with \\gset."""
+    pay, key = "pay_" + "ab" * 12, "c-20261201T000000Z"
+    sql = [
+        "SELECT 1",
+        f'INSERT INTO "idempotency_idempotencykey" ("key") VALUES (\'{key}\') RETURNING id',
+        'UPDATE "idempotency_idempotencykey" SET x = 1 WHERE id = 4242',
         "BEGIN",
-        "INSERT idempotency_idempotencykey",
-        "SELECT payments_payment",
-        "INSERT payments_payment",
-        "INSERT payments_paymentevent",
-        "COMMIT",
-        "BEGIN",
-        "SELECT payments_payment FOR NO KEY UPDATE",
-        "SELECT idempotency_idempotencykey FOR UPDATE",
-        "INSERT payments_paymentevent",
-        "UPDATE payments_payment",
-        "INSERT payments_paymentevent",
-        "UPDATE idempotency_idempotencykey",
+        f'INSERT INTO "payments_payment" ("id", "k") VALUES (\'{pay}\', \'authorize-{pay}\')',
+        f'INSERT INTO "webhooks_event" ("id") VALUES (\'evt_{"cd" * 12}\')',
         "COMMIT",
     ]
-    assert "SELECT 1;" in script  # Django's connection health check
-    assert r"\gset" in script and ":kid" in script
+    script = throughput.pgbench_script(sql, pay, key, key_id=4242)
+    assert throughput.script_shapes(script) == [
+        "SELECT 1",
+        "INSERT idempotency_idempotencykey",
+        "UPDATE idempotency_idempotencykey",
+        "BEGIN",
+        "INSERT payments_payment",
+        "INSERT webhooks_event",
+        "COMMIT",
+    ]
+    assert pay not in script and key not in script and "evt_cd" not in script
+    assert r"RETURNING id \gset key_" in script and "WHERE id = :key_id;" in script
+    assert "'authorize-pay_:client_id-:k'" in script and "'pgbench-:client_id-:k'" in script
+
+
+def test_the_expected_fresh_payment_names_phase_1_and_phase_2():
+    assert throughput.EXPECTED_FRESH[0] == "INSERT idempotency_idempotencykey"
+    assert throughput.EXPECTED_FRESH[1:3] == ["BEGIN", "UPDATE payments_payment"]
 
 
 def test_statement_shapes_of_django_sql():
@@ -202,8 +213,15 @@ def test_statement_shapes_of_django_sql():
     assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x FOR NO KEY UPDATE') == (
         "SELECT payments_payment FOR NO KEY UPDATE"
     )
-    assert shape("SELECT 1") is None
+    assert shape("SELECT 1") == "SELECT 1"  # Django's health check counts (ADR 0026)
     assert shape(r"\set k random(1, 10)") is None
+    # A statement of data-modifying CTEs is named by its first write.
+    assert shape(
+        'WITH k AS (INSERT INTO "idempotency_idempotencykey" (a) VALUES (1)) SELECT 1'
+    ) == ("INSERT idempotency_idempotencykey")
+    assert shape(
+        'WITH p AS (UPDATE "payments_payment" SET a = 1 RETURNING id) SELECT id FROM p'
+    ) == ("UPDATE payments_payment")
 
 
 # -- profile summaries -------------------------------------------------------------------
