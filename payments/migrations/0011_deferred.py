@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('payments', '0009_merge_key_manager_and_request_id'),
+        ('payments', '0010_acquirers'),
     ]
 
     operations = [
