@@ -17,6 +17,7 @@ CAMPAIGNS: dict[str, str] = {
     "schemathesis": "bench.campaigns.fuzz",
     "soak": "bench.campaigns.soak",
     "webhooks": "bench.campaigns.webhooks",
+    "failover": "bench.campaigns.failover",
     "secrets": "bench.campaigns.secrets",
 }
 
@@ -28,6 +29,7 @@ MERCHANTS = {
     "schemathesis": "fuzz",
     "soak": "soak",
     "webhooks": "webhooks",
+    "failover": "failover",
     "secrets": "secrets",
 }
 
@@ -44,6 +46,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 600, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
+        # Per arm (two arms at once): 1000 payments at 6/s, alpha 4 s healthy then 6 s down.
+        "failover": {"payments": 1000, "pace": 6, "outage_seconds": 6, "healthy_seconds": 4},
     },
     "short": {
         # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
@@ -56,6 +60,15 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 60, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
+        # 50 per arm (100 in all) over one cycle of alpha's four outages.
+        "failover": {
+            "payments": 50,
+            "pace": 10,
+            "outage_seconds": 1.0,
+            "healthy_seconds": 0.25,
+            "web_workers": 1,
+            "web_threads": 12,
+        },
     },
 }
 
