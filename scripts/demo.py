@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+from django.contrib.admin.utils import quote  # noqa: E402 - the admin's own escaping of ids
 
 from gateway_client.classify import classify_exception, classify_status  # noqa: E402
 from gateway_client.errors import (  # noqa: E402
@@ -254,7 +255,14 @@ def answer_of(call: Callable[[], Any]) -> Answer:
 
 
 class Demo:
-    def __init__(self, api: str, sandbox: str, api_key: str, read_timeout: float) -> None:
+    def __init__(
+        self,
+        api: str,
+        sandbox: str,
+        api_key: str,
+        read_timeout: float,
+        beta: str = "http://127.0.0.1:8091",
+    ) -> None:
         # The merchant side is merchant_client. One attempt per call shows the service's answer
         # to each request (the scenarios compare it with the README's table); the retrying
         # client (its defaults) shows what a merchant gets when the client follows the contract.
@@ -262,6 +270,8 @@ class Demo:
         self.client = MerchantClient(api, api_key, policy=DEFAULT_POLICY.replace(max_attempts=1))
         self.retrying = MerchantClient(api, api_key)
         self.sandbox = httpx.Client(base_url=sandbox, timeout=10.0, trust_env=False)
+        # The second acquirer of make run (beta, :8091): where alpha's certain failures go.
+        self.beta = httpx.Client(base_url=beta, timeout=10.0, trust_env=False)
         self.read_timeout = read_timeout
         self.run_id = uuid.uuid4().hex[:6]
         self.results: list[tuple[str, bool]] = []
@@ -695,6 +705,139 @@ class Demo:
             "refund at the acquirer); the retry replays 201 succeeded, no acquirer call",
         )
 
+    # -- two acquirers: failover only when certain ------------------------------------------
+
+    def beta_stats(self) -> dict[str, Any] | None:
+        """beta's stats, or None when no beta sandbox answers."""
+        try:
+            return self.beta.get("/_sandbox/stats").json()
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def beta_start(self, heading: str, check: str, expected: str) -> dict[str, Any] | None:
+        """Print the step's heading; return beta's stats now, or None (the check counted as
+        failed, with a hint) when no beta sandbox answers."""
+        self.heading(heading)
+        stats = self.beta_stats()
+        if stats is None:
+            print(f"setup     no beta sandbox answers at {self.beta.base_url} (make run starts it)")
+            self.verdict(check, False, expected)
+        return stats
+
+    def admin_line(self, payment_id: str | None, what: str) -> None:
+        if payment_id:
+            print(
+                f"admin     {self.api_url.rstrip('/')}/admin/payments/payment/"
+                f"{quote(payment_id)}/change/ shows {what}"
+            )
+
+    def outage_absorbed(self) -> None:
+        """alpha answers 503 before processing (its control endpoint): certainly not applied,
+        so the payment moves to beta within the request; one charge, at beta."""
+        expected = (
+            "201 succeeded: alpha certainly did not take it, so beta did; no charge at alpha, "
+            "one at beta"
+        )
+        title = "alpha down (503 before processing): the payment succeeds at beta"
+        beta_before = self.beta_start(title, "failover", expected)
+        if beta_before is None:
+            return
+        outage = {"duration_seconds": 30, "failure": 503, "endpoints": ["POST /charges"]}
+        self.sandbox.post("/_sandbox/conditions/outage", json=outage).raise_for_status()
+        print("setup     alpha answers every POST /charges 503 before processing, for 30 s "
+              "(POST /_sandbox/conditions/outage)")  # fmt: skip
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body("tok_visa", str(self.number))
+        self.show_request(key, body)
+        before = self.stats()
+        try:
+            answer = self.post(key, body)
+            after = self.stats()
+        finally:
+            self.sandbox.delete("/_sandbox/conditions/outage")
+        beta_after = self.beta_stats() or {}
+        payment_id = answer.id
+        self.show_answer(answer, f"{payment_id} {answer.status}" if payment_id else None)
+        alpha_seen = self.seen(before, after, None)
+        beta_seen = self.seen(beta_before, beta_after, None)
+        print(f"alpha     {alpha_seen.describe()}")
+        print(f"beta      {beta_seen.describe()}")
+        _category, why = outcome_category("status", (503, {}, PROBLEMS[503][0]))
+        print(f"because   alpha: {why}: certainly not applied -> the next acquirer, with its "
+              "own acquirer idempotency key (README, 'Several acquirers')")  # fmt: skip
+        self.admin_line(payment_id, "acquirer beta, and an attempt at each acquirer")
+        charges = (
+            after.get("charges_by_reference", {}).get(payment_id, 0),
+            beta_after.get("charges_by_reference", {}).get(payment_id, 0),
+        )
+        ok = (
+            _category == "not_sent"
+            and answer.status_code == 201
+            and answer.status == "succeeded"
+            and alpha_seen.attempts >= 1
+            and beta_seen.key == f"authorize-{payment_id}-beta"
+            and beta_seen.attempts == 1
+            and charges == (0, 1)
+        )
+        self.verdict("failover", ok, expected)
+
+    def ambiguous_stays(self, poll_seconds: float = 60.0) -> None:
+        """alpha holds every request past the read timeout, then processes it: each attempt is
+        a timeout (ambiguous), so the payment stays at alpha, 202, never sent to beta;
+        reconciliation finds the charge at alpha."""
+        expected = (
+            "202 processing, nothing sent to beta; reconciliation resolves it succeeded at "
+            "alpha; one charge, at alpha"
+        )
+        title = "alpha hangs past the read timeout: the payment stays at alpha (202)"
+        beta_before = self.beta_start(title, "ambiguous stays", expected)
+        if beta_before is None:
+            return
+        hold_ms = int((self.read_timeout + 1.0) * 1000)
+        latency = {"distribution": "fixed", "ms": hold_ms}
+        self.sandbox.post("/_sandbox/conditions/latency", json=latency).raise_for_status()
+        print(f"setup     alpha holds every request {hold_ms} ms, then processes it (read "
+              f"timeout {self.read_timeout:g} s; POST /_sandbox/conditions/latency)")  # fmt: skip
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body("tok_visa", str(self.number))
+        self.show_request(key, body)
+        before = self.stats()
+        try:
+            answer = self.post(key, body)
+        finally:
+            self.sandbox.delete("/_sandbox/conditions/latency")
+        payment_id = answer.id
+        self.show_answer(answer, f"{payment_id} {answer.status}" if payment_id else None)
+        _category, why = outcome_category("exception", httpx.ReadTimeout("timed out"))
+        print(f"because   alpha: {why}: it may have charged -> stays, 202, reconciled there, "
+              "never sent elsewhere (README, 'Several acquirers')")  # fmt: skip
+        status = answer.status
+        if isinstance(answer.result, Pending):
+            print(f"then      client.wait_until_final(pending, timeout={poll_seconds:g}): polls "
+                  f"GET /payments/{payment_id} after Retry-After")  # fmt: skip
+            started = time.monotonic()
+            final = answer_of(lambda: self.client.wait_until_final(answer.result, poll_seconds))
+            status = final.status
+            print(f"answer    200  payment {payment_id} {status} (after "
+                  f"{time.monotonic() - started:.0f} s)")  # fmt: skip
+        alpha_seen = self.seen(before, self.stats(), f"authorize-{payment_id}")
+        beta_after = self.beta_stats() or {}
+        beta_seen = self.seen(beta_before, beta_after, None)
+        print(f"alpha     {alpha_seen.describe()}")
+        print(f"beta      {beta_seen.describe()}")
+        self.admin_line(payment_id, "acquirer alpha, and its reconciliation")
+        ok = (
+            _category == "ambiguous"
+            and answer.status_code == 202
+            and answer.status == "processing"
+            and answer.retry_after is not None
+            and status == "succeeded"
+            and alpha_seen.charges == 1
+            and beta_seen.key is None
+            and beta_after.get("charges_by_reference", {}).get(payment_id, 0) == 0
+        )
+        self.verdict("ambiguous stays", ok, expected)
+
     def webhook_step(self) -> None:
         """Webhooks (``scripts/demo_webhooks.py``): a 202 payment's final event arriving."""
         self.heading("webhook after a 202")
@@ -724,6 +867,8 @@ class Demo:
         if payment_id and self.partial_capture(payment_id, amount):
             self.two_refunds(payment_id)
         self.lost_refund()
+        self.outage_absorbed()
+        self.ambiguous_stays()
         self.webhook_step()
 
         failed = [title for title, ok in self.results if not ok]
@@ -759,7 +904,12 @@ def create_api_key(run: Callable[..., subprocess.CompletedProcess[str]] = subpro
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--api", default="http://127.0.0.1:8000", help="the payment API")
-    parser.add_argument("--sandbox", default="http://127.0.0.1:8090", help="the sandbox acquirer")
+    parser.add_argument(
+        "--sandbox", default="http://127.0.0.1:8090", help="the sandbox acquirer alpha"
+    )
+    parser.add_argument(
+        "--beta-sandbox", default="http://127.0.0.1:8091", help="the second one, beta"
+    )
     parser.add_argument(
         "--api-key",
         default=os.environ.get("API_KEY"),
@@ -815,7 +965,9 @@ def main(argv: list[str] | None = None) -> int:
         active = {}
     if active:
         print(f"Note: the sandbox has acquirer-wide conditions set: {', '.join(active)}.")
-    demo = Demo(api, sandbox, api_key, args.acquirer_read_timeout)
+    demo = Demo(
+        api, sandbox, api_key, args.acquirer_read_timeout, beta=args.beta_sandbox.rstrip("/")
+    )
     return demo.run()
 
 
