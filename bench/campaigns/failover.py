@@ -36,9 +36,11 @@ of no payment; an attempt sent to another acquirer after an ambiguous one, or a 
 reason other than "certainly not applied"; an answer other than 201/202/502/503, or one
 inconsistent with the payment's end; an arm-``alpha only`` payment anywhere but alpha.
 
-The figures compare the arms: of the ``tok_visa`` payments sent during alpha's outages, the
-share answered ``201 succeeded`` at once, and the share ``succeeded`` in the end (after
-reconciliation), per outage and overall. Ratios from one run; never asserted.
+The operator's ledger audit (``manage.py audit_acquirer``, per acquirer) runs over the same
+payments as a second oracle. The figures compare the arms: of the ``tok_visa`` payments sent
+during alpha's outages, the share answered ``201 succeeded`` at once, and the share
+``succeeded`` in the end (after reconciliation), per outage and overall. Ratios from one run;
+never asserted.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from typing import Any
 
 import gateway_client
 from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import CampaignResult, Stack, Web, percentile
+from bench.campaigns.harness import CampaignResult, Stack, Web, audit_figures, percentile
 
 #: Alpha's outages, in the order the schedule cycles through them.
 OUTAGES = ("timeout_after_commit", "503", "reset_after_commit", "refused")
@@ -512,6 +514,8 @@ def run(
     result.figures["success at once during outages, failover / alpha only"] = (
         f"{w / wo:.2f}x" if wo else f"{w:.2f} vs 0"
     )
+    # The operator's audit, per acquirer (each one's records against the payments it holds).
+    audit_figures(result, stack.audit(since, "failover"))
     result.check(left == 0, f"{left} payments or operations still unresolved")
     result.violations.extend(problems[:40])
     if len(problems) > 40:
