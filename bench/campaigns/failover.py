@@ -234,16 +234,19 @@ def _stop(webs: list[Web]) -> None:
         web.stop()
 
 
-def _payments(stack: Stack, since: datetime, merchant_id: int) -> dict[str, dict[str, Any]]:
-    """The merchant's payments since ``since`` by idempotency key."""
+def _payments(stack: Stack, since: datetime, merchant_id: int) -> dict[str, list[dict[str, Any]]]:
+    """The merchant's payments since ``since`` by reference (each payment's own, the key it
+    was sent with: a payment that failed unsent has released its key)."""
     rows = stack.sql(
-        "SELECT p.id, p.status, p.failure_code, p.acquirer, k.key, p.capture_method "
-        "FROM payments_payment p LEFT JOIN idempotency_idempotencykey k "
-        "ON k.id = p.idempotency_key_id WHERE p.created_at >= %s AND p.merchant_id = %s",
+        "SELECT id, status, failure_code, acquirer, reference FROM payments_payment "
+        "WHERE created_at >= %s AND merchant_id = %s ORDER BY created_at",
         [since, merchant_id],
     )
-    columns = ("id", "status", "failure_code", "acquirer", "key", "capture_method")
-    return {row[4]: dict(zip(columns, row, strict=True)) for row in rows}
+    columns = ("id", "status", "failure_code", "acquirer", "reference")
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(row[4], []).append(dict(zip(columns, row, strict=True)))
+    return found
 
 
 def _events(stack: Stack, ids: list[str]) -> dict[str, list[tuple[str, dict]]]:
@@ -383,7 +386,7 @@ def run(
     resolution = time.monotonic() - waited
 
     found = _payments(stack, since, merchant_id)
-    events = _events(stack, [p["id"] for p in found.values()])
+    events = _events(stack, [p["id"] for rows in found.values() for p in rows])
     listings = {
         "alpha": stack.sandbox.listing("charges", since),
         "beta": stack.beta.listing("charges", since),
@@ -392,7 +395,7 @@ def run(
     for acquirer, rows in listings.items():
         for row in rows:
             records.setdefault(row["reference"], {}).setdefault(acquirer, []).append(row)
-    ours = {p["id"] for p in found.values()}
+    ours = {p["id"] for rows in found.values() for p in rows}
     unknown = [ref for ref in records if ref not in ours]
     if unknown:  # records of other campaigns' payments (read from a minute before) are not lost
         known = {row[0] for row in stack.sql(
@@ -408,7 +411,10 @@ def run(
     rates: dict[str, dict[str, list[int]]] = {arm: {} for arm in ARMS}
     for arm in ARMS:
         for item in items[arm]:
-            payment = found.get(item.key)
+            written = found.get(item.key, [])
+            if len(written) > 1:
+                problems.append(f"{item.key} ({arm}): {len(written)} payments for one key")
+            payment = written[-1] if written else None
             for answer in item.answers:
                 answers[arm][str(answer.status or answer.error)] += 1
                 why = _answer_problem(answer, payment)
