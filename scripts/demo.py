@@ -30,9 +30,15 @@ shows three attempts and ``201 succeeded``, and the demo still reports "as docum
 idempotency scenarios (replay, concurrent duplicate, changed request) compare with the
 README's idempotency rules.
 
+With two acquirers (``make run``'s alpha on :8090 and beta on :8091), the last two steps show
+an ambiguous payment staying at alpha (every attempt a timeout: ``202``, nothing sent to beta,
+reconciled at alpha) and an outage of alpha absorbed by beta (``503`` before processing:
+certainly not applied, so ``201`` at beta), each checked on both sandboxes' stats.
+
 Usage::
 
-    .venv/bin/python scripts/demo.py [--api URL] [--sandbox URL] [--api-key KEY]
+    .venv/bin/python scripts/demo.py [--api URL] [--sandbox URL] [--beta-sandbox URL]
+        [--api-key KEY]
 
 Without ``--api-key`` (or ``$API_KEY``) it creates a merchant key with
 ``manage.py create_merchant demo --if-exists=new-key``. Exit status: 0 when every scenario
@@ -60,6 +66,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+from django.contrib.admin.utils import quote  # noqa: E402 - the admin's own escaping of ids
 
 from gateway_client.classify import classify_exception, classify_status  # noqa: E402
 from gateway_client.errors import (  # noqa: E402
@@ -254,7 +261,15 @@ def answer_of(call: Callable[[], Any]) -> Answer:
 
 
 class Demo:
-    def __init__(self, api: str, sandbox: str, api_key: str, read_timeout: float) -> None:
+    def __init__(
+        self,
+        api: str,
+        sandbox: str,
+        api_key: str,
+        read_timeout: float,
+        beta: str = "http://127.0.0.1:8091",
+        breaker_open_seconds: float = 30.0,
+    ) -> None:
         # The merchant side is merchant_client. One attempt per call shows the service's answer
         # to each request (the scenarios compare it with the README's table); the retrying
         # client (its defaults) shows what a merchant gets when the client follows the contract.
@@ -262,7 +277,10 @@ class Demo:
         self.client = MerchantClient(api, api_key, policy=DEFAULT_POLICY.replace(max_attempts=1))
         self.retrying = MerchantClient(api, api_key)
         self.sandbox = httpx.Client(base_url=sandbox, timeout=10.0, trust_env=False)
+        # The second acquirer of make run (beta, :8091): where alpha's certain failures go.
+        self.beta = httpx.Client(base_url=beta, timeout=10.0, trust_env=False)
         self.read_timeout = read_timeout
+        self.breaker_open_seconds = breaker_open_seconds
         self.run_id = uuid.uuid4().hex[:6]
         self.results: list[tuple[str, bool]] = []
         self.number = 0
@@ -695,6 +713,199 @@ class Demo:
             "refund at the acquirer); the retry replays 201 succeeded, no acquirer call",
         )
 
+    # -- two acquirers: failover only when certain ------------------------------------------
+
+    def beta_stats(self) -> dict[str, Any] | None:
+        """beta's stats, or None when no beta sandbox answers."""
+        try:
+            return self.beta.get("/_sandbox/stats").json()
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def beta_start(self, heading: str, check: str, expected: str) -> dict[str, Any] | None:
+        """Print the step's heading; return beta's stats now, or None (the check counted as
+        failed, with a hint) when no beta sandbox answers."""
+        self.heading(heading)
+        stats = self.beta_stats()
+        if stats is None:
+            print(f"setup     no beta sandbox answers at {self.beta.base_url} (make run starts it)")
+            self.verdict(check, False, expected)
+        return stats
+
+    def breaker_state(self, acquirer: str = "alpha", group: str = "authorize") -> str | None:
+        """The acquirer's breaker state for ``group`` as the API's ``/metrics`` reports it
+        (``closed``, ``open``, ``half_open``), or None when it does not say."""
+        try:
+            text = httpx.get(f"{self.api_url.rstrip('/')}/metrics", timeout=5, trust_env=False).text
+        except httpx.HTTPError:
+            return None
+        labels = (f'acquirer="{acquirer}"', f'group="{group}"')
+        for line in text.splitlines():
+            if line.startswith("payments_acquirer_breaker_state{") and all(
+                label in line for label in labels
+            ):
+                name, _, value = line.rpartition(" ")
+                if float(value) == 1.0:
+                    return name.split('state="', 1)[1].split('"', 1)[0]
+        return None
+
+    def wait_for_alpha(self) -> None:
+        """When alpha's ``authorize`` breaker is open (the deliberate failures of the steps
+        before add up, or of a demo run just before), wait out its open time
+        (``ACQUIRER_BREAKER_OPEN_SECONDS``): the next call is then its probe, and a payment
+        meets alpha itself rather than being sent straight to beta. ``/metrics`` shows the
+        state as of the last call, so the wait is the whole open time."""
+        if self.breaker_state() != "open":
+            return
+        seconds = self.breaker_open_seconds
+        print(f"setup     alpha's authorize breaker is open (failures before this step): waiting "
+              f"its open time, {seconds:g} s, so the next call is its probe")  # fmt: skip
+        time.sleep(seconds + 1.0)
+
+    def settle_alpha(self) -> None:
+        """Before the first step: when a demo run just before left alpha's breaker open or
+        half-open (its last steps fail at alpha on purpose), wait out the open time and send
+        healthy payments as the breaker's probes (``ACQUIRER_BREAKER_HALF_OPEN_PERMITS``, 5)
+        until it is closed, so every step meets alpha itself. Two rounds at most."""
+        state = self.breaker_state()
+        if state not in ("open", "half_open"):
+            return
+        print(f"setup     alpha's authorize breaker is {state} (a demo run just before?)")
+        probes = 0
+        for _round in range(2):
+            self.wait_for_alpha()
+            for _probe in range(6):
+                probes += 1
+                self.post(f"demo-{self.run_id}-probe-{probes}", self.body("tok_visa", "probe"))
+                if self.breaker_state() == "closed":
+                    break
+            if self.breaker_state() == "closed":
+                break
+        print(f"setup     {probes} healthy payments as its probes: alpha's breaker "
+              f"{self.breaker_state()}")  # fmt: skip
+
+    def admin_line(self, payment_id: str | None, what: str) -> None:
+        if payment_id:
+            print(
+                f"admin     {self.api_url.rstrip('/')}/admin/payments/payment/"
+                f"{quote(payment_id)}/change/ shows {what}"
+            )
+
+    def outage_absorbed(self) -> None:
+        """alpha answers 503 before processing (its control endpoint): certainly not applied,
+        so the payment moves to beta within the request (or, when alpha's breaker has opened,
+        starts there with nothing sent to alpha); one charge, at beta."""
+        expected = (
+            "201 succeeded: alpha certainly did not take it (503 before processing, or its "
+            "breaker open and nothing sent), so beta did; no charge at alpha, one at beta"
+        )
+        title = "alpha down (503 before processing): the payment succeeds at beta"
+        beta_before = self.beta_start(title, "failover", expected)
+        if beta_before is None:
+            return
+        self.wait_for_alpha()  # so the payment meets alpha's outage, not its open breaker
+        outage = {"duration_seconds": 30, "failure": 503, "endpoints": ["POST /charges"]}
+        self.sandbox.post("/_sandbox/conditions/outage", json=outage).raise_for_status()
+        print("setup     alpha answers every POST /charges 503 before processing, for 30 s "
+              "(POST /_sandbox/conditions/outage)")  # fmt: skip
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body("tok_visa", str(self.number))
+        self.show_request(key, body)
+        before = self.stats()
+        try:
+            answer = self.post(key, body)
+            after = self.stats()
+        finally:
+            self.sandbox.delete("/_sandbox/conditions/outage")
+        beta_after = self.beta_stats() or {}
+        payment_id = answer.id
+        self.show_answer(answer, f"{payment_id} {answer.status}" if payment_id else None)
+        alpha_seen = self.seen(before, after, None)
+        beta_seen = self.seen(beta_before, beta_after, None)
+        print(f"alpha     {alpha_seen.describe()}")
+        print(f"beta      {beta_seen.describe()}")
+        _category, why = outcome_category("status", (503, {}, PROBLEMS[503][0]))
+        if alpha_seen.attempts:
+            print(f"because   alpha: {why}: certainly not applied -> the next acquirer, with "
+                  "its own acquirer idempotency key (README, 'Several acquirers')")  # fmt: skip
+            moved = beta_seen.key == f"authorize-{payment_id}-beta"
+        else:
+            print("because   alpha's authorize breaker was open: skipped before anything was "
+                  "sent, the payment starts at beta (README, 'Several acquirers')")  # fmt: skip
+            moved = beta_seen.key == f"authorize-{payment_id}"
+        self.admin_line(payment_id, "acquirer beta, and each attempt's acquirer")
+        charges = (
+            after.get("charges_by_reference", {}).get(payment_id, 0),
+            beta_after.get("charges_by_reference", {}).get(payment_id, 0),
+        )
+        ok = (
+            _category == "not_sent"
+            and answer.status_code == 201
+            and answer.status == "succeeded"
+            and moved
+            and beta_seen.attempts == 1
+            and charges == (0, 1)
+        )
+        self.verdict("failover", ok, expected)
+
+    def ambiguous_stays(self, poll_seconds: float = 60.0) -> None:
+        """alpha holds every request past the read timeout, then processes it: each attempt is
+        a timeout (ambiguous), so the payment stays at alpha, 202, never sent to beta;
+        reconciliation finds the charge at alpha."""
+        expected = (
+            "202 processing, nothing sent to beta; reconciliation resolves it succeeded at "
+            "alpha; one charge, at alpha"
+        )
+        title = "alpha hangs past the read timeout: the payment stays at alpha (202)"
+        beta_before = self.beta_start(title, "ambiguous stays", expected)
+        if beta_before is None:
+            return
+        self.wait_for_alpha()
+        hold_ms = int((self.read_timeout + 1.0) * 1000)
+        latency = {"distribution": "fixed", "ms": hold_ms}
+        self.sandbox.post("/_sandbox/conditions/latency", json=latency).raise_for_status()
+        print(f"setup     alpha holds every request {hold_ms} ms, then processes it (read "
+              f"timeout {self.read_timeout:g} s; POST /_sandbox/conditions/latency)")  # fmt: skip
+        key = f"demo-{self.run_id}-{self.number}"
+        body = self.body("tok_visa", str(self.number))
+        self.show_request(key, body)
+        before = self.stats()
+        try:
+            answer = self.post(key, body)
+        finally:
+            self.sandbox.delete("/_sandbox/conditions/latency")
+        payment_id = answer.id
+        self.show_answer(answer, f"{payment_id} {answer.status}" if payment_id else None)
+        _category, why = outcome_category("exception", httpx.ReadTimeout("timed out"))
+        print(f"because   alpha: {why}: it may have charged -> stays, 202, reconciled there, "
+              "never sent elsewhere (README, 'Several acquirers')")  # fmt: skip
+        status = answer.status
+        if isinstance(answer.result, Pending):
+            print(f"then      client.wait_until_final(pending, timeout={poll_seconds:g}): polls "
+                  f"GET /payments/{payment_id} after Retry-After")  # fmt: skip
+            started = time.monotonic()
+            final = answer_of(lambda: self.client.wait_until_final(answer.result, poll_seconds))
+            status = final.status
+            print(f"answer    200  payment {payment_id} {status} (after "
+                  f"{time.monotonic() - started:.0f} s)")  # fmt: skip
+        alpha_seen = self.seen(before, self.stats(), f"authorize-{payment_id}")
+        beta_after = self.beta_stats() or {}
+        beta_seen = self.seen(beta_before, beta_after, None)
+        print(f"alpha     {alpha_seen.describe()}")
+        print(f"beta      {beta_seen.describe()}")
+        self.admin_line(payment_id, "acquirer alpha, and its reconciliation")
+        ok = (
+            _category == "ambiguous"
+            and answer.status_code == 202
+            and answer.status == "processing"
+            and answer.retry_after is not None
+            and status == "succeeded"
+            and alpha_seen.charges == 1
+            and beta_seen.key is None
+            and beta_after.get("charges_by_reference", {}).get(payment_id, 0) == 0
+        )
+        self.verdict("ambiguous stays", ok, expected)
+
     def webhook_step(self) -> None:
         """Webhooks (``scripts/demo_webhooks.py``): a 202 payment's final event arriving."""
         self.heading("webhook after a 202")
@@ -706,6 +917,7 @@ class Demo:
         self.verdict(title, ok, expected)
 
     def run(self) -> int:
+        self.settle_alpha()
         first = self.acquirer_scenario("approved", "tok_visa")
         first_key, first_body = f"demo-{self.run_id}-1", self.body("tok_visa", "1")
         self.acquirer_scenario("declined", "tok_decline")
@@ -725,6 +937,8 @@ class Demo:
             self.two_refunds(payment_id)
         self.lost_refund()
         self.webhook_step()
+        self.ambiguous_stays()
+        self.outage_absorbed()
 
         failed = [title for title, ok in self.results if not ok]
         print(
@@ -759,7 +973,12 @@ def create_api_key(run: Callable[..., subprocess.CompletedProcess[str]] = subpro
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--api", default="http://127.0.0.1:8000", help="the payment API")
-    parser.add_argument("--sandbox", default="http://127.0.0.1:8090", help="the sandbox acquirer")
+    parser.add_argument(
+        "--sandbox", default="http://127.0.0.1:8090", help="the sandbox acquirer alpha"
+    )
+    parser.add_argument(
+        "--beta-sandbox", default="http://127.0.0.1:8091", help="the second one, beta"
+    )
     parser.add_argument(
         "--api-key",
         default=os.environ.get("API_KEY"),
@@ -770,6 +989,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=float(os.environ.get("ACQUIRER_READ_TIMEOUT_SECONDS", "3.0")),
         help="the service's ACQUIRER_READ_TIMEOUT_SECONDS (default 3.0, as documented)",
+    )
+    parser.add_argument(
+        "--breaker-open-seconds",
+        type=float,
+        default=float(os.environ.get("ACQUIRER_BREAKER_OPEN_SECONDS", "30")),
+        help="the service's ACQUIRER_BREAKER_OPEN_SECONDS (default 30, as documented)",
     )
     args = parser.parse_args(argv)
     api, sandbox = args.api.rstrip("/"), args.sandbox.rstrip("/")
@@ -815,7 +1040,14 @@ def main(argv: list[str] | None = None) -> int:
         active = {}
     if active:
         print(f"Note: the sandbox has acquirer-wide conditions set: {', '.join(active)}.")
-    demo = Demo(api, sandbox, api_key, args.acquirer_read_timeout)
+    demo = Demo(
+        api,
+        sandbox,
+        api_key,
+        args.acquirer_read_timeout,
+        beta=args.beta_sandbox.rstrip("/"),
+        breaker_open_seconds=args.breaker_open_seconds,
+    )
     return demo.run()
 
 

@@ -1,9 +1,9 @@
 """``python -m bench.campaigns [CAMPAIGN ...] [--short] [--out DIR]``: run fault campaigns.
 
-Campaigns: storms, crash, matrix, schemathesis, soak, webhooks, deferred, secrets (``all``:
-every one, in that order, on one stack; secrets runs after the others so it greps everything
-they logged). Exit
-status 0 when no campaign found a violation, 1 otherwise, 2 when the stack could not run.
+Campaigns: storms, crash, matrix, schemathesis, soak, webhooks, deferred, failover, secrets
+(``all``: every one, in that order, on one stack; secrets runs after the others so it greps
+everything they logged). Exit status 0 when no campaign found a violation, 1 otherwise, 2 when
+the stack could not run.
 """
 
 from __future__ import annotations

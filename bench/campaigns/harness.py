@@ -86,6 +86,9 @@ SERVICE_ENV: dict[str, str] = {
     "CELERY_TASK_TIME_LIMIT_SECONDS": "190",
     "PAYMENTS_PROCESSING_RETRY_AFTER_SECONDS": "1",
     "DATABASE_CONN_MAX_AGE": "60",
+    # The stack's sandbox is the acquirer "alpha"; the second sandbox "beta" (see
+    # Stack.acquirers_json) is configured only where the failover campaign routes to it.
+    "ACQUIRER_NAME": "alpha",
 }
 
 
@@ -304,20 +307,44 @@ def free_port() -> int:
 class Sandbox(Process):
     """The sandbox acquirer: control API and stats over HTTP."""
 
-    def __init__(self, popen: subprocess.Popen, log_path: Path, url: str, api_key: str) -> None:
-        super().__init__("sandbox", popen, log_path)
+    def __init__(
+        self,
+        popen: subprocess.Popen,
+        log_path: Path,
+        url: str,
+        api_key: str,
+        extra_args: Sequence[str] = (),
+        name: str = "sandbox",
+    ) -> None:
+        super().__init__(name, popen, log_path)
         self.url = url
         self.api_key = api_key
+        self.extra_args = tuple(extra_args)
         self.http = httpx.Client(base_url=url, timeout=30, trust_env=False)
 
     @classmethod
-    def start(cls, log_path: Path, api_key: str, extra_args: Sequence[str] = ()) -> Sandbox:
+    def start(
+        cls,
+        log_path: Path,
+        api_key: str,
+        extra_args: Sequence[str] = (),
+        *,
+        port: int = 0,
+        name: str = "sandbox",
+    ) -> Sandbox:
+        popen, url = cls._launch(log_path, api_key, extra_args, port)
+        return cls(popen, log_path, url, api_key, extra_args, name)
+
+    @staticmethod
+    def _launch(
+        log_path: Path, api_key: str, extra_args: Sequence[str], port: int
+    ) -> tuple[subprocess.Popen, str]:
         command = [
             PYTHON,
             "-m",
             "sandbox_acquirer",
             "--port",
-            "0",
+            str(port),
             "--api-key",
             api_key,
             *extra_args,
@@ -352,7 +379,18 @@ class Sandbox(Process):
         if not line or not line.startswith(SANDBOX_READY):
             popen.kill()
             raise CampaignError(f"the sandbox did not start; see {log_path}")
-        return cls(popen, log_path, line[len(SANDBOX_READY) :].strip(), api_key)
+        return popen, line[len(SANDBOX_READY) :].strip()
+
+    def down(self) -> None:
+        """Stop the process (SIGTERM): its port then refuses connections, a real
+        ``ECONNREFUSED``, unlike the modelled ``"refused"`` outage. Keep a ``--data-dir`` in
+        ``extra_args`` so :meth:`up` finds its charges again."""
+        super().stop()
+
+    def up(self) -> None:
+        """Start the process again on the same port with the same arguments."""
+        port = int(urlsplit(self.url).port or 0)
+        self.popen, _ = self._launch(self.log_path, self.api_key, self.extra_args, port)
 
     def stats(self) -> dict[str, Any]:
         response = self.http.get("/_sandbox/stats")
@@ -463,6 +501,9 @@ class Stack:
         self.queue = f"campaign-{self.tag}"
         self.namespace = f"campaign:{self.tag}:gateway"
         self.sandbox: Sandbox | None = None
+        #: The second acquirer, "beta" (the failover campaign's), its own key.
+        self.beta: Sandbox | None = None
+        self.beta_api_key = f"sk_acq_campaign_beta_{uuid.uuid4().hex}"
         self.web: Web | None = None
         self.processes: list[Process] = []
         self.started_at = datetime.now(UTC)
@@ -482,7 +523,22 @@ class Stack:
         finally:
             stack.stop()
 
+    def acquirers_json(self, *names: str) -> str:
+        """The ``ACQUIRERS`` value configuring ``names`` (``alpha``: the stack's sandbox,
+        priority 10; ``beta``: the second one, priority 20), in that order."""
+        assert self.sandbox is not None and self.beta is not None
+        known = {
+            "alpha": {"base_url": self.sandbox.url, "api_key": self.acquirer_api_key},
+            "beta": {"base_url": self.beta.url, "api_key": self.beta_api_key},
+        }
+        priority = {"alpha": 10, "beta": 20}
+        return json.dumps(
+            [{"name": name, **known[name], "priority": priority[name]} for name in names]
+        )
+
     def env(self, **overrides: str) -> dict[str, str]:
+        """Every process's environment: the service settings, and ``ACQUIRERS`` with alpha
+        only (the campaigns' payments go to the stack's sandbox) unless overridden."""
         assert self.sandbox is not None
         return {
             **os.environ,
@@ -491,6 +547,7 @@ class Stack:
             "DATABASE_URL": self.options.database_url,
             "ACQUIRER_BASE_URL": self.sandbox.url,
             "ACQUIRER_API_KEY": self.acquirer_api_key,
+            "ACQUIRERS": self.acquirers_json("alpha"),
             "ACQUIRER_STATE_REDIS_URL": self.options.redis_url,
             "ACQUIRER_STATE_NAMESPACE": self.namespace,
             "CELERY_BROKER_URL": celery_broker_url(self.options.redis_url),
@@ -506,18 +563,30 @@ class Stack:
         self._check_redis()
         if self.options.recreate_database:
             recreate_database(self.options.database_url)
+        faults = ("--hang-seconds", "5", "--trickle-seconds-per-byte", "1")
+        # alpha keeps its records in a journal: the failover campaign stops and restarts it.
         self.sandbox = Sandbox.start(
             self.log("sandbox"),
             self.acquirer_api_key,
-            ("--hang-seconds", "5", "--trickle-seconds-per-byte", "1"),
+            (*faults, "--data-dir", str(self.out_dir / "sandbox-alpha")),
         )
         self.processes.append(self.sandbox)
+        self.beta = Sandbox.start(
+            self.log("sandbox-beta"), self.beta_api_key, faults, name="sandbox-beta"
+        )
+        self.processes.append(self.beta)
         self.manage("migrate", "--noinput", log_name="migrate")
         self.web = self.start_web("web")
         self.start_celery()
 
     def start_web(
-        self, name: str, *, workers: int | None = None, wait: bool = True, **env: str
+        self,
+        name: str,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+        wait: bool = True,
+        **env: str,
     ) -> Web:
         """Another gunicorn (e.g. one that crashes at a point), on its own port; with
         ``wait=False`` the caller waits for ``web.up()``."""
@@ -533,7 +602,7 @@ class Stack:
         process_env = self.env(
             WEB_BIND=f"127.0.0.1:{port}",
             WEB_CONCURRENCY=str(workers or self.options.web_workers),
-            WEB_THREADS=str(self.options.web_threads),
+            WEB_THREADS=str(threads or self.options.web_threads),
             **env,
         )
         log_path = self.log(name)
@@ -576,9 +645,11 @@ class Stack:
             "--schedule",
             str(self.out_dir / "beat-schedule"),
         ]
-        worker_process = _spawn("worker", worker, self.env(), self.log("worker"))
+        # Reconciliation goes to each payment's acquirer: the worker knows both.
+        both = self.env(ACQUIRERS=self.acquirers_json("alpha", "beta"))
+        worker_process = _spawn("worker", worker, both, self.log("worker"))
         self.processes.append(worker_process)
-        self.processes.append(_spawn("beat", beat, self.env(), self.log("beat")))
+        self.processes.append(_spawn("beat", beat, both, self.log("beat")))
         wait_until(
             lambda: " ready." in worker_process.log_text() or not worker_process.alive(),
             timeout=60,
@@ -657,11 +728,12 @@ class Stack:
         timeout: float = 300,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
-        """``manage.py ARGS`` with the stack's settings (plus ``env``). Output goes to a log
-        file when ``log_name`` is given (never for commands printing secrets), else is
-        returned."""
+        """``manage.py ARGS`` with the stack's settings, both acquirers (plus ``env``). Output
+        goes to a log file when ``log_name`` is given (never for commands printing secrets),
+        else is returned."""
         command = [PYTHON, "manage.py", *args]
-        env = {**self.env(), **(env or {})}
+        # Both acquirers: an operator's command (the ledger audit) sees every payment's.
+        env = {**self.env(ACQUIRERS=self.acquirers_json("alpha", "beta")), **(env or {})}
         if log_name:
             with open(self.log(log_name), "ab") as log:
                 result = subprocess.run(  # noqa: S603

@@ -18,6 +18,7 @@ CAMPAIGNS: dict[str, str] = {
     "soak": "bench.campaigns.soak",
     "webhooks": "bench.campaigns.webhooks",
     "deferred": "bench.campaigns.deferred",
+    "failover": "bench.campaigns.failover",
     "secrets": "bench.campaigns.secrets",
 }
 
@@ -30,6 +31,7 @@ MERCHANTS = {
     "soak": "soak",
     "webhooks": "webhooks",
     "deferred": "deferred",
+    "failover": "failover",
     "secrets": "secrets",
 }
 
@@ -47,6 +49,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "secrets": {},
         "webhooks": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
         "deferred": {"payments": 500, "concurrency": 16, "capacity": 20, "drain_timeout": 300},
+        # Per arm (two arms at once): 1000 payments at 6/s, alpha 4 s healthy then 6 s down.
+        "failover": {"payments": 1000, "pace": 6, "outage_seconds": 6, "healthy_seconds": 4},
     },
     "short": {
         # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
@@ -60,6 +64,15 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "secrets": {},
         "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
         "deferred": {"payments": 50, "concurrency": 16, "capacity": 20, "drain_timeout": 60},
+        # 50 per arm (100 in all) over one cycle of alpha's four outages.
+        "failover": {
+            "payments": 50,
+            "pace": 10,
+            "outage_seconds": 1.0,
+            "healthy_seconds": 0.25,
+            "web_workers": 1,
+            "web_threads": 12,
+        },
     },
 }
 

@@ -313,6 +313,7 @@ def _needles(stack: Stack) -> dict[str, str]:
         for index, key in enumerate(stack.merchant_keys)
     }
     needles["acquirer API key"] = stack.acquirer_api_key
+    needles["second acquirer's API key"] = stack.beta_api_key
     return needles
 
 

@@ -4,6 +4,7 @@ the sandbox counted and the gateway client's classifier, mapped to the README's 
 from __future__ import annotations
 
 import importlib.util
+import socket
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -83,3 +84,30 @@ def test_the_webhook_step_hands_the_api_address_and_key_to_the_webhook_demo(demo
 
     assert seen == [("http://127.0.0.1:8000", "http://127.0.0.1:8090", "sk_test_x")]
     assert run.results == [("webhook after a 202", True)]
+
+
+def test_the_failover_steps_rest_on_the_classifier(demo: ModuleType) -> None:
+    """The two-acquirer steps: alpha's 503 before processing is certainly not applied (the
+    payment may move to beta), a read timeout is ambiguous (it stays at alpha)."""
+    category, why = demo.outcome_category("status", (503, {}, demo.PROBLEMS[503][0]))
+    assert category == "not_sent" and "AcquirerUnavailableError" in why
+
+    category, why = demo.outcome_category("exception", demo.httpx.ReadTimeout("timed out"))
+    assert category == "ambiguous" and "ResponseTimeoutError" in why
+
+
+def test_without_a_beta_sandbox_the_failover_steps_count_as_failed_checks(demo, capsys):
+    """No beta answering (make run not started with it): both steps are failed checks with a
+    hint, sent nothing to alpha, and the demo goes on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    run = demo.Demo(
+        "http://127.0.0.1:8000", "http://127.0.0.1:9", "sk_test_x", 3.0,
+        beta=f"http://127.0.0.1:{closed}",
+    )  # fmt: skip
+    run.outage_absorbed()
+    run.ambiguous_stays()
+
+    assert [ok for _title, ok in run.results] == [False, False]
+    assert "make run starts it" in capsys.readouterr().out
