@@ -72,7 +72,9 @@ class Payment(Answered):
     (created with `allow_deferred=True` while no acquirer could take it: not sent anywhere yet,
     sent at `not_before` or later), `succeeded`, `requires_capture`, `capture_pending`,
     `void_pending`, `canceled`, `declined`, `failed`, `needs_review`. `not_before`: an aware
-    UTC datetime while `deferred`, else None. `final` is True when the status will not change
+    UTC datetime while `deferred`, else None. `acquirer`: the name of the acquirer that holds
+    it (captures, voids and refunds go there; None from a server older than several
+    acquirers). `final` is True when the status will not change
     by itself.
     """
 
@@ -92,6 +94,7 @@ class Payment(Answered):
     created_at: datetime
     updated_at: datetime
     not_before: datetime | None = None
+    acquirer: str | None = None
 
     @property
     def final(self) -> bool:

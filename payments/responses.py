@@ -102,6 +102,7 @@ def payment_document(payment: Payment) -> dict[str, object]:
         "amount_captured": payment.amount_captured,
         "amount_refunded": payment.amount_refunded,
         "not_before": _rfc3339(payment.not_before),
+        "acquirer": payment.acquirer,
         "created_at": _rfc3339(payment.created_at),
         "updated_at": _rfc3339(payment.updated_at),
     }

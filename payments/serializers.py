@@ -251,6 +251,7 @@ class PaymentSerializer(serializers.ModelSerializer):
             "amount_captured",
             "amount_refunded",
             "not_before",
+            "acquirer",
             "created_at",
             "updated_at",
         ]
