@@ -14,7 +14,7 @@ from gunicorn.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Services that run until stopped (migrate runs once and exits).
-LONG_RUNNING = {"db", "redis", "web", "worker", "beat", "sandbox", "sandbox_beta"}
+LONG_RUNNING = {"db", "redis", "web", "worker", "beat", "sandbox", "sandbox-beta"}
 SECRETS = ("DJANGO_SECRET_KEY", "METRICS_BEARER_TOKEN")
 
 

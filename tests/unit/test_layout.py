@@ -37,7 +37,7 @@ def test_docker_compose_has_the_agreed_services():
 
 def test_procfile_runs_api_worker_beat_and_sandbox():
     """`make run` starts these four processes."""
-    assert set(procfile_commands()) == {"web", "worker", "beat", "sandbox", "sandbox_beta"}
+    assert set(procfile_commands()) == {"web", "worker", "beat", "sandbox", "sandbox-beta"}
 
 
 def test_ci_runs_the_readme_test_command():
