@@ -23,6 +23,8 @@ from ledger.services import audit_acquirer
 from payments import failover
 from payments.acquirer.authorize import authorization_request
 from payments.acquirer.client import acquirer_client
+from payments.deferral import DeferralPolicy
+from payments.deferred import deferred_sweep
 from payments.models import Payment, PaymentEvent
 from payments.money import CURRENCY_EXPONENTS
 from payments.reconciliation import (
@@ -201,6 +203,36 @@ def test_both_down_answers_503_problem_with_retry_after_and_releases_the_key(
     assert (payment.status, payment.failure_code) == ("failed", "acquirer_unavailable")
     assert attempts(payment.id) == [("alpha", "not_sent"), ("beta", "not_sent")]
     assert IdempotencyKey.objects.count() == 0
+
+
+def test_both_down_with_allow_deferred_is_deferred_and_submitted_once_when_beta_recovers(
+    merchant_a, alpha, beta
+):
+    """Both acquirers refuse before processing: an ``allow_deferred`` payment is ``202
+    deferred``; when beta recovers (alpha still down), the deferred sweep fails over from alpha
+    to beta: one authorization in all, at beta."""
+    alpha.set_condition("outage", duration_seconds=600, failure=503)
+    beta.set_condition("outage", duration_seconds=600, failure=503)
+    response = merchant_a.create_payment(PAYMENT_BODY | {"allow_deferred": True}, key="fo-d")
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "deferred"
+    payment_id = response.json()["id"]
+    assert (charges(alpha, payment_id), charges(beta, payment_id)) == (0, 0)
+
+    beta.clear_conditions()
+    later = timezone.now() + timedelta(hours=1)
+    report = deferred_sweep(policy=DeferralPolicy(submit_rate=0, batch_size=10), clock=lambda: later)
+    assert report.submitted == [payment_id]
+    payment = Payment.objects.get(pk=payment_id)
+    assert (payment.status, payment.acquirer) == ("succeeded", "beta")
+    assert (charges(alpha, payment_id), charges(beta, payment_id)) == (0, 1)
+    # Created: alpha then beta refused it; submitted: at beta (where it was left), approved.
+    assert attempts(payment_id) == [("alpha", "not_sent"), ("beta", "not_sent"), ("beta", "approved")]
+    again = deferred_sweep(
+        policy=DeferralPolicy(submit_rate=0, batch_size=10),
+        clock=lambda: later + timedelta(hours=1),
+    )
+    assert again.submitted == [] and beta.stats()["charges_total"] == 1
 
 
 def test_both_breakers_open_answers_503_before_writing_anything(merchant_a, alpha, beta):
