@@ -39,7 +39,13 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
             [
                 MERCHANTS[name]
                 for name in (
-                    "storms", "crash", "matrix", "schemathesis", "deferred", "failover", "secrets"
+                    "storms",
+                    "crash",
+                    "matrix",
+                    "schemathesis",
+                    "deferred",
+                    "failover",
+                    "secrets",
                 )
             ]
         )

@@ -221,13 +221,19 @@ def test_both_down_with_allow_deferred_is_deferred_and_submitted_once_when_beta_
 
     beta.clear_conditions()
     later = timezone.now() + timedelta(hours=1)
-    report = deferred_sweep(policy=DeferralPolicy(submit_rate=0, batch_size=10), clock=lambda: later)
+    report = deferred_sweep(
+        policy=DeferralPolicy(submit_rate=0, batch_size=10), clock=lambda: later
+    )
     assert report.submitted == [payment_id]
     payment = Payment.objects.get(pk=payment_id)
     assert (payment.status, payment.acquirer) == ("succeeded", "beta")
     assert (charges(alpha, payment_id), charges(beta, payment_id)) == (0, 1)
     # Created: alpha then beta refused it; submitted: at beta (where it was left), approved.
-    assert attempts(payment_id) == [("alpha", "not_sent"), ("beta", "not_sent"), ("beta", "approved")]
+    assert attempts(payment_id) == [
+        ("alpha", "not_sent"),
+        ("beta", "not_sent"),
+        ("beta", "approved"),
+    ]
     again = deferred_sweep(
         policy=DeferralPolicy(submit_rate=0, batch_size=10),
         clock=lambda: later + timedelta(hours=1),
