@@ -50,6 +50,30 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 # applied here until both can be upgraded (tests/e2e/test_broker_restart.py proves it).
 kombu_redis.Transport.connection_errors = (*kombu_redis.Transport.connection_errors, KeyError)
 
+# A second hang on a broker restart: closing a channel whose BRPOP is in flight reads that
+# BRPOP's answer first (kombu #1733, so a popped message is not lost). When the connection was
+# re-established meanwhile, the BRPOP was never sent on the new socket and its answer never
+# comes: the worker waits there for ever, alive and consuming nothing (caught by
+# tests/e2e/test_broker_restart.py, about 1 run in 5). On a live connection the answer comes
+# within the BRPOP's own timeout; so wait that long plus a second for it to be readable, and
+# otherwise close without reading.
+_channel_close = kombu_redis.Channel.close
+
+
+def _channel_close_without_waiting_for_ever(self: kombu_redis.Channel) -> None:
+    in_poll = self._in_poll
+    if in_poll:
+        try:
+            readable = in_poll.can_read(timeout=self.brpop_timeout + 1)
+        except (*kombu_redis.Transport.connection_errors, OSError):
+            readable = False  # the connection is gone: there is nothing to read
+        if not readable:
+            self._in_poll = False
+    _channel_close(self)
+
+
+kombu_redis.Channel.close = _channel_close_without_waiting_for_ever
+
 
 def _worker_command(argv: list[str]) -> bool:
     """True for ``celery ... worker ...`` (or ``python -m celery ... worker``)."""

@@ -85,7 +85,7 @@ def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
         finally:
             worker.terminate()
             try:
-                worker.wait(20)
+                worker.wait(60)  # a warm shutdown right after restarts can take ~10 s
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
