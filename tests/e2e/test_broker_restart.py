@@ -26,7 +26,11 @@ from tests.support.private_redis import PrivateRedis
 from tests.support.processes import ROOT, service_env, wait_until
 from tests.unit.test_layout import procfile_commands
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.broker_restarts,  # not in `make test`: docs/operations.md says why
+    pytest.mark.django_db(transaction=True),
+]
 
 PURGE = "payments.tasks.purge_expired_idempotency_keys"
 RESTARTS = 3
