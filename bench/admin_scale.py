@@ -47,6 +47,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--reuse", action="store_true", help="keep an existing benchmark database and its data"
     )
+    parser.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="with --reuse: keep the database's schema as it is (bench/index_cost.py measures "
+        "the same data under two index sets)",
+    )
     return parser.parse_args()
 
 
@@ -80,8 +86,8 @@ def create_database(database: str, *, reuse: bool) -> bool:
 FILL_SQL = [
     # Merchants.
     """
-    INSERT INTO merchants_merchant (id, name, created_at)
-    SELECT g, 'bench-merchant-' || g, now() - interval '400 days'
+    INSERT INTO merchants_merchant (id, name, created_at, acquirer_order)
+    SELECT g, 'bench-merchant-' || g, now() - interval '400 days', ''
     FROM generate_series(1, %(merchants)s) g
     """,
     "SELECT setval(pg_get_serial_sequence('merchants_merchant', 'id'), %(merchants)s)",
@@ -109,7 +115,8 @@ FILL_SQL = [
     INSERT INTO payments_payment (id, merchant_id, idempotency_key_id, amount, currency,
         payment_method, reference, description, status, decline_code, failure_code,
         acquirer_reference, acquirer_idempotency_key, created_at, updated_at, next_check_at,
-        reconciliation_attempts, reconciliation_lease_until)
+        reconciliation_attempts, reconciliation_lease_until, capture_method, amount_captured,
+        amount_refunded, acquirer, allow_deferred, deferred_attempts)
     SELECT id, 1 + g %% %(merchants)s, g, 100 + (g::bigint * 7919) %% 100000,
         CASE WHEN g %% 100 < 60 THEN 'EUR' WHEN g %% 100 < 80 THEN 'USD'
              WHEN g %% 100 < 90 THEN 'GBP' WHEN g %% 100 < 95 THEN 'CHF'
@@ -121,7 +128,9 @@ FILL_SQL = [
              THEN 'ch_' || substr(md5('c' || g), 1, 24) END,
         'authorize-' || id, t, t,
         CASE WHEN status = 'processing' THEN t + interval '1 minute' END,
-        CASE WHEN status = 'needs_review' THEN 40 ELSE 0 END, NULL
+        CASE WHEN status = 'needs_review' THEN 40 ELSE 0 END, NULL, 'automatic',
+        CASE WHEN status = 'succeeded' THEN 100 + (g::bigint * 7919) %% 100000 ELSE 0 END, 0,
+        'alpha', false, 0
     FROM (
         SELECT g, 'pay_' || substr(md5('p' || g), 1, 24) AS id,
             now() - g * (%(spread)s * interval '1 second') / %(rows)s AS t,
@@ -218,6 +227,7 @@ def pages() -> list[tuple[str, str, dict]]:
         ("payments: reconcile form", f"{payments}{quote(needs_review.pk)}/reconcile/", {}),
         ("keys: list", keys, {}),
         ("keys: status in_progress", keys, {"status__exact": "in_progress"}),
+        ("keys: status completed", keys, {"status__exact": "completed"}),
         ("keys: expired", keys, {"expired": "yes"}),
         ("keys: not expired", keys, {"expired": "no"}),
         ("keys: search key", keys, {"q": key.key}),
@@ -283,7 +293,8 @@ def main() -> int:
     from django.db import connection
 
     created = create_database(args.database, reuse=args.reuse)
-    call_command("migrate", verbosity=0)
+    if created or not args.no_migrate:
+        call_command("migrate", verbosity=0)
     if created:
         print(f"filling {args.database} with {args.rows:,} payments and keys ...", flush=True)
         print(f"filled in {fill(args.rows):.1f} s", flush=True)

@@ -176,8 +176,10 @@ class Payment(models.Model):
     """One authorization request of a merchant, in minor units of an ISO 4217 currency."""
 
     id = models.CharField(primary_key=True, max_length=32, default=new_payment_id, editable=False)
+    #: No index of its own: every index that starts with ``merchant_id`` serves it (migration
+    #: 0012).
     merchant = models.ForeignKey(
-        "merchants.Merchant", on_delete=models.PROTECT, related_name="payments"
+        "merchants.Merchant", on_delete=models.PROTECT, related_name="payments", db_index=False
     )
     idempotency_key = models.OneToOneField(
         "idempotency.IdempotencyKey",
@@ -258,7 +260,6 @@ class Payment(models.Model):
             models.Index(
                 fields=["merchant", "-created_at", "-id"], name="payment_merchant_created"
             ),
-            models.Index(fields=["merchant", "reference"], name="payment_merchant_reference"),
             models.Index(
                 fields=["merchant", "status", "-created_at"], name="payment_merchant_status"
             ),
@@ -274,8 +275,19 @@ class Payment(models.Model):
             models.Index(
                 fields=["currency", "-created_at", "-id"], name="payment_currency_created"
             ),
-            models.Index(fields=["reference"], name="payment_reference_lookup"),
-            models.Index(fields=["acquirer_reference"], name="payment_acquirer_reference"),
+            # The merchant's reference, searched alone (the console) or with the merchant (the
+            # API's list filter), and the acquirer's reference (the console's search, the
+            # ledger audit): only rows that have one (migration 0012; an equality implies it).
+            models.Index(
+                fields=["reference", "merchant"],
+                name="payment_reference_merchant",
+                condition=models.Q(reference__isnull=False),
+            ),
+            models.Index(
+                fields=["acquirer_reference"],
+                name="payment_acquirer_ref_lookup",
+                condition=models.Q(acquirer_reference__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -412,7 +424,10 @@ class PaymentEvent(models.Model):
     the same request can be joined (config/request_context.py).
     """
 
-    payment = models.ForeignKey(Payment, on_delete=models.CASCADE, related_name="events")
+    #: No index of its own: ``payment_event_timeline`` starts with ``payment_id`` (migration 0012).
+    payment = models.ForeignKey(
+        Payment, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     type = models.CharField(max_length=64)  # a PaymentEventType value
     from_status = models.CharField(max_length=16, null=True, blank=True)
     to_status = models.CharField(max_length=16, null=True, blank=True)

@@ -112,8 +112,13 @@ class Event(models.Model):
     """One state change, as the merchant sees it; written in the change's transaction."""
 
     id = models.CharField(primary_key=True, max_length=32, default=new_event_id, editable=False)
+    #: No index of its own: ``event_merchant_created`` starts with ``merchant_id`` (migration
+    #: 0003).
     merchant = models.ForeignKey(
-        "merchants.Merchant", on_delete=models.PROTECT, related_name="webhook_events"
+        "merchants.Merchant",
+        on_delete=models.PROTECT,
+        related_name="webhook_events",
+        db_index=False,
     )
     type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=32, help_text="The payment's or refund's id.")
@@ -139,7 +144,11 @@ class Event(models.Model):
 class Delivery(models.Model):
     """One event to one endpoint, and its schedule (see the module's docstring)."""
 
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    #: No index of its own: the unique ``delivery_once`` starts with ``event_id`` (migration
+    #: 0003).
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
     )
