@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                     db, ACQUIRER_BASE_URL=sandbox.url, ACQUIRER_API_KEY=SANDBOX_API_KEY, **env
                 ),
                 api_key,
-            )
+            )["sql"]
             send_payments(f"{server.url}/payments", api_key, f"warm-{stamp}", 50, 4)
             trips = redis_round_trips(
                 redis_server, f"{server.url}/payments", api_key, f"mon-{stamp}", 20
