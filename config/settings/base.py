@@ -52,12 +52,14 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # The console's cookie middleware runs on /admin/ paths only: the API reads no cookie
+    # (config/console_middleware.py, ADR 0029). Everything else here runs on every path.
+    "config.console_middleware.ConsoleSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django_otp.middleware.OTPMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.console_middleware.ConsoleAuthenticationMiddleware",
+    "config.console_middleware.ConsoleOTPMiddleware",
+    "config.console_middleware.ConsoleMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
     "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
