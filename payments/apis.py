@@ -59,6 +59,7 @@ from payments.serializers import (
     RefundListSerializer,
     RefundSerializer,
     VoidInputSerializer,
+    payment_create_input,
 )
 from payments.services import NoAcquirerForPayment, payment_create
 
@@ -280,13 +281,16 @@ class PaymentListCreateApi(MerchantApi):
     )
     def post(self, request: Request) -> HttpResponse:
         key = idempotency_key_header(request)
-        body = PaymentCreateInputSerializer(data=request_json(request))
-        body.is_valid(raise_exception=True)
+        data = request_json(request)
+        # A valid body passes plain checks; anything else gets the serializer's answer.
+        fields = payment_create_input(data)
+        if fields is None:
+            body = PaymentCreateInputSerializer(data=data)
+            body.is_valid(raise_exception=True)
+            fields = body.validated_data
         try:
             with payment_slot(request.user):
-                result = payment_create(
-                    merchant=request.user, idempotency_key=key, **body.validated_data
-                )
+                result = payment_create(merchant=request.user, idempotency_key=key, **fields)
         except NoAcquirerForPayment as exc:
             raise Problem(
                 "No acquirer of this service takes this currency with this capture method.",
