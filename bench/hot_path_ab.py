@@ -1,4 +1,4 @@
-"""Benchmark: what each change of ADR 0026 saves, by CPU, in one process and one run.
+"""Benchmark: what each change of ADRs 0026 and 0029 saves, by CPU, in one process and one run.
 
 One command (docs/benchmarks.md, "Each change on its own")::
 
@@ -19,22 +19,43 @@ block within each round:
   payment look-up by key, the inserts);
 * ``phase 2 locked``: the one-statement phase 2 off (the row locks, the ORM's updates and
   inserts);
-* ``serializer``: the answer and the outbox object rendered by ``PaymentSerializer``.
+* ``serializer``: the answer and the outbox object rendered by ``PaymentSerializer``;
+* ``console middleware on the API``: the console's session, authentication, OTP and message
+  middleware run on every path again, as before ADR 0029 (``config/console_middleware.py``);
+* ``input serializer``: the body validated by ``PaymentCreateInputSerializer`` instead of the
+  plain checks (``payments.serializers.payment_create_input``, ADR 0029).
 
 Counted per block: this process's CPU time (``time.process_time``: Python, Django, psycopg) and
 the CPU time of its PostgreSQL backend (``/proc/<pid>/stat`` of ``pg_backend_pid()``), divided by
 the payments; the sandbox is another process and is not counted. Other tenants of the machine
 slow a block down but add little CPU time to it, so the per-round ratios to ``all`` are what to
-read. The statements of one request of each variant are counted too.
+read. The statements of one request of each variant are counted too. The changes that touch
+Python only (the middleware, the input serializer) are small beside the noise of a shared
+machine: their ``Python / all`` column (this process's CPU alone) is the one to read, from a
+run with many short rounds of just those variants::
+
+    .venv/bin/python bench/hot_path_ab.py --rounds 20 --payments 20 \
+        --variants "console middleware on the API,input serializer"
+
+Last, the parts of DRF's dispatch and of the body validation are each timed in a tight loop on
+a ``POST /payments`` request built by Django's ``RequestFactory`` (the best of
+``--parts-repeat`` runs of ``--parts-number`` calls, by CPU time, so other tenants inflate it
+least), and shown beside the ``all`` variant's Python CPU per payment: the request wrapping
+(``APIView.initialize_request``), content negotiation, the permission and throttle checks,
+``finalize_response``, the parsing of the body (``request_json``), the validation by
+``PaymentCreateInputSerializer`` and by the plain checks (``payment_create_input``).
+``--parts-number 0`` leaves them out.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
+import timeit
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,7 +92,8 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
     from django.conf import settings
     from django.db import connection
 
-    from payments import lifecycle, responses, services
+    from config import console_middleware
+    from payments import apis, lifecycle, responses, services
     from payments.serializers import PaymentSerializer
 
     @contextlib.contextmanager
@@ -128,6 +150,72 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
             services, "payment_outcome_record", lambda *_, **__: None
         ),
         "serializer": serializer,
+        "console middleware on the API": lambda: patched(
+            console_middleware, "is_console_path", lambda request: True
+        ),
+        "input serializer": lambda: patched(apis, "payment_create_input", lambda data: None),
+    }
+
+
+def best_microseconds(call: Callable[[], object], number: int, repeat: int) -> float:
+    """The best of ``repeat`` runs of ``number`` calls of ``call``, CPU microseconds a call."""
+    runs = timeit.repeat(call, number=number, repeat=repeat, timer=time.process_time)
+    return 1e6 * min(runs) / number
+
+
+def parts(number: int, repeat: int) -> dict[str, float]:
+    """Microseconds per call of each part, on one ``POST /payments`` request."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from rest_framework.views import APIView
+
+    from merchants.models import Merchant
+    from payments.apis import PaymentListCreateApi
+    from payments.parsers import request_json
+    from payments.serializers import PaymentCreateInputSerializer, payment_create_input
+
+    body = json.dumps(PAYMENT_BODY).encode()
+    factory = RequestFactory()
+
+    def django_request():
+        return factory.post(
+            "/payments", body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k"
+        )
+
+    view = PaymentListCreateApi()
+    view.args, view.kwargs, view.format_kwarg = (), {}, None
+    request = view.initialize_request(django_request())
+    request.user = Merchant(name="bench")
+    view.request, view.headers = request, view.default_response_headers
+    data = json.loads(body)
+
+    def serializer() -> object:
+        validated = PaymentCreateInputSerializer(data=data)
+        validated.is_valid(raise_exception=True)
+        return validated.validated_data
+
+    def parsed() -> object:
+        return request_json(view.initialize_request(django_request()))
+
+    def time_of(call: Callable[[], object]) -> float:
+        return best_microseconds(call, number, repeat)
+
+    one_request = django_request()
+    return {
+        "request wrapping (initialize_request)": time_of(
+            lambda: view.initialize_request(one_request)
+        ),
+        "content negotiation": time_of(lambda: view.perform_content_negotiation(request)),
+        "permission check": time_of(lambda: view.check_permissions(request)),
+        "throttle check": time_of(lambda: view.check_throttles(request)),
+        "finalize_response": time_of(
+            lambda: APIView.finalize_response(view, request, HttpResponse(b"{}"))
+        )
+        - time_of(lambda: HttpResponse(b"{}")),
+        "body parsing (request_json)": time_of(parsed)
+        - time_of(lambda: view.initialize_request(django_request())),
+        "input serializer": time_of(serializer),
+        "plain checks (payment_create_input)": time_of(lambda: payment_create_input(data)),
     }
 
 
@@ -136,6 +224,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--payments", type=int, default=60, help="payments per block")
     parser.add_argument("--database", default=None, help="benchmark database name")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated variant names to run beside 'all' (default: every variant)",
+    )
+    parser.add_argument(
+        "--parts-number", type=int, default=5000, help="calls per timed run of a part (0: none)"
+    )
+    parser.add_argument("--parts-repeat", type=int, default=5, help="timed runs of a part")
     return parser.parse_args(argv)
 
 
@@ -185,6 +282,12 @@ def run(args: argparse.Namespace, api_key: str) -> int:
         ).status_code  # fmt: skip
 
     table = variants()
+    if args.variants:
+        chosen = {"all", *(name.strip() for name in args.variants.split(","))}
+        unknown = chosen - set(table)
+        if unknown:
+            raise SystemExit(f"unknown variants: {sorted(unknown)}; known: {sorted(table)}")
+        table = {name: undo for name, undo in table.items() if name in chosen}
     for _ in range(20):
         post()  # warm-up: imports, the API key cached, the connection open
     statements: dict[str, list[str]] = {}
@@ -222,31 +325,52 @@ def run(args: argparse.Namespace, api_key: str) -> int:
         extra = median(
             ratio(b["total_ms"], a["total_ms"]) for a, b in zip(blocks["all"], per, strict=True)
         )
+        python_extra = median(
+            ratio(b["python_ms"], a["python_ms"]) for a, b in zip(blocks["all"], per, strict=True)
+        )
         summary[name] = {
             "statements": len(statements[name]),
             "python_ms": median(b["python_ms"] for b in per),
             "postgres_ms": median(b["postgres_ms"] for b in per),
             "total_ms": median(b["total_ms"] for b in per),
             "ratio_to_all": extra,
+            "python_ratio_to_all": python_extra,
             "shapes": statements[name],
         }
         rows.append((
             name, len(statements[name]), summary[name]["python_ms"],
-            summary[name]["postgres_ms"], summary[name]["total_ms"], extra,
+            summary[name]["postgres_ms"], summary[name]["total_ms"], extra, python_extra,
         ))  # fmt: skip
     print()
     print_table(
         ["variant (one change undone)", "statements", "Python CPU ms", "PostgreSQL CPU ms",
-         "CPU ms per payment", "/ all (median of rounds)"],
+         "CPU ms per payment", "/ all (median of rounds)", "Python / all"],
         rows,
     )  # fmt: skip
+    parts_us = {}
+    if args.parts_number > 0:
+        parts_us = print_parts(args, payment_ms=summary["all"]["python_ms"])
     path = write_results(
         "hot_path_ab",
         {"machine": machine_context(), "settings": vars(args), "summary": summary,
-         "blocks": blocks},
+         "blocks": blocks, "parts_us": parts_us},
     )  # fmt: skip
     print(f"\nresults: {path}")
     return 0
+
+
+def print_parts(args: argparse.Namespace, *, payment_ms: float) -> dict[str, float]:
+    """Print the parts of DRF's dispatch and of the body validation (:func:`parts`), in us and
+    as a share of ``payment_ms`` (this process's CPU ms per payment, the ``all`` variant), and
+    return them (name -> us)."""
+    costs = parts(args.parts_number, args.parts_repeat)
+    costs["DRF's dispatch in all (the wrapping to the parsing)"] = sum(list(costs.values())[:6])
+    print()
+    print_table(
+        ["part of POST /payments", "CPU us", "% of a payment's Python CPU"],
+        [(name, us, us / (10 * payment_ms)) for name, us in costs.items()],
+    )
+    return costs
 
 
 if __name__ == "__main__":

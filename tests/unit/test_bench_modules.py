@@ -20,6 +20,7 @@ from bench import (
     client_compare,
     common,
     endpoint_compare,
+    hot_path_ab,
     noisy_neighbour,
     profile_stacks,
     purge_cost,
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
         noisy_neighbour,
         capacity,
         purge_cost,
+        hot_path_ab,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
@@ -53,6 +55,10 @@ def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
 
 
 def test_arguments_are_parsed():
+    assert hot_path_ab.parse_args(["--variants", "input serializer"]).variants == (
+        "input serializer"
+    )
+    assert hot_path_ab.parse_args(["--parts-number", "0"]).parts_number == 0
     assert throughput.parse_args(["--duration", "5", "--rounds", "1"]).rounds == 1
     assert throughput.parse_args([]).profile_seconds > 0
     assert replay_latency.parse_args(["--concurrency", "1", "4"]).concurrency == [1, 4]
