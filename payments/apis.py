@@ -59,7 +59,7 @@ from payments.serializers import (
     RefundListSerializer,
     RefundSerializer,
     VoidInputSerializer,
-    payment_create_input,
+    payment_create_validated,
 )
 from payments.services import NoAcquirerForPayment, payment_create
 
@@ -281,13 +281,8 @@ class PaymentListCreateApi(MerchantApi):
     )
     def post(self, request: Request) -> HttpResponse:
         key = idempotency_key_header(request)
-        data = request_json(request)
         # A valid body passes plain checks; anything else gets the serializer's answer.
-        fields = payment_create_input(data)
-        if fields is None:
-            body = PaymentCreateInputSerializer(data=data)
-            body.is_valid(raise_exception=True)
-            fields = body.validated_data
+        fields = payment_create_validated(request_json(request))
         try:
             with payment_slot(request.user):
                 result = payment_create(merchant=request.user, idempotency_key=key, **fields)

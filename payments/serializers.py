@@ -249,6 +249,19 @@ def payment_create_input(data: Any) -> dict[str, Any] | None:
     return dict(data)
 
 
+def payment_create_validated(data: Any) -> dict[str, Any]:
+    """The validated body of ``POST /payments`` (``data``: the parsed JSON body): the plain
+    checks of :func:`payment_create_input` for a valid body, else
+    :class:`PaymentCreateInputSerializer`, which refuses it. Raises DRF's ``ValidationError``
+    (the 400 problem with its field errors, or the card-data refusal)."""
+    fields = payment_create_input(data)
+    if fields is None:
+        body = PaymentCreateInputSerializer(data=data)
+        body.is_valid(raise_exception=True)
+        fields = dict(body.validated_data)
+    return fields
+
+
 class CaptureInputSerializer(StrictBodySerializer):
     """Body of ``POST /payments/{id}/capture``: ``{}`` or ``{"amount": N}``."""
 

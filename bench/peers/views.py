@@ -1,12 +1,13 @@
 """``POST /payments`` without the service's idempotency layer (bench only).
 
 The service's own pieces minus the idempotency key: the same request checks
-(``payments.parsers.request_json``, the strict serializer that also refuses card data), the
-same payment row and events (``payments.services.payment_record_create``), the same acquirer
-call (``payments.acquirer.authorize.payment_authorize``, with the payment's own acquirer
-idempotency key), the same phase 2 (``payments.services.payment_authorization_record``) and the
-same answer (``payments.responses.create_answer``). No claim, no stored answer, no completion:
-the payment has no key. Two transactions, the acquirer called between them, as in the service.
+(``payments.parsers.request_json``, then ``payments.serializers.payment_create_validated``: the
+plain checks, or the strict serializer that also refuses card data), the same payment row and
+events (``payments.services.payment_record_create``), the same acquirer call
+(``payments.acquirer.authorize.payment_authorize``, with the payment's own acquirer idempotency
+key), the same phase 2 (``payments.services.payment_authorization_record``) and the same answer
+(``payments.responses.create_answer``). No claim, no stored answer, no completion: the payment
+has no key. Two transactions, the acquirer called between them, as in the service.
 
 It is what the idempotency layer's cost is measured against, and the view the
 django-idempotency-key middleware wraps in the peer comparison.
@@ -30,7 +31,7 @@ from payments.acquirer.authorize import payment_authorize
 from payments.acquirer.client import acquirer_client
 from payments.parsers import request_json
 from payments.responses import Answered, Unavailable, create_answer
-from payments.serializers import PaymentCreateInputSerializer
+from payments.serializers import payment_create_validated
 from payments.services import payment_authorization_record, payment_record_create
 
 
@@ -57,8 +58,5 @@ class PlainPaymentCreateApi(APIView):
     """``POST`` a payment: the service's endpoint without the idempotency layer."""
 
     def post(self, request: Request) -> HttpResponse:
-        body = PaymentCreateInputSerializer(data=request_json(request))
-        body.is_valid(raise_exception=True)
-        return create_answer(
-            payment_create_without_key(merchant=request.user, body=body.validated_data)
-        )
+        body = payment_create_validated(request_json(request))
+        return create_answer(payment_create_without_key(merchant=request.user, body=body))
