@@ -49,6 +49,9 @@ logconfig_dict = logging_config(
     log_format=environment_log_format(os.environ), level=os.environ.get("LOG_LEVEL", "INFO")
 )
 access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms request_id=%({request-id}o)s'
+# The access line only for requests the request line (config/request_context.py) does not
+# cover: those gunicorn answers itself, before Django (ADR 0028). One line per request.
+logger_class = "config.access_log.AccessLogger"
 # Idle keep-alive connections live longer than common clients keep them (httpx: 5 s), so a
 # client never reuses a connection at the moment the server closes it.
 keepalive = int(os.environ.get("WEB_KEEPALIVE", "10"))

@@ -14,11 +14,17 @@ the new request's id, never the stored one.
 the ``payments.request`` logger: method, route (the URL pattern, never the raw path with its
 query string), status, duration in milliseconds, and what the request bound on the way:
 ``merchant_id`` (merchants/authentication.py), ``idempotency`` (``new``, ``taken_over``,
-``replay``, ``in_use``, ``reused``: idempotency/services.py) and ``payment_id``. Levels:
+``replay``, ``in_use``, ``reused``: idempotency/services.py) and ``payment_id``, the
+answer's ``bytes``, the peer's ``remote_addr`` (what gunicorn's access line showed: a proxy's
+address behind one), ``path`` (without the query string) only when no route matched, and the
+facts code below adds with :func:`request_line_note` (the payment's ``payment_status`` and
+``authorize_outcome`` after an authorization: payments/services.py). Levels:
 INFO below 500 (a 4xx is the client's expected answer; DEBUG for a successful health check
 or scrape), WARNING for 502 and 503 (expected acquirer answers), ERROR for the rest.
 Django's own ``django.request`` line for the answer is then skipped (the response is marked
-logged); an unhandled exception keeps its ERROR traceback from Django.
+logged); an unhandled exception keeps its ERROR traceback from Django. gunicorn's access line
+is skipped too for a request this line covers (:data:`REQUEST_LINE_WRITTEN` in the WSGI
+environ, read by config/access_log.py; ADR 0028): one line per request.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -38,10 +45,12 @@ from config.log_filters import redact
 __all__ = [
     "INCOMING_HEADER",
     "REQUEST_ID_HEADER",
+    "REQUEST_LINE_WRITTEN",
     "RequestContextMiddleware",
     "bind_request_id",
     "current_request_id",
     "new_request_id",
+    "request_line_note",
     "valid_request_id",
 ]
 
@@ -53,7 +62,15 @@ INCOMING_HEADER = "X-Request-Id"
 MAX_LENGTH = 128
 _VALID = re.compile(rf"[A-Za-z0-9._:\-]{{1,{MAX_LENGTH}}}")
 
+#: The WSGI environ key set once the request line is written: gunicorn's access line is then
+#: not written (config/access_log.py), since this line carries what it would.
+REQUEST_LINE_WRITTEN = "payments.request_line_written"
+
 logger = logging.getLogger("payments.request")
+#: The facts code running inside the request adds to its request line (request_line_note).
+_REQUEST_LINE_FACTS: ContextVar[dict[str, Any] | None] = ContextVar(
+    "request_line_facts", default=None
+)
 _PAYMENT_LOCATION = re.compile(r"^/payments/(pay_[0-9a-f]+)")
 
 
@@ -85,6 +102,18 @@ def bind_request_id(value: str | None, **context: Any) -> str:
     return request_id
 
 
+def request_line_note(**facts: str | int | None) -> bool:
+    """Add ``facts`` (field names to plain values) to the request line of the HTTP request
+    running in this context, and return True; return False, adding nothing, when no request
+    line will be written here (a Celery task, a management command), so the caller writes its
+    own line. A later fact of the same name replaces an earlier one."""
+    found = _REQUEST_LINE_FACTS.get()
+    if found is None:
+        return False
+    found.update(facts)
+    return True
+
+
 #: Routes probed every few seconds (health checks, scrapes): their successful lines are DEBUG.
 PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -107,6 +136,15 @@ def _payment_id(request: Any, response: Any) -> str | None:
     return found.group(1) if found else None
 
 
+def _length(response: Any) -> int | None:
+    """The answer's body length in bytes (``Content-Length``, set by CommonMiddleware), or
+    None for a streaming answer without one."""
+    length = response.get("Content-Length")
+    if length is not None:
+        return int(length)
+    return None if response.streaming else len(response.content)
+
+
 class RequestContextMiddleware:
     """Bind the request id, answer it in ``Request-Id``, write the request line."""
 
@@ -120,15 +158,18 @@ class RequestContextMiddleware:
         started = self.clock()
         request_id = bind_request_id(request.headers.get(INCOMING_HEADER))
         request.request_id = request_id
+        facts: dict[str, Any] = {}
+        token = _REQUEST_LINE_FACTS.set(facts)
         try:
             response = self.get_response(request)
             response[REQUEST_ID_HEADER] = request_id
-            self._log(request, response, started)
+            self._log(request, response, started, facts)
             return response
         finally:
+            _REQUEST_LINE_FACTS.reset(token)
             structlog.contextvars.clear_contextvars()
 
-    def _log(self, request: Any, response: Any, started: float) -> None:
+    def _log(self, request: Any, response: Any, started: float, facts: dict[str, Any]) -> None:
         match = getattr(request, "resolver_match", None)
         bound = structlog.contextvars.get_contextvars()
         fields = {
@@ -136,10 +177,15 @@ class RequestContextMiddleware:
             "route": "/" + match.route if match is not None else None,
             "status": response.status_code,
             "duration_ms": round((self.clock() - started) * 1000, 1),
+            "bytes": _length(response),
+            "remote_addr": request.META.get("REMOTE_ADDR"),
             "merchant_id": bound.get("merchant_id"),
             "idempotency": bound.get("idempotency"),
             "payment_id": _payment_id(request, response),
+            **facts,
         }
+        if match is None:
+            fields["path"] = request.path  # what gunicorn's access line would have shown
         logger.log(
             _level(response.status_code, fields["route"]),
             "request %s %s %s",
@@ -151,3 +197,4 @@ class RequestContextMiddleware:
         # django.request's "Not Found: <path>" / "Service Unavailable: <path>" would repeat
         # this line (at ERROR for every expected 503), with the raw path.
         response._has_been_logged = True
+        request.META[REQUEST_LINE_WRITTEN] = True

@@ -37,7 +37,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from config.request_context import current_request_id
+from config.request_context import current_request_id, request_line_note
 from gateway_client import AcquirerClient
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.fingerprint import request_fingerprint
@@ -551,12 +551,7 @@ def payment_authorization_record(
             )
             if recorded is not None:
                 crash_point("before_phase2_commit")
-                logger.info(
-                    "payment %s authorize outcome=%s status=%s",
-                    recorded[0].id,
-                    outcome.value,
-                    recorded[0].status,
-                )
+                _authorize_outcome_log(recorded[0], outcome)
                 return Answered(payment=recorded[0], response=recorded[1])
         payment, key = payment_lock_with_key(payment_id)
         payment_event_record(
@@ -587,10 +582,20 @@ def payment_authorization_record(
             _schedule_reconciliation(payment, now)
         response = payment_answer_store(payment, key=key, now=now)
         crash_point("before_phase2_commit")
-    logger.info(
-        "payment %s authorize outcome=%s status=%s", payment.id, outcome.value, payment.status
-    )
+    _authorize_outcome_log(payment, outcome)
     return Answered(payment=payment, response=response)
+
+
+def _authorize_outcome_log(payment: Payment, outcome: AuthorizationOutcome) -> None:
+    """The authorization's outcome and the payment's status: two fields of the request line
+    with its ``payment_id`` when a request is running (ADR 0028), else (a task, a command) a
+    line of their own."""
+    if not request_line_note(
+        payment_id=payment.id, payment_status=str(payment.status), authorize_outcome=outcome.value
+    ):
+        logger.info(
+            "payment %s authorize outcome=%s status=%s", payment.id, outcome.value, payment.status
+        )
 
 
 def _outcome_changes(attempt: AcquirerAttempt, failure_code: str | None) -> dict[str, object]:

@@ -4,12 +4,13 @@ sequences too) with a merchant's key -> 0 server errors, every error answer an R
 
 Schemathesis runs as its own CLI (``schemathesis run``, all checks), round after round with a
 new seed, at least ``min_rounds`` rounds and until the web process has answered
-``min_requests`` requests (counted in gunicorn's access log). Odd rounds generate from the
+``min_requests`` requests (counted in the web log: one request line, or for a request it does
+not cover gunicorn's access line, per request; ADR 0028). Odd rounds generate from the
 schema as served, even rounds from the same schema tightened to the README's contract
 (``CAMPAIGN_SCHEMA=contract``), so that generated payments pass validation and reach the
 payment flow. Violations: a 5xx other than the API's
 designed ``502 acquirer_error`` and ``503 acquirer_unavailable`` (ST101, ST102, or any
-500/504 in the access log), and any error answer that is not problem+json. The other
+500/504 in the web log), and any error answer that is not problem+json. The other
 checks' failures (schema conformance, ...) are findings, printed with Schemathesis'
 reproduction, not violations.
 """
@@ -34,6 +35,8 @@ CUSTOM_CHECK = "error_is_problem_json"
 ACCESS_LINE = re.compile(
     r'\\?"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+\\?" (\d{3}) '
 )
+#: The request line's message (config/request_context.py): ``request METHOD route status``.
+REQUEST_LINE = re.compile(r"\brequest [A-Z]+ (?:\(no route\)|\S+) (\d{3})\b")
 CONFIG = """\
 [checks.not_a_server_error]
 # 502 acquirer_error and 503 acquirer_unavailable are designed answers (README, API contract).
@@ -42,14 +45,16 @@ expected-statuses = ["2xx", "3xx", "4xx", "502", "503"]
 
 
 def _access_statuses(log: Path, start: int) -> tuple[dict[str, int], int]:
-    """Statuses of the access-log lines after byte ``start``; and the new end offset."""
+    """Statuses of the requests logged after byte ``start`` (request lines and access lines:
+    each request has one of them); and the new end offset."""
     with log.open("rb") as handle:
         handle.seek(start)
         text = handle.read().decode("utf-8", "replace")
         end = handle.tell()
     counts: dict[str, int] = {}
-    for match in ACCESS_LINE.finditer(text):
-        counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    for pattern in (ACCESS_LINE, REQUEST_LINE):
+        for match in pattern.finditer(text):
+            counts[match.group(1)] = counts.get(match.group(1), 0) + 1
     return counts, end
 
 
@@ -135,7 +140,7 @@ def run(
                 command, cwd=out, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=3600
             )
         exit_codes.append(completed.returncode)
-        time.sleep(0.5)  # gunicorn flushes its access log line after the answer
+        time.sleep(0.5)  # the line of a request is written after the answer
         counts, offset = _access_statuses(log, offset)
         for status, count in counts.items():
             statuses[status] = statuses.get(status, 0) + count
@@ -162,7 +167,7 @@ def run(
 
     result.figures.update(
         {
-            "requests (gunicorn access log)": requests,
+            "requests (web log)": requests,
             "rounds (seeds)": rounds,
             "answers by status": dict(sorted(statuses.items())),
             "payments created": payments,
@@ -175,6 +180,6 @@ def run(
     for finding, curl in findings.items():
         result.notes.append(f"finding (not a violation): {finding} | reproduce: {curl}")
     result.check(requests >= min_requests, f"only {requests} requests (< {min_requests})")
-    result.check(not unexpected, f"server errors in the access log: {unexpected}")
+    result.check(not unexpected, f"server errors in the web log: {unexpected}")
     result.violations.extend(violations)
     return result

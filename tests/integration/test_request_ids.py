@@ -19,8 +19,10 @@ from config.celery_app import _bind_task_context, _publish_request_id
 from config.log_filters import RedactingProcessorFormatter
 from config.request_context import (
     REQUEST_ID_HEADER,
+    REQUEST_LINE_WRITTEN,
     current_request_id,
     new_request_id,
+    request_line_note,
     valid_request_id,
 )
 from config.urls import urlpatterns as service_urls
@@ -146,16 +148,51 @@ def test_the_request_line_and_the_attempt_line_carry_the_request(merchant_a, san
         "status": 201,
         "idempotency": "new",
         "payment_id": payment_id,
+        "payment_status": "succeeded",
+        "authorize_outcome": "approved",
+        "bytes": len(answer.content),
+        "remote_addr": "127.0.0.1",
         "level": "info",
         "duration_ms": 0,
         "timestamp": "",
     }
     assert request["duration_ms"] > 0
+    assert "path" not in request  # a routed request names its route, never its raw path
+    # The outcome is a field of the request line, not a line of its own (ADR 0028); the
+    # request line marks the WSGI environ so gunicorn writes no access line for it.
+    assert not [line for line in lines if line["logger"] == "payments.services"]
+    assert answer.wsgi_request.META[REQUEST_LINE_WRITTEN] is True
     attempts = [line for line in lines if line.get("gateway_operation") == "authorize"]
     assert [(a["request_id"], a["gateway_request_id"]) for a in attempts] == [("trace-1",) * 2]
     events = PaymentEvent.objects.filter(payment_id=payment_id)
     assert events.count() >= 2
     assert set(events.values_list("request_id", flat=True)) == {"trace-1"}
+
+
+@in_database
+def test_an_unrouted_request_line_names_its_path(merchant_a, log_lines):
+    """No route matched: the line carries the path (no query string), as the access line did."""
+    assert merchant_a.client.get("/nowhere/else", {"token": "x"}).status_code == 404
+    (line,) = request_lines(log_lines())
+    assert (line["route"], line["path"], line["status"]) == (None, "/nowhere/else", 404)
+
+
+def test_request_line_note_outside_a_request_adds_nothing(caplog):
+    """A task or a command has no request line: the caller is told to write its own, and the
+    authorization's outcome gets its own INFO line there."""
+    from types import SimpleNamespace
+
+    from payments.acquirer.authorize import AuthorizationOutcome
+    from payments.services import _authorize_outcome_log
+
+    assert request_line_note(payment_status="succeeded") is False
+    caplog.set_level(logging.INFO, logger="payments.services")
+    payment = SimpleNamespace(id="pay_0123456789abcdef01234567", status="succeeded")
+    _authorize_outcome_log(payment, AuthorizationOutcome.APPROVED)  # type: ignore[arg-type]
+    (record,) = [r for r in caplog.records if r.name == "payments.services"]
+    assert record.getMessage() == (
+        "payment pay_0123456789abcdef01234567 authorize outcome=approved status=succeeded"
+    )
 
 
 @in_database

@@ -412,3 +412,20 @@ def test_index_entries_count_every_insert_and_every_update_that_is_not_hot():
     table = writes["payments_payment"]
     assert table["index_entries"] == (10 + 10 - 4) * 3 / 10
     assert table["bytes_kept"] == 1000
+
+
+def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
+    """Each request in the web log once: its request line, or gunicorn's access line for a
+    request the request line does not cover (ADR 0028); plain and JSON lines."""
+    from bench.campaigns.fuzz import _access_statuses
+
+    log = tmp_path / "web.log"
+    log.write_text(
+        "2026-12-01T18:49:11Z [info     ] request POST /payments 201     [payments.request]\n"
+        '{"event": "request GET (no route) 404", "logger": "payments.request"}\n'
+        '{"event": "127.0.0.1 \\"GET /x HTTP/1.1\\" 500 12 3ms", "logger": "gunicorn.access"}\n'
+        '{"event": "request POST /payments/<str:payment_id>/capture 503", "status": 503}\n'
+    )
+    counts, end = _access_statuses(log, 0)
+    assert counts == {"201": 1, "404": 1, "500": 1, "503": 1}
+    assert end == log.stat().st_size

@@ -199,3 +199,54 @@ def test_gunicorn_logs_through_the_same_configuration():
     access = conf["access_log_format"]
     assert "%(U)s" in access and "%(r)s" not in access and "%(q)s" not in access
     assert "{request-id}o" in access
+    assert conf["logger_class"] == "config.access_log.AccessLogger"
+
+
+@pytest.fixture
+def access_logger():
+    """config/access_log.py's logger as gunicorn builds it, writing its access lines to a list."""
+    from gunicorn.config import Config
+
+    from config.access_log import AccessLogger
+
+    cfg = Config()
+    cfg.set("accesslog", "-")
+    cfg.set("errorlog", "/dev/null")
+    cfg.set("access_log_format", "%(m)s %(U)s %(s)s request_id=%({request-id}o)s")
+    built = AccessLogger(cfg)
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    built.access_log = logging.getLogger("tests.access_log")
+    built.access_log.addHandler(Collect())
+    built.access_log.propagate = False
+    built.access_log.setLevel(logging.INFO)
+    yield built, lines
+    built.access_log.handlers.clear()
+    for name in ("gunicorn.error", "gunicorn.access"):  # what gunicorn's setup added
+        log = logging.getLogger(name)
+        for handler in [h for h in log.handlers if getattr(h, "_gunicorn", False)]:
+            log.removeHandler(handler)
+
+
+def test_no_access_line_for_a_request_the_request_line_covers(access_logger):
+    """gunicorn's access line only when the WSGI environ does not say the request line was
+    written (a request gunicorn answered itself, or one the app failed before writing it)."""
+    import datetime
+    from types import SimpleNamespace
+
+    from config.request_context import REQUEST_LINE_WRITTEN
+
+    logger, lines = access_logger
+    answer = SimpleNamespace(status="201 Created", sent=12, headers=[("Request-Id", "req_1")])
+    request = SimpleNamespace(headers=[])
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/payments", "RAW_URI": "/payments",
+               "SERVER_PROTOCOL": "HTTP/1.1"}  # fmt: skip
+    elapsed = datetime.timedelta(milliseconds=5)
+    logger.access(answer, request, {**environ, REQUEST_LINE_WRITTEN: True}, elapsed)
+    assert lines == []
+    logger.access(answer, request, environ, elapsed)
+    assert lines == ["POST /payments 201 request_id=req_1"]
