@@ -23,7 +23,9 @@ block within each round:
 * ``console middleware on the API``: the console's session, authentication, OTP and message
   middleware run on every path again, as before ADR 0029 (``config/console_middleware.py``);
 * ``input serializer``: the body validated by ``PaymentCreateInputSerializer`` instead of the
-  plain checks (``payments.serializers.payment_create_input``, ADR 0029).
+  plain checks (``payments.serializers.payment_create_input``, ADR 0029);
+* ``statements not prepared``: the hot path's statements bound by the server but not prepared
+  (the connection's ``prepare_threshold`` None, as behind PgBouncer; ADR 0031).
 
 Counted per block: this process's CPU time (``time.process_time``: Python, Django, psycopg) and
 the CPU time of its PostgreSQL backend (``/proc/<pid>/stat`` of ``pg_backend_pid()``), divided by
@@ -93,7 +95,7 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
     from django.db import connection
 
     from config import console_middleware
-    from payments import apis, lifecycle, responses, services
+    from payments import lifecycle, responses, serializers, services
     from payments.serializers import PaymentSerializer
 
     @contextlib.contextmanager
@@ -129,6 +131,16 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
             connection.settings_dict["CONN_HEALTH_CHECKS"] = False
 
     @contextlib.contextmanager
+    def unprepared() -> Iterator[None]:
+        connection.ensure_connection()
+        saved = connection.connection.prepare_threshold
+        connection.connection.prepare_threshold = None
+        try:
+            yield
+        finally:
+            connection.connection.prepare_threshold = saved
+
+    @contextlib.contextmanager
     def serializer() -> Iterator[None]:
         def document(payment: object) -> dict:
             return PaymentSerializer(payment).data
@@ -153,7 +165,8 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
         "console middleware on the API": lambda: patched(
             console_middleware, "is_console_path", lambda request: True
         ),
-        "input serializer": lambda: patched(apis, "payment_create_input", lambda data: None),
+        "input serializer": lambda: patched(serializers, "payment_create_input", lambda data: None),
+        "statements not prepared": unprepared,
     }
 
 

@@ -36,6 +36,7 @@ import structlog
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Q
 
+from config.prepared_cursor import prepared_cursor
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
 
@@ -221,7 +222,7 @@ def idempotency_key_claim_at_once(
         f"FROM {table} o LEFT JOIN {qn(rows_table)} r ON r.idempotency_key_id = o.id "
         "WHERE o.merchant_id = %s AND o.key = %s AND NOT EXISTS (SELECT FROM claimed_key)"
     )
-    with db.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:

@@ -45,6 +45,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Sum
 
+from config.prepared_cursor import prepared_cursor
 from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
 from idempotency.services import (
@@ -423,7 +424,7 @@ def payment_outcome_record(
         "WHERE id = (SELECT idempotency_key_id FROM updated_payment)) "
         "SELECT id FROM updated_payment"
     )
-    with db.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.fetchone() is None:
             return None

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
+from config.prepared_cursor import prepared_cursor
 from webhooks.events import ALL_EVENTS, EVENT_TYPES
 from webhooks.models import Delivery, Event, WebhookEndpoint
 from webhooks.tasks import deliver_event_task
@@ -56,7 +57,7 @@ def event_record(
     db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
     qn = db.ops.quote_name
     fields = Event._meta.concrete_fields
-    with db.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"WITH new_event AS (INSERT INTO {qn(Event._meta.db_table)} "  # noqa: S608
             f"({', '.join(qn(f.column) for f in fields)}) "
