@@ -229,6 +229,22 @@ class MemoryStore:
         """`run`, and whether a fallback served it (never, for memory): `(values, False)`."""
         return self.run(script, keys, args), False
 
+    def _full_key(self, key: str) -> str:
+        """`key` with the store's namespace, as a script receives it in `keys`."""
+        return f"{self._namespace}:{key}"
+
+    def _run_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> tuple[list[float], bool]:
+        """
+        `run_checked` for the client's hot path: keys already namespaced (`_full_key`), args
+        already the strings `arg_text` makes, and a script whose Python returns floats (the
+        package's own), so nothing is converted per call.
+        """
+        with self._lock:
+            self._space.now = now = self._clock()
+            return script.python(self._space, full_keys, texts, now), False
+
     def __repr__(self) -> str:
         return f"MemoryStore(namespace={self._namespace!r})"
 
@@ -340,6 +356,35 @@ class RedisStore:
             return self._run_fallback(script, keys, args), True
         self._recovered()
         return [float(value) for value in result], False
+
+    def _full_key(self, key: str) -> str:
+        """`key` with the store's namespace, as a script receives it in `keys`."""
+        return f"{self._namespace}:{key}"
+
+    def _run_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> tuple[list[float], bool]:
+        """
+        `run_checked` for the client's hot path: keys already namespaced (`_full_key`) and
+        args already the strings `arg_text` makes (the fallback gets the same ones).
+        """
+        if self._down_until is not None and self._skip_redis():
+            return self._run_fallback_texts(script, full_keys, texts), True
+        now = "" if self._clock is None else repr(float(self._clock()))
+        try:
+            result = self._script(script)(keys=full_keys, args=[now, *texts])
+        except self._errors as exc:
+            self._failed(exc)
+            return self._run_fallback_texts(script, full_keys, texts), True
+        if self._down_until is not None:
+            self._recovered()
+        return [float(value) for value in result], False
+
+    def _run_fallback_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> list[float]:
+        prefix = len(self._namespace) + 1
+        return self._run_fallback(script, [key[prefix:] for key in full_keys], texts)
 
     # -- fallback bookkeeping ------------------------------------------------------------------
 
