@@ -26,8 +26,9 @@ Conventions for scripts:
 - `ARGV[1]` is the clock reading to use, or the empty string: then the Lua script reads the
   server's `TIME` (the `STORE_NOW` snippet below does this). The caller's arguments follow
   from `ARGV[2]` on; the Python function receives them as `args` (strings) and `now` (float).
-- Results are flat lists of numbers. Lua returns them as strings (Redis would truncate Lua
-  floats to integers); both backends hand back `list[float]`.
+- Results are flat lists of numbers. Lua returns fractional ones as strings (Redis would
+  truncate a Lua float to an integer) and may return whole ones as Lua numbers (integer
+  replies, exact; the breaker and the limiter do); both backends hand back `list[float]`.
 
 Backends:
 - `run_checked(script, keys, args)` returns `(values, used_fallback)`: the circuit breaker
