@@ -19,7 +19,10 @@ run, on loopback:
    (``steps``: the budget on a second store object, so the client runs breaker, gate, slot,
    budget, release and record one by one, as before the merge). For Redis the commands each
    client sent are **counted** at its redis-py client (every command is one round trip; none
-   is pipelined) and printed per attempt.
+   is pipelined) and printed per attempt, and the Redis server's own time per script
+   (``INFO commandstats``: EVALSHA microseconds per call over 300 more calls of that client).
+   With hiredis installed (a dependency: redis-py then parses answers in C), a fifth client
+   ``redis merged-py`` is the merged one with redis-py's pure-Python parser, in the same run.
 2. **Refused versus hanging**: ``--refused`` calls refused by an open breaker (nothing sent)
    versus ``--hanging`` calls that hang until the deadline (``tok_timeout_after_commit``: the
    sandbox holds the answer; one attempt whose read timeout equals the ``--deadline``, 8 s, the
@@ -66,6 +69,13 @@ from gateway_client import (  # noqa: E402
 )
 from gateway_client.budget import RetryBudget  # noqa: E402
 from tests.support.sandbox import SandboxProcess  # noqa: E402
+
+#: Whether redis-py parses answers with hiredis (C), as it does when hiredis is installed.
+HIREDIS: bool = bool(getattr(redis.utils, "HIREDIS_AVAILABLE", False))
+try:  # redis-py's pure-Python RESP2 parser, for the "merged-py" client (private; may move)
+    from redis._parsers import _RESP2Parser as PYTHON_PARSER
+except ImportError:  # pragma: no cover - another redis-py layout: that client is skipped
+    PYTHON_PARSER = None
 
 
 def parse_args() -> argparse.Namespace:
@@ -135,9 +145,13 @@ def state_clients(
         clients[name] = (make_client(sandbox, store, **kwargs), None)
     if redis_url is None:
         return clients
-    for name in ("redis merged", "redis steps"):
+    names = ["redis merged", "redis steps"]
+    if HIREDIS and PYTHON_PARSER is not None:
+        names.append("redis merged-py")  # the same client, answers parsed in Python
+    for name in names:
+        parser = {"parser_class": PYTHON_PARSER} if name.endswith("-py") else {}
         counting = CountingRedis.from_url(
-            redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
+            redis_url, socket_timeout=0.25, socket_connect_timeout=0.25, **parser
         )
         assert isinstance(counting, CountingRedis)
         space = f"{namespace}_{name.split()[1]}"
@@ -200,6 +214,11 @@ def healthy_overhead(
                 times[name].append(elapsed)
                 if counter is not None:
                     counted[name] += counter.commands - before
+    script_usec = {
+        name: server_script_usec(client, counter)
+        for name, (client, counter) in clients.items()
+        if counter is not None
+    }
     bare.close()
     for client, _ in clients.values():
         client.close()
@@ -216,8 +235,27 @@ def healthy_overhead(
             "redis_round_trips_per_attempt": (
                 counted[name] / attempts if clients[name][1] is not None else None
             ),
+            "server_script_usec_per_call": script_usec.get(name),
         }
     return results
+
+
+def server_script_usec(client: AcquirerClient, counter: redis.Redis, calls: int = 300) -> float:
+    """
+    Microseconds the Redis server spent per EVALSHA (`INFO commandstats`) over `calls` more
+    authorisations of `client`: the scripts' own execution time, without the round trip.
+    The statistics are the server's: other clients' EVALSHAs in the same time count too.
+    """
+
+    def evalsha() -> tuple[int, int]:
+        stats = counter.info("commandstats").get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+    calls_before, usec_before = evalsha()
+    for _ in range(calls):
+        client.authorize(request())
+    calls_after, usec_after = evalsha()
+    return (usec_after - usec_before) / max(1, calls_after - calls_before)
 
 
 def refused_versus_hanging(
@@ -308,6 +346,7 @@ def main() -> int:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "args": vars(args),
+        "hiredis": HIREDIS,
     }
     namespace = f"bench_breaker_{uuid.uuid4().hex[:8]}"
     redis_url = None if shared is None else args.redis_url
@@ -329,17 +368,24 @@ def main() -> int:
     bare = healthy["bare_httpx"]
     print(f"Healthy call, {args.calls} of each, interleaved; bare httpx median "
           f"{bare['median_ms']:.3f} ms, p99 {bare['p99_ms']:.3f} ms:")  # fmt: skip
-    print(f"{'client':<15}{'median ms':>11}{'ratio':>8}{'p99 ms':>9}{'ratio':>8}"
-          f"{'overhead us':>13}{'Redis round trips/attempt':>27}")  # fmt: skip
+    print(f"{'client':<16}{'median ms':>10}{'ratio':>8}{'p99 ms':>9}{'ratio':>8}"
+          f"{'overhead us':>13}{'Redis round trips/attempt':>27}"
+          f"{'server us/script':>18}")  # fmt: skip
     for name, h in healthy.items():
         if name == "bare_httpx":
             continue
-        trips = h["redis_round_trips_per_attempt"]
+        trips, script = h["redis_round_trips_per_attempt"], h["server_script_usec_per_call"]
         print(
-            f"{name:<15}{h['median_ms']:>11.3f}{h['ratio_median']:>8.2f}{h['p99_ms']:>9.3f}"
+            f"{name:<16}{h['median_ms']:>10.3f}{h['ratio_median']:>8.2f}{h['p99_ms']:>9.3f}"
             f"{h['ratio_p99']:>8.2f}{h['overhead_median_us']:>13.0f}"
             f"{'-' if trips is None else f'{trips:.2f}':>27}"
+            f"{'-' if script is None else f'{script:.1f}':>18}"
         )
+    print(
+        "Redis answers parsed by "
+        + ("hiredis (C); merged-py: the same client with redis-py's Python parser" if HIREDIS
+           else "redis-py's Python parser (hiredis is not installed)")
+    )  # fmt: skip
     for store_name in ("memory", "redis"):
         merged, steps = healthy.get(f"{store_name} merged"), healthy.get(f"{store_name} steps")
         if merged and steps and steps["overhead_median_us"] > 0:
@@ -347,6 +393,12 @@ def main() -> int:
                 f"{store_name}: merged / steps overhead "
                 f"{merged['overhead_median_us'] / steps['overhead_median_us']:.2f}"
             )
+    hiredis, python = healthy.get("redis merged"), healthy.get("redis merged-py")
+    if hiredis and python and python["overhead_median_us"] > 0:
+        print(
+            "redis merged: hiredis / Python parser overhead "
+            f"{hiredis['overhead_median_us'] / python['overhead_median_us']:.2f}"
+        )
     print(f"\nAcquirer down: refused by the open breaker vs hanging until the {args.deadline:g} s"
           " deadline (ms):")  # fmt: skip
     print(f"{'store':<8}{'refused median':>16}{'refused p99':>13}{'hanging median':>16}"

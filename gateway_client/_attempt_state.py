@@ -20,7 +20,7 @@ give-backs, one script per step (`AttemptState.merged` is False).
 from __future__ import annotations
 
 import math
-import uuid
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -134,6 +134,22 @@ class AttemptState:
         self._budget_args = [arg_text(a) for a in budget._args("deposit", 0)[2:]]
         self._limiter_args = [arg_text(a) for a in limiter._config_args()]
         self._breaker_args: dict[str, list[str]] = {}
+        # The package's stores take keys and texts as they are (`_run_texts`); another
+        # StateStore gets them through `run_checked` or `run`.
+        self._run_texts = getattr(store, "_run_texts", None)
+        full_key = getattr(store, "_full_key", None)
+        self._keys = [self._gate_key, budget.key, self._aimd_key]
+        if self._run_texts is not None and full_key is not None:
+            self._keys = [full_key(key) for key in self._keys]
+        else:
+            self._run_texts = full_key = None
+        self._full_key = full_key
+        self._admit_first = ["deposit", arg_text(budget._deposit), *self._budget_args]
+        self._admit_first += self._limiter_args
+        self._admit_retry = ["withdraw", arg_text(ONE_RETRY), *self._budget_args]
+        self._admit_retry += self._limiter_args
+        self._settle_args = [*self._budget_args, *self._limiter_args]
+        self._with_breaker: dict[str, tuple[list[str], list[str]]] = {}
 
     def merged(self, breaker: CircuitBreaker | None) -> bool:
         """True when the gate, budget, limiter and `breaker` share one store (one script)."""
@@ -151,6 +167,27 @@ class AttemptState:
             text = self._breaker_args[breaker._key] = [arg_text(a) for a in breaker._args]
         return text
 
+    def _keys_of(self, breaker: CircuitBreaker | None) -> tuple[list[str], list[str]]:
+        """The scripts' keys with `breaker`'s and its config's strings (made once each)."""
+        name = "" if breaker is None else breaker._key
+        prepared = self._with_breaker.get(name)
+        if prepared is None:
+            if breaker is None:
+                prepared = (self._keys, [])
+            else:
+                key = breaker._key if self._full_key is None else self._full_key(breaker._key)
+                prepared = ([*self._keys, key], self._config_of(breaker))
+            self._with_breaker[name] = prepared
+        return prepared
+
+    def _run(
+        self, script: AtomicScript, keys: list[str], texts: list[str]
+    ) -> tuple[list[float], bool]:
+        if self._run_texts is not None:
+            values, fallback = self._run_texts(script, keys, texts)
+            return values, fallback
+        return _run(self.store, script, keys, texts)
+
     # -- before sending ------------------------------------------------------------------------
 
     def admit(self, breaker: CircuitBreaker | None, *, first: bool, lease: float) -> Admitted:
@@ -162,17 +199,16 @@ class AttemptState:
             raise ValueError("lease must be a positive number of seconds")
         if not self.merged(breaker):
             return self._admit_in_steps(breaker, first=first, lease=lease)
-        budget = self.budget
-        op, amount = ("deposit", budget._deposit) if first else ("withdraw", ONE_RETRY)
-        permit_id = slot_id = uuid.uuid4().hex  # one id: the permit and the slot are in two hashes
-        keys = [self._gate_key, budget.key, self._aimd_key]
-        args: list[str | int | float] = [
-            op, amount, *self._budget_args, *self._limiter_args, slot_id, float(lease)
+        # One id (32 hex digits, random): the permit and the slot are in two hashes.
+        permit_id = slot_id = os.urandom(16).hex()
+        keys, config = self._keys_of(breaker)
+        texts = [
+            *(self._admit_first if first else self._admit_retry), slot_id, repr(float(lease))
         ]  # fmt: skip
         if breaker is not None:
-            keys.append(breaker._key)
-            args += [*self._config_of(breaker), permit_id]
-        values, fallback = _run(self.store, ADMIT_SCRIPT, keys, args)
+            texts += config
+            texts.append(permit_id)
+        values, fallback = self._run(ADMIT_SCRIPT, keys, texts)
         verdict = int(values[0])
         admission = None
         if breaker is not None:
@@ -253,17 +289,16 @@ class AttemptState:
                 breaker, admission, slot, limiter_outcome, breaker_outcome, duration,
                 close_gate, read,
             )  # fmt: skip
-        keys = [self._gate_key, self.budget.key, self._aimd_key]
-        args: list[str | int | float] = [
-            "" if close_gate is None else float(close_gate), "1" if read else "0",
-            *self._budget_args, *self._limiter_args, slot.slot_id, limiter_outcome,
+        keys, config = self._keys_of(breaker)
+        texts = [
+            "" if close_gate is None else repr(float(close_gate)), "1" if read else "0",
+            *self._settle_args, slot.slot_id, limiter_outcome,
         ]  # fmt: skip
         if breaker is not None and admission is not None:
             code = breaker._record_code(admission, breaker_outcome, duration)
-            keys.append(breaker._key)
-            args += [*self._config_of(breaker), admission.permit_id or "-", code]
-            args.append(admission.generation)
-        values, fallback = _run(self.store, SETTLE_SCRIPT, keys, args)
+            texts += config
+            texts += (admission.permit_id or "-", code, str(admission.generation))
+        values, fallback = self._run(SETTLE_SCRIPT, keys, texts)
         self.limiter._released(slot, values[3:9])
         recorded = None
         if breaker is not None:

@@ -14,7 +14,6 @@ headers, the card token or a body.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -93,12 +92,14 @@ class Exchange:
         Raises the GatewayError of a transport failure (or of a 2xx cut off or too large);
         a non-2xx answer whose body breaks off is returned with `body=None`.
         """
-        left = max(0.0, deadline - self._clock.monotonic())
-        context = (
-            _deadline.attempt_deadline(left) if self._deadline_sockets else contextlib.nullcontext()
-        )
-        with context:
+        if not self._deadline_sockets:
             return self._exchange(call, request, deadline)
+        # _deadline.attempt_deadline(left), without a generator-based context manager.
+        token = _deadline._set_deadline(max(0.0, deadline - self._clock.monotonic()))
+        try:
+            return self._exchange(call, request, deadline)
+        finally:
+            _deadline._reset_deadline(token)
 
     def _exchange(self, call: CallLabel, request: httpx.Request, deadline: float) -> Answer:
         try:
@@ -138,8 +139,10 @@ class Exchange:
                 body = None  # the status line already says what happened
             return Answer(status_code, response.headers, body)
         finally:
-            with contextlib.suppress(httpx.HTTPError):
+            try:  # noqa: SIM105 - per attempt: contextlib.suppress would add its own cost
                 response.close()
+            except httpx.HTTPError:
+                pass
 
     def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
         chunks: list[bytes] = []

@@ -336,13 +336,7 @@ class RetryLoop:
         )
         started = self._clock.monotonic()
         left = max(0.0, progress.deadline - started)
-        policy = progress.policy
-        timeout = httpx.Timeout(
-            connect=min(policy.connect_timeout, left),
-            read=min(policy.read_timeout, left),
-            write=min(policy.read_timeout, left),
-            pool=min(policy.connect_timeout, left),
-        )
+        timeout = _attempt_timeout(progress.policy, left)
         status_code: int | None = None
         server_wait: ServerWait | None = None
         close_gate: float | None = None  # closed for every process by the outcome's script
@@ -455,3 +449,27 @@ class RetryLoop:
 
     def _elapsed(self, progress: Progress) -> float:
         return self._clock.monotonic() - progress.started
+
+
+# The timeouts of an attempt with time enough left for the policy's own, by (connect, read)
+# seconds (the policies in use are few: the client's and the callers'; at most this many kept).
+_FULL_TIMEOUTS: dict[tuple[float, float], httpx.Timeout] = {}
+_MAX_FULL_TIMEOUTS = 64
+
+
+def _attempt_timeout(policy: RetryPolicy, left: float) -> httpx.Timeout:
+    """The attempt's timeouts: the policy's, each cut to the `left` seconds of the call."""
+    connect, read = policy.connect_timeout, policy.read_timeout
+    if left >= connect and left >= read:
+        timeout = _FULL_TIMEOUTS.get((connect, read))
+        if timeout is None:
+            timeout = httpx.Timeout(connect=connect, read=read, write=read, pool=connect)
+            if len(_FULL_TIMEOUTS) < _MAX_FULL_TIMEOUTS:
+                _FULL_TIMEOUTS[(connect, read)] = timeout
+        return timeout
+    return httpx.Timeout(
+        connect=min(policy.connect_timeout, left),
+        read=min(policy.read_timeout, left),
+        write=min(policy.read_timeout, left),
+        pool=min(policy.connect_timeout, left),
+    )

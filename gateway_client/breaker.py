@@ -320,6 +320,8 @@ class CircuitBreaker:
         return values
 
     def _note_store(self, fallback: bool) -> None:
+        if not fallback and not self._in_fallback:
+            return  # the usual case: nothing changed, nothing to count (no lock needed)
         with self._lock:
             changed = fallback != self._in_fallback
             self._in_fallback = fallback
@@ -440,6 +442,10 @@ class BreakerSet(Mapping[str, CircuitBreaker]):
 
     def __getitem__(self, group: str) -> CircuitBreaker:
         return self._breakers[group]
+
+    def get(self, group: str, default: CircuitBreaker | None = None) -> CircuitBreaker | None:  # type: ignore[override]
+        """The breaker of `group`, or `default` (Mapping.get, one dict look-up per attempt)."""
+        return self._breakers.get(group, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._breakers)

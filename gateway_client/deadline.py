@@ -42,6 +42,16 @@ def attempt_deadline(seconds_left: float) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+def _set_deadline(seconds_left: float) -> contextvars.Token[float | None]:
+    """`attempt_deadline` without the context manager (for the client's hot path): set the
+    deadline `seconds_left` from now; hand the token back to `_reset_deadline`."""
+    return _DEADLINE.set(time.monotonic() + max(0.0, seconds_left))
+
+
+def _reset_deadline(token: contextvars.Token[float | None]) -> None:
+    _DEADLINE.reset(token)
+
+
 def _capped(timeout: float | None, error: type[Exception]) -> float | None:
     deadline = _DEADLINE.get()
     if deadline is None:

@@ -30,6 +30,12 @@ from typing import Protocol, runtime_checkable
 
 __all__ = ["CounterMetrics", "Metrics", "NullMetrics"]
 
+# Label combinations whose sorted key CounterMetrics keeps (an error class name is a label:
+# the combinations are few, but a bound keeps a bug from growing the cache).
+_MAX_KEYS = 10_000
+
+_Key = tuple[str, tuple[tuple[str, str], ...]]  # a counter: its name and labels
+
 
 @runtime_checkable
 class Metrics(Protocol):
@@ -52,11 +58,19 @@ class CounterMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._counts: dict[_Key, int] = {}
+        # (name, labels in the caller's order) -> the counter's key (labels sorted), so a
+        # labelled counter seen before costs one look-up, not a sort.
+        self._keys: dict[_Key, _Key] = {}
 
     def increment(self, name: str, value: int = 1, **labels: str) -> None:
         """Add `value` to the counter `name` with these labels."""
-        key = (name, tuple(sorted(labels.items())))
+        given = (name, tuple(labels.items()))
+        key = self._keys.get(given)
+        if key is None:
+            key = (name, tuple(sorted(labels.items())))
+            if len(self._keys) < _MAX_KEYS:
+                self._keys[given] = key
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + value
 

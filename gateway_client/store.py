@@ -26,8 +26,9 @@ Conventions for scripts:
 - `ARGV[1]` is the clock reading to use, or the empty string: then the Lua script reads the
   server's `TIME` (the `STORE_NOW` snippet below does this). The caller's arguments follow
   from `ARGV[2]` on; the Python function receives them as `args` (strings) and `now` (float).
-- Results are flat lists of numbers. Lua returns them as strings (Redis would truncate Lua
-  floats to integers); both backends hand back `list[float]`.
+- Results are flat lists of numbers. Lua returns fractional ones as strings (Redis would
+  truncate a Lua float to an integer) and may return whole ones as Lua numbers (integer
+  replies, exact; the breaker and the limiter do); both backends hand back `list[float]`.
 
 Backends:
 - `run_checked(script, keys, args)` returns `(values, used_fallback)`: the circuit breaker
@@ -229,6 +230,22 @@ class MemoryStore:
         """`run`, and whether a fallback served it (never, for memory): `(values, False)`."""
         return self.run(script, keys, args), False
 
+    def _full_key(self, key: str) -> str:
+        """`key` with the store's namespace, as a script receives it in `keys`."""
+        return f"{self._namespace}:{key}"
+
+    def _run_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> tuple[list[float], bool]:
+        """
+        `run_checked` for the client's hot path: keys already namespaced (`_full_key`), args
+        already the strings `arg_text` makes, and a script whose Python returns floats (the
+        package's own), so nothing is converted per call.
+        """
+        with self._lock:
+            self._space.now = now = self._clock()
+            return script.python(self._space, full_keys, texts, now), False
+
     def __repr__(self) -> str:
         return f"MemoryStore(namespace={self._namespace!r})"
 
@@ -340,6 +357,35 @@ class RedisStore:
             return self._run_fallback(script, keys, args), True
         self._recovered()
         return [float(value) for value in result], False
+
+    def _full_key(self, key: str) -> str:
+        """`key` with the store's namespace, as a script receives it in `keys`."""
+        return f"{self._namespace}:{key}"
+
+    def _run_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> tuple[list[float], bool]:
+        """
+        `run_checked` for the client's hot path: keys already namespaced (`_full_key`) and
+        args already the strings `arg_text` makes (the fallback gets the same ones).
+        """
+        if self._down_until is not None and self._skip_redis():
+            return self._run_fallback_texts(script, full_keys, texts), True
+        now = "" if self._clock is None else repr(float(self._clock()))
+        try:
+            result = self._script(script)(keys=full_keys, args=[now, *texts])
+        except self._errors as exc:
+            self._failed(exc)
+            return self._run_fallback_texts(script, full_keys, texts), True
+        if self._down_until is not None:
+            self._recovered()
+        return [float(value) for value in result], False
+
+    def _run_fallback_texts(
+        self, script: AtomicScript, full_keys: list[str], texts: list[str]
+    ) -> list[float]:
+        prefix = len(self._namespace) + 1
+        return self._run_fallback(script, [key[prefix:] for key in full_keys], texts)
 
     # -- fallback bookkeeping ------------------------------------------------------------------
 

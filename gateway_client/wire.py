@@ -59,8 +59,12 @@ class MalformedBody(ValueError):
     """The body is not the documented JSON; the message says why without quoting it."""
 
 
+# Built once: json.dumps and json.loads with options build a new encoder or decoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+
+
 def _encode(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return _ENCODER.encode(document).encode("ascii")
 
 
 def encode_authorization(request: AuthorizationRequest) -> bytes:
@@ -181,9 +185,23 @@ def _reject_constant(name: str) -> Any:
     raise MalformedBody(f"body contains the non-JSON constant {name}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(body: bytes) -> Any:
+    """`json.loads(body, parse_constant=_reject_constant)` with the decoder built once."""
+    if isinstance(body, str):
+        if body.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", body, 0)
+        text = body
+    else:
+        text = body.decode(json.detect_encoding(body), "surrogatepass")
+    return _DECODER.decode(text)
+
+
 def _load(body: bytes) -> Any:
     try:
-        return json.loads(body, parse_constant=_reject_constant)
+        return _loads(body)
     except MalformedBody:
         raise
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors

@@ -28,12 +28,12 @@ local function answer(verdict, gate, ok, balance, a)
   return out
 end
 local function give_back_permit()
-  if has_breaker and b[1] == '2' then
+  if has_breaker and b[1] == 2 then
     breaker({KEYS[4]}, {'', 'record', ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17],
                         ARGV[18], ARGV[19], ARGV[20], ARGV[21], 'i', b[3]}, now)
   end
 end
-if has_breaker and b[1] == '0' then return answer('1', '0', '0', '0', none) end
+if has_breaker and b[1] == 0 then return answer('1', '0', '0', '0', none) end
 local g = gate_read({KEYS[1]}, {''}, now)
 if tonumber(g[1]) > 0 then
   give_back_permit()
@@ -41,7 +41,7 @@ if tonumber(g[1]) > 0 then
 end
 local a = aimd({KEYS[3]}, {'', 'acquire', ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11],
                            ARGV[12]}, now)
-if a[1] ~= '1' then
+if a[1] ~= 1 then
   give_back_permit()
   return answer('3', g[1], '0', '0', a)
 end

@@ -55,5 +55,4 @@ if op ~= 'read' then
   redis.call('HSET', key, 'lim', string.format('%d', lim), 'ls', table.concat(kept, ';'),
              'dec', string.format('%d', dec), 'inc', string.format('%d', inc))
 end
-return {string.format('%d', result), string.format('%d', lim), string.format('%d', #kept),
-        string.format('%d', dec), string.format('%d', inc), string.format('%d', mine)}
+return {result, lim, #kept, dec, inc, mine}  -- whole numbers: integer replies, exactly

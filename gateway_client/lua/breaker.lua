@@ -11,7 +11,8 @@
 -- results, failures, slow), ov (0, or an override 3/4/5), ref (refused), ct/ft/lt (recorded
 -- results, failures, late results). Times are kept in microseconds ("%.6f"), and `now` is
 -- rounded to them first, so a boundary such as "opened + open_duration" compares exactly.
--- Returns the 17 numbers indexed in breaker.py (_RESULT ... _NOW).
+-- Returns the 17 numbers indexed in breaker.py (_RESULT ... _NOW): the whole ones as Lua numbers
+-- (integer replies), retry, since, until and now as "%.6f" text.
 now = tonumber(string.format('%.6f', now))
 local key = KEYS[1]
 local op = ARGV[2]
@@ -287,7 +288,9 @@ else
   c, f, s = window()
 end
 local in_use = leases(false)
-return {int(result), int(reported()), int(gen), fmt(retry), int(from_s), int(to_s),
-        int(c), int(f), int(s), int(num('ref', 0)), int(in_use),
-        int(num('ct', 0)), int(num('ft', 0)), int(num('lt', 0)),
+-- Whole numbers as Lua numbers (Redis answers them as integers, exactly), the times as text
+-- (Redis would truncate a fraction): no string.format for the 13 counters.
+return {result, reported(), gen, fmt(retry), from_s, to_s,
+        c, f, s, num('ref', 0), in_use,
+        num('ct', 0), num('ft', 0), num('lt', 0),
         fmt(since), fmt(num('until', 0)), fmt(now)}
