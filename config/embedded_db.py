@@ -85,7 +85,7 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     default["CONN_HEALTH_CHECKS"] = env.bool("DATABASE_CONN_HEALTH_CHECKS", default=False)
     default["OPTIONS"] = connection_options(env, default.get("OPTIONS") or {})
     # The hot path's statements are prepared on a connection's first use of each (ADR 0031,
-    # config/prepared_cursor.py); Django's own cursors bind on the client and never prepare.
+    # idempotency/prepared_cursor.py); Django's own cursors bind on the client and never prepare.
     prepared = env.bool("DATABASE_PREPARED_STATEMENTS", default=True)
     default["OPTIONS"].setdefault("prepare_threshold", 0 if prepared else None)
     # Behind PgBouncer's transaction pooling (DATABASE_POOLER): no session state (config/pooler.py).

@@ -36,9 +36,9 @@ import structlog
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Q
 
-from config.prepared_cursor import prepared_cursor
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
+from idempotency.prepared_cursor import prepared_cursor
 
 #: Response headers kept for replay; everything else is produced fresh on each answer.
 REPLAYED_HEADERS = ("Content-Type", "Location", "Retry-After")

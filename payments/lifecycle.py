@@ -45,9 +45,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Sum
 
-from config.prepared_cursor import prepared_cursor
 from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
+from idempotency.prepared_cursor import prepared_cursor
 from idempotency.services import (
     REPLAYED_HEADERS,
     idempotency_key_complete,

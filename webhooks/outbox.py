@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
-from config.prepared_cursor import prepared_cursor
+from idempotency.prepared_cursor import prepared_cursor
 from webhooks.events import ALL_EVENTS, EVENT_TYPES
 from webhooks.models import Delivery, Event, WebhookEndpoint
 from webhooks.tasks import deliver_event_task
