@@ -66,8 +66,8 @@ lint: $(VENV)/.lint-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 
 ## make test-broker-restarts: the worker against a broker killed three times with tasks in
-## flight, RUNS times (default 10), each run counted; left out of `make test` while a
-## celery/kombu reconnect bug fails it about one run in five (docs/operations.md).
+## flight, RUNS times (default 10), each run counted; make test runs it once
+## (docs/operations.md, "The Celery worker and its broker").
 RUNS ?= 10
 .PHONY: test-broker-restarts
 test-broker-restarts: $(VENV)/.test-installed

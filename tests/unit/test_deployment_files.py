@@ -163,3 +163,20 @@ def test_compose_checks_the_health_of_the_web_the_worker_and_beat():
         check = " ".join(services[kind]["healthcheck"]["test"])
         assert f"heartbeat_check {kind}" in check, check
     assert services["sandbox"]["environment"]["SANDBOX_ACQUIRER_DATA_DIR"] == "/data"
+
+
+def test_every_worker_command_runs_without_mingle_and_gossip():
+    """The Procfile's worker, compose's and the systemd unit of docs/operations.md: without
+    mingle, whose start-up broadcast reads the event loop's poller before the loop runs and so
+    never recovered from a broker restart with a task finishing, and without gossip (nothing
+    here uses either; docs/operations.md, "The Celery worker and its broker")."""
+    procfile = (ROOT / "Procfile").read_text()
+    operations = (ROOT / "docs/operations.md").read_text()
+    commands = [
+        *re.findall(r"^worker: (.*)$", procfile, re.M),
+        compose()["services"]["worker"]["command"],
+        *re.findall(r"^ExecStart=\S*(celery -A config worker .*)$", operations, re.M),
+    ]
+    assert len(commands) == 3, commands
+    for command in commands:
+        assert {"--without-mingle", "--without-gossip"} <= set(command.split()), command
