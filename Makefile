@@ -95,8 +95,8 @@ demo: $(VENV)/.local-installed
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
 ## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput hot_path_ab endpoint_compare replay_latency same_key_storm client_compare retry_storm \
-         noisy_neighbour breaker_overhead capacity
+BENCH ?= throughput hot_path_ab log_cost index_cost endpoint_compare replay_latency same_key_storm client_compare \
+         retry_storm noisy_neighbour breaker_overhead capacity
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
