@@ -57,6 +57,7 @@ limiter in classify.py.
 
 from __future__ import annotations
 
+import math
 import random as _random
 import time
 from collections.abc import Callable, Mapping
@@ -178,6 +179,8 @@ class AcquirerClient(RetryLoop):
             connect_timeout=config.connect_timeout, read_timeout=config.read_timeout
         )
         self._clock: Clock = clock if clock is not None else SystemClock()
+        # When each group's breaker last admitted a pre-check (`admits`, monotonic seconds).
+        self._admitted_at: dict[str, float] = {}
         self._sleep = sleep if sleep is not None else time.sleep
         self._random = random if random is not None else _random.Random().random  # noqa: S311
         self.metrics: Metrics = metrics if metrics is not None else CounterMetrics()
@@ -250,7 +253,7 @@ class AcquirerClient(RetryLoop):
 
     # -- the circuit breakers ----------------------------------------------------------------
 
-    def admits(self, group: str) -> Admits:
+    def admits(self, group: str, *, fresh_within: float = 0.0) -> Admits:
         """
         Would the breaker of `group` ("authorize", "capture", "void", "refund", "lookup")
         admit a call now? Returns
@@ -258,11 +261,26 @@ class AcquirerClient(RetryLoop):
         admitted (a NamedTuple: `allowed, retry_after = client.admits(group)`). Takes no
         permit and writes nothing: the API's pre-check before it stores anything. A group
         without a breaker always admits.
+
+        `fresh_within` (seconds, on this client's monotonic clock): a `True` this client read
+        from the store at most that long ago is answered again without reading the store (a
+        shared store's round trip). Only a positive answer is reused: a call is still admitted
+        or refused by the store itself when it is sent (the attempt's own admission), so a
+        reused answer can only route a call to a breaker that opened meanwhile, which then
+        refuses it unsent (`CircuitOpenError`). 0: always read.
         """
         breaker = self.breakers.get(group)
         if breaker is None:
             return Admits(True, 0.0)
-        return Admits(*breaker.admits())
+        now = self._clock.monotonic()
+        if fresh_within > 0 and now - self._admitted_at.get(group, -math.inf) <= fresh_within:
+            return Admits(True, 0.0)
+        answer = Admits(*breaker.admits())
+        if answer.allowed:
+            self._admitted_at[group] = now
+        else:
+            self._admitted_at.pop(group, None)
+        return answer
 
     def breaker_state(self, group: str) -> BreakerSnapshot:
         """The snapshot of the breaker of `group` (KeyError if it has none)."""

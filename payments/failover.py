@@ -119,10 +119,13 @@ def payment_route(payment: Payment) -> tuple[str, ...]:
 def route_start(route: Sequence[str], client: AcquirerClient | None) -> tuple[str | None, float]:
     """The first acquirer of ``route`` (names) whose ``authorize`` breaker admits a call, and
     0.0; or None and the shortest wait (seconds) until one of them admits probes. A read of
-    the shared breaker state: no permit taken, nothing sent."""
+    the shared breaker state: no permit taken, nothing sent. A positive read at most
+    ``ACQUIRER_BREAKER_PRECHECK_FRESH_SECONDS`` old is reused (``AcquirerClient.admits``): the
+    attempt's own admission, when it is sent, still refuses it if the breaker opened since."""
     waits = []
+    fresh = settings.ACQUIRER_BREAKER_PRECHECK_FRESH_SECONDS
     for name in route:
-        admitted, retry_after = client_for(name, client).admits("authorize")
+        admitted, retry_after = client_for(name, client).admits("authorize", fresh_within=fresh)
         if admitted:
             return name, 0.0
         waits.append(retry_after)

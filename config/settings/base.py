@@ -167,6 +167,11 @@ ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND = env.float(
     "ACQUIRER_RETRY_BUDGET_MIN_PER_SECOND", default=10.0
 )
 ACQUIRER_RETRY_BUDGET_TTL_SECONDS = env.float("ACQUIRER_RETRY_BUDGET_TTL_SECONDS", default=10.0)
+# The routing pre-check of POST /payments reuses a breaker's "admits" for this long per process
+# (the send-time admission still decides; docs/configuration.md).
+ACQUIRER_BREAKER_PRECHECK_FRESH_SECONDS = env.float(
+    "ACQUIRER_BREAKER_PRECHECK_FRESH_SECONDS", default=0.25
+)
 # Circuit breaker per endpoint group (authorize, lookup), on the failure RATE over a sliding
 # window (gateway_client/README.md "Circuit breaker" gives the reasoning for each default).
 ACQUIRER_BREAKER_WINDOW_TYPE = env("ACQUIRER_BREAKER_WINDOW_TYPE", default="count")

@@ -52,7 +52,7 @@ def test_breaker_opening_between_claim_and_call_fails_the_payment_and_frees_the_
     """Admitted by the pre-check, refused at the call: failed circuit_open, key released."""
     client = acquirer_client()
     client.breakers.force_open("authorize", actor="test", reason="drill")
-    monkeypatch.setattr(client, "admits", lambda group: (True, 0.0))  # the race, made certain
+    monkeypatch.setattr(client, "admits", lambda group, **_: (True, 0.0))  # the race, made certain
     response = merchant_a.create_payment(PAYMENT_BODY, key="open-3")
     assert response.status_code == 503
     payment = Payment.objects.get()

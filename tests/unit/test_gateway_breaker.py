@@ -664,6 +664,28 @@ def test_admits_takes_no_permit() -> None:
     assert rig.client.admits("authorize") == (False, 1.0)
 
 
+def test_admits_reuses_only_a_recent_yes_and_the_call_is_still_refused() -> None:
+    """fresh_within: a True read at most that long ago is answered again without the store,
+    so a breaker that opened meanwhile still reads as admitting for that long (the routing
+    pre-check's window); a call sent then is refused unsent by the attempt's own admission.
+    A False is never reused, and without fresh_within every pre-check reads the store."""
+    rig = Rig()
+    assert rig.client.admits("authorize", fresh_within=0.25) == (True, 0.0)
+    rig.fail(5)  # opens the breaker in the store
+    assert rig.snapshot().state == "open"
+    assert rig.client.admits("authorize", fresh_within=0.25) == (True, 0.0)  # reused
+    assert isinstance(rig.call(status(201)), CircuitOpenError)  # refused unsent
+    assert rig.acquirer.sent == 5  # only the five failures reached the acquirer
+    rig.clock.advance(0.3)
+    assert rig.client.admits("authorize", fresh_within=0.25)[0] is False  # too old: read
+    assert rig.client.admits("authorize", fresh_within=0.25)[0] is False  # a no: read again
+
+    plain = Rig()
+    assert plain.client.admits("authorize") == (True, 0.0)
+    plain.fail(5)
+    assert plain.client.admits("authorize")[0] is False  # no fresh_within: always read
+
+
 def test_admits_counts_no_refusal() -> None:
     """A pre-check on an open breaker does not add to refused_calls."""
     rig = Rig()
