@@ -91,7 +91,7 @@ clean:
 demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 20 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 25 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
 ## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
