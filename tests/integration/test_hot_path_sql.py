@@ -109,3 +109,33 @@ def test_the_payment_document_is_the_serializers(changes):
     payment = PaymentFactory(**changes)
     payment = Payment.objects.get(pk=payment.pk)
     assert payment_document(payment) == PaymentSerializer(payment).data
+
+
+def _prepared_on_this_connection() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_hot_path_statements_are_prepared_once_per_connection(merchant_a, sandbox):
+    """ADR 0031: after two fresh payments on one connection, the claim, phase 2 and the outbox
+    statement are each prepared once (server-bound, ``$n`` parameters) and nothing of Django's
+    own cursors is; with ``prepare_threshold`` None (behind PgBouncer) none is prepared."""
+    connection.close()
+    for _ in range(2):
+        answer, _ = _post(merchant_a, uuid.uuid4().hex)
+        assert answer.status_code == 201
+    prepared = _prepared_on_this_connection()
+    assert sorted(text.split(" AS (")[0] for text in prepared) == [
+        "WITH claimed_key",
+        "WITH new_event",
+        "WITH updated_payment",
+    ]
+    assert all("$1" in text for text in prepared)
+
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = None
+    answer, _ = _post(merchant_a, uuid.uuid4().hex)
+    assert answer.status_code == 201
+    assert _prepared_on_this_connection() == []
