@@ -63,23 +63,23 @@ class _DeadlineReached(Exception):  # internal signal
 
 class Exchange:
     """
-    Sends requests on `http` for the acquirer of `config` and maps their failures.
+    Sends requests on `transport` for the acquirer of `config` and maps their failures.
 
     `clock` reads the deadline and the wall clock (for `not_before`); `metrics` counts the
-    invalid rate headers; `deadline_sockets` says whether `http`'s transport has the
-    deadline-aware sockets of deadline.py installed.
+    invalid rate headers; `deadline_sockets` says whether `transport` has the deadline-aware
+    sockets of deadline.py installed.
     """
 
     def __init__(
         self,
-        http: httpx.Client,
+        transport: httpx.BaseTransport,
         config: AcquirerConfig,
         *,
         clock: Clock,
         metrics: Metrics,
         deadline_sockets: bool,
     ) -> None:
-        self._http = http
+        self._transport = transport
         self._config = config
         self._clock = clock
         self._metrics = metrics
@@ -103,7 +103,7 @@ class Exchange:
 
     def _exchange(self, call: CallLabel, request: httpx.Request, deadline: float) -> Answer:
         try:
-            response = self._http.send(request, stream=True)
+            response = self._transport.handle_request(request)
         except Exception as exc:
             if classify_exception(exc) is None:
                 raise  # not a transport failure: a bug, let it through unchanged
