@@ -2,9 +2,10 @@
 
 ``bench/throughput.py`` records one worker with ``py-spy record --format raw`` (collapsed
 stacks, one ``frame;frame;... count`` line per distinct stack) while wrk drives the API, and
-this module attributes every sample to one layer: the first rule of :data:`LAYERS` that matches
-any frame of the stack wins, so a psycopg call made by the ORM made by DRF counts as
-PostgreSQL. Samples outside a request (the gthread worker's poller and idle pool threads) are
+this module attributes every sample to one layer: a call to another process (PostgreSQL, the
+acquirer, Redis) or a log line counts as such wherever it is made, so a psycopg call made by the
+ORM made by DRF counts as PostgreSQL; any other sample counts for the innermost frame's layer
+(the service's own code, the ORM, DRF, Django, JSON). Samples outside a request (the gthread worker's poller and idle pool threads) are
 counted apart.
 
 Run on a saved profile::
@@ -58,13 +59,25 @@ def parse_collapsed(lines: Iterable[str]) -> Counter[tuple[str, ...]]:
     return stacks
 
 
+#: The layers that stand for a whole call to another process: a sample anywhere under one of
+#: them counts for it, whoever called it (a psycopg call made by the ORM counts as PostgreSQL).
+CALL_LAYERS = 4
+
+
 def layer_of(stack: tuple[str, ...]) -> str:
-    """The layer a sample counts for (see :data:`LAYERS`), or :data:`OUTSIDE`."""
+    """The layer a sample counts for, or :data:`OUTSIDE`: the first of the call layers (the
+    first :data:`CALL_LAYERS` of :data:`LAYERS`, in their order) with a frame in the stack;
+    else the layer of the innermost frame that belongs to one, so the code running is named,
+    not the framework that called it (DRF's dispatch is under every request)."""
     if not any(marker in frame for frame in stack for marker in IN_REQUEST):
         return OUTSIDE
-    for layer, markers in LAYERS:
+    for layer, markers in LAYERS[:CALL_LAYERS]:
         if any(marker in frame for frame in stack for marker in markers):
             return layer
+    for frame in reversed(stack):
+        for layer, markers in LAYERS[CALL_LAYERS:]:
+            if any(marker in frame for marker in markers):
+                return layer
     return OTHER
 
 
