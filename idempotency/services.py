@@ -27,6 +27,7 @@ and the caller claims with :func:`idempotency_key_claim` under the row lock, as 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from datetime import datetime, timedelta
 
 import structlog
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import Q
+from django.db.models import Field, Model, Q
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
@@ -145,6 +146,14 @@ def _refused(error: IdempotencyKeyInUse | IdempotencyKeyReused) -> Exception:
     return error
 
 
+@functools.cache
+def _insert_columns(model: type[Model]) -> tuple[tuple[Field, ...], tuple[str, ...]]:
+    """``model``'s concrete fields in their order and their quoted columns, computed once."""
+    fields = tuple(model._meta.concrete_fields)
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    return fields, tuple(quote(field.column) for field in fields)
+
+
 def insert_parts(
     record: object, *, expressions: Mapping[str, str] | None = None
 ) -> tuple[str, str, list[object]]:
@@ -152,22 +161,37 @@ def insert_parts(
     list, the value list (``%s`` placeholders, or the SQL of ``expressions`` by attribute
     name, such as a column of a CTE) and the parameters, every concrete field but an automatic
     primary key, prepared as the ORM prepares them for a save."""
-    meta = record._meta  # type: ignore[attr-defined]
     expressions = expressions or {}
     db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` goes through a proxy
-    quote = db.ops.quote_name
     columns, values, params = [], [], []
-    for field in meta.concrete_fields:
+    for field, column in zip(*_insert_columns(type(record)), strict=True):
         value = getattr(record, field.attname)
         if field.primary_key and value is None:
             continue  # an automatic id: the database's sequence
-        columns.append(quote(field.column))
+        columns.append(column)
         if field.attname in expressions:
             values.append(expressions[field.attname])
         else:
             values.append("%s")
             params.append(field.get_db_prep_save(value, db))
     return ", ".join(columns), ", ".join(values), params
+
+
+def insert_row_parts(
+    model: type[Model], row: Mapping[str, object]
+) -> tuple[str, str, list[object]]:
+    """:func:`insert_parts` for a row of ``model`` given as attribute name -> value, without a
+    model instance (whose ``__init__`` costs more than the insert's parameters): ``row`` holds
+    every concrete field but an automatic primary key (``KeyError`` names a missing one), used
+    as given (no field default applied) and prepared as the ORM prepares them for a save."""
+    db = connections[DEFAULT_DB_ALIAS]
+    columns, params = [], []
+    for field, column in zip(*_insert_columns(model), strict=True):
+        if field.primary_key and field.db_returning and field.attname not in row:
+            continue  # an automatic id: the database's sequence
+        columns.append(column)
+        params.append(field.get_db_prep_save(row[field.attname], db))
+    return ", ".join(columns), ", ".join(["%s"] * len(params)), params
 
 
 def idempotency_key_claim_at_once(

@@ -52,7 +52,7 @@ from idempotency.services import (
     REPLAYED_HEADERS,
     idempotency_key_complete,
     idempotency_key_release,
-    insert_parts,
+    insert_row_parts,
 )
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
 from payments.models import (
@@ -385,16 +385,16 @@ def payment_outcome_record(
     for n, (kind, data, status_before) in enumerate(
         ((PaymentEventType.ACQUIRER_ATTEMPT, attempt_data, from_status), (event_type, {}, None))
     ):
-        event = PaymentEvent(
-            payment_id=payment.pk,
-            type=kind,
-            from_status=status_before or from_status,
-            to_status=from_status if status_before else to_status,
-            data=data,
-            created_at=now,
-            request_id=request_id,
-        )
-        columns, values, event_params = insert_parts(event)
+        event = {
+            "payment_id": payment.pk,
+            "type": kind,
+            "from_status": status_before or from_status,
+            "to_status": from_status if status_before else to_status,
+            "data": data,
+            "created_at": now,
+            "request_id": request_id,
+        }
+        columns, values, event_params = insert_row_parts(PaymentEvent, event)
         rows.append(f"({n}, {values})")
         params += event_params
         names = columns

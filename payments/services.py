@@ -49,6 +49,7 @@ from idempotency.services import (
     idempotency_key_lock,
     idempotency_key_release,
     insert_parts,
+    insert_row_parts,
 )
 from merchants.models import Merchant
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
@@ -454,19 +455,19 @@ def _creation_inserts(
     """CTE bodies inserting ``payment`` and its ``payment_created`` event in one statement.
     ``source``: a CTE ``(id)`` whose row gives the payment's idempotency key id (and without
     whose row nothing is inserted), or None for the payment's own ``idempotency_key_id``."""
-    event = PaymentEvent(
-        payment_id=payment.id,
-        type=PaymentEventType.PAYMENT_CREATED,
-        from_status=payment.status,
-        to_status=payment.status,
-        data={},
-        created_at=now,
-        request_id=current_request_id(),
-    )
+    event = {
+        "payment_id": payment.id,
+        "type": PaymentEventType.PAYMENT_CREATED,
+        "from_status": payment.status,
+        "to_status": payment.status,
+        "data": {},
+        "created_at": now,
+        "request_id": current_request_id(),
+    }
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     key_column = {"idempotency_key_id": f"{source}.id"} if source else None
     columns, values, params = insert_parts(payment, expressions=key_column)
-    event_columns, event_values, event_params = insert_parts(event)
+    event_columns, event_values, event_params = insert_row_parts(PaymentEvent, event)
     rows = f" FROM {source}" if source else ""
     return [
         (

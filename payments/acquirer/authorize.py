@@ -16,7 +16,7 @@ import enum
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from django.db import connection
 
@@ -99,10 +99,19 @@ class AcquirerAttempt:
     acquirer: str | None = None
 
     def as_event_data(self) -> dict:
-        """The JSON stored in the event: ``asdict()`` with the outcome's value, fields that do
-        not apply (None, or no attempt log) left out."""
-        data = asdict(self) | {"outcome": self.outcome.value, "attempt_log": list(self.attempt_log)}
-        return {name: value for name, value in data.items() if value is not None and value != []}
+        """The JSON stored in the event: every field, the outcome as its value and the attempt
+        log as a list, fields that do not apply (None, or no attempt log) left out. Each field
+        is plain data, so a shallow copy serves (``asdict()`` deep-copies every attempt record's
+        dict, a fifth of this event's cost)."""
+        data: dict = {}
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            value = getattr(self, name)
+            if value is not None and value != ():
+                data[name] = value
+        data["outcome"] = self.outcome.value
+        if self.attempt_log:
+            data["attempt_log"] = list(self.attempt_log)
+        return data
 
 
 def attempt_log_data(records: tuple[AttemptRecord, ...]) -> tuple[dict, ...]:
