@@ -5,8 +5,8 @@ stacks, one ``frame;frame;... count`` line per distinct stack) while wrk drives 
 this module attributes every sample to one layer: a call to another process (PostgreSQL, the
 acquirer, Redis) or a log line counts as such wherever it is made, so a psycopg call made by the
 ORM made by DRF counts as PostgreSQL; any other sample counts for the innermost frame's layer
-(the service's own code, the ORM, DRF, Django, JSON). Samples outside a request (the gthread worker's poller and idle pool threads) are
-counted apart.
+(the service's own code, the ORM, DRF, Django, JSON). Samples outside a request (the gthread
+worker's poller and idle pool threads) are counted apart.
 
 Run on a saved profile::
 
