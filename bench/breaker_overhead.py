@@ -12,9 +12,10 @@ run, on loopback:
 1. **Healthy overhead**: ``--calls`` approved authorisations through ``AcquirerClient`` with
    everything on (breaker, budget, gate, limiter; the default policy), interleaved in rotating
    order with the same ``POST /charges`` sent by a bare ``httpx.Client`` (same headers,
-   keep-alive). Median and p99 of each, the ratio, and the median difference over the bare
-   call. Four clients in the same run: the in-memory store and Redis (``--redis-url``, skipped
-   if unreachable or ``--no-redis``), each with the attempt's state in two scripts
+   keep-alive) and by httpx's transport alone (``HTTPTransport.handle_request``, as the client
+   sends since ADR 0033). Median and p99 of each, the ratio, and the median difference over
+   the bare client's call and over the bare transport's. Four clients in the same run: the
+   in-memory store and Redis (``--redis-url``, skipped if unreachable or ``--no-redis``), each with the attempt's state in two scripts
    (``merged``: one before sending, one after, ADR 0025) and one script per part
    (``steps``: the budget on a second store object, so the client runs breaker, gate, slot,
    budget, release and record one by one, as before the merge). For Redis the commands each
@@ -174,6 +175,27 @@ def healthy_overhead(
         trust_env=False,
     )
     clients = state_clients(sandbox, redis_url, namespace)
+    # The cheapest send httpx has: its transport, as the client sends since ADR 0033.
+    transport = httpx.HTTPTransport(trust_env=False)
+    transport_headers = {**bare.headers, "Content-Type": "application/json"}
+
+    def bare_transport_call() -> None:
+        item = request()
+        body = json.dumps({
+            "amount": item.amount, "currency": item.currency,
+            "payment_method": item.payment_method, "reference": item.payment_reference,
+        }).encode()  # fmt: skip
+        response = transport.handle_request(
+            httpx.Request(
+                "POST", f"{sandbox.url}/charges", content=body,
+                headers=transport_headers | {"Idempotency-Key": item.idempotency_key},
+                extensions={"timeout": httpx.Timeout(3.0, connect=1.0).as_dict()},
+            )
+        )  # fmt: skip
+        response.read()
+        response.close()
+        assert 200 <= response.status_code <= 299
+        json.loads(response.content)
 
     def bare_call() -> None:
         item = request()
@@ -196,7 +218,9 @@ def healthy_overhead(
 
         return call
 
-    functions: dict[str, Callable[[], None]] = {"bare httpx": bare_call}
+    functions: dict[str, Callable[[], None]] = {
+        "bare httpx": bare_call, "bare transport": bare_transport_call,
+    }  # fmt: skip
     functions |= {name: client_call(client) for name, (client, _) in clients.items()}
     names = list(functions)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -220,10 +244,12 @@ def healthy_overhead(
         if counter is not None
     }
     bare.close()
+    transport.close()
     for client, _ in clients.values():
         client.close()
     base = summary(times["bare httpx"])
-    results: dict[str, Any] = {"bare_httpx": base}
+    floor = summary(times["bare transport"])
+    results: dict[str, Any] = {"bare_httpx": base, "bare_transport": floor}
     for name in clients:
         measured = summary(times[name])
         attempts = calls  # every healthy call is one attempt
@@ -232,6 +258,8 @@ def healthy_overhead(
             "ratio_median": measured["median_ms"] / base["median_ms"],
             "ratio_p99": measured["p99_ms"] / base["p99_ms"],
             "overhead_median_us": (measured["median_ms"] - base["median_ms"]) * 1000,
+            "overhead_over_transport_median_us": (measured["median_ms"] - floor["median_ms"])
+            * 1000,
             "redis_round_trips_per_attempt": (
                 counted[name] / attempts if clients[name][1] is not None else None
             ),
@@ -365,19 +393,21 @@ def main() -> int:
             client.delete(key)
 
     healthy = results["healthy"]
-    bare = healthy["bare_httpx"]
-    print(f"Healthy call, {args.calls} of each, interleaved; bare httpx median "
-          f"{bare['median_ms']:.3f} ms, p99 {bare['p99_ms']:.3f} ms:")  # fmt: skip
+    bare, floor = healthy["bare_httpx"], healthy["bare_transport"]
+    print(f"Healthy call, {args.calls} of each, interleaved; bare httpx.Client median "
+          f"{bare['median_ms']:.3f} ms, p99 {bare['p99_ms']:.3f} ms; bare httpx transport "
+          f"median {floor['median_ms']:.3f} ms:")  # fmt: skip
     print(f"{'client':<16}{'median ms':>10}{'ratio':>8}{'p99 ms':>9}{'ratio':>8}"
-          f"{'overhead us':>13}{'Redis round trips/attempt':>27}"
+          f"{'overhead us':>13}{'over transport':>16}{'Redis round trips/attempt':>27}"
           f"{'server us/script':>18}")  # fmt: skip
     for name, h in healthy.items():
-        if name == "bare_httpx":
+        if name in ("bare_httpx", "bare_transport"):
             continue
         trips, script = h["redis_round_trips_per_attempt"], h["server_script_usec_per_call"]
         print(
             f"{name:<16}{h['median_ms']:>10.3f}{h['ratio_median']:>8.2f}{h['p99_ms']:>9.3f}"
             f"{h['ratio_p99']:>8.2f}{h['overhead_median_us']:>13.0f}"
+            f"{h['overhead_over_transport_median_us']:>16.0f}"
             f"{'-' if trips is None else f'{trips:.2f}':>27}"
             f"{'-' if script is None else f'{script:.1f}':>18}"
         )
