@@ -15,10 +15,11 @@ run, on loopback:
    keep-alive) and by httpx's transport alone (``HTTPTransport.handle_request``, as the client
    sends since ADR 0033). Median and p99 of each, the ratio, and the median difference over
    the bare client's call and over the bare transport's. Four clients in the same run: the
-   in-memory store and Redis (``--redis-url``, skipped if unreachable or ``--no-redis``), each with the attempt's state in two scripts
-   (``merged``: one before sending, one after, ADR 0025) and one script per part
-   (``steps``: the budget on a second store object, so the client runs breaker, gate, slot,
-   budget, release and record one by one, as before the merge). For Redis the commands each
+   in-memory store and Redis (``--redis-url``, skipped if unreachable or ``--no-redis``), each
+   with the attempt's state in two scripts (``merged``: one before sending, one after, ADR
+   0025) and one script per part (``steps``: the budget on a second store object, so the
+   client runs breaker, gate, slot, budget, release and record one by one, as before the
+   merge). For Redis the commands each
    client sent are **counted** at its redis-py client (every command is one round trip; none
    is pipelined) and printed per attempt, and the Redis server's own time per script
    (``INFO commandstats``: EVALSHA microseconds per call over 300 more calls of that client).
