@@ -91,17 +91,20 @@ clean:
 demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 25 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 27 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
-## (BENCH_DATABASE, default payments_bench). Needs wrk (installed here with apt-get when run as
-## root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput hot_path_ab log_cost index_cost endpoint_compare replay_latency same_key_storm client_compare \
-         retry_storm noisy_neighbour breaker_overhead capacity
+## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
+## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
+BENCH ?= throughput instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
+         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && apt-get update -qq && apt-get install -y -qq wrk; } \
 	  || { echo "wrk is needed: apt-get install wrk (Debian/Ubuntu) or brew install wrk"; exit 1; }
+	@command -v valgrind >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && apt-get install -y -qq valgrind; } \
+	  || { echo "valgrind is needed: apt-get install valgrind (Debian/Ubuntu)"; exit 1; }
 	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash

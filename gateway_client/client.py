@@ -151,7 +151,8 @@ class AcquirerClient(RetryLoop):
         limiter: the AIMD concurrency limiter of the quota scope (aimd.py): an AimdLimiter,
             or an AimdConfig for one in `store`; None: `AimdConfig()` in `store`.
 
-    Thread-safe: one `httpx.Client` (with its connection pool) is shared by concurrent calls.
+    Thread-safe: one `httpx.HTTPTransport` (with its connection pool) is shared by concurrent
+    calls; each attempt is sent on it directly (ADR 0033).
     Use as a context manager, or call `close()`.
     """
 

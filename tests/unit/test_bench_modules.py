@@ -8,6 +8,7 @@ without it those checks are skipped.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -21,6 +22,7 @@ from bench import (
     common,
     endpoint_compare,
     hot_path_ab,
+    instructions,
     noisy_neighbour,
     profile_stacks,
     purge_cost,
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
         capacity,
         purge_cost,
         hot_path_ab,
+        instructions,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
@@ -68,6 +71,17 @@ def test_arguments_are_parsed():
     assert retry_storm.parse_args(["--max-concurrent", "0"]).max_concurrent == [0]
     with pytest.raises(SystemExit):
         retry_storm.parse_args(["--strategies", "nonsense"])
+    assert instructions.parse_args(["--against", "f98b9db"]).against == "f98b9db"
+
+
+def test_instructions_reads_callgrinds_total_and_refuses_a_child_run_by_hand(monkeypatch):
+    assert instructions.COLLECTED.search("==123== Collected : 4889061269\n").group(1) == (
+        "4889061269"
+    )
+    for name in [n for n in os.environ if n.startswith("BENCH_CHILD_")]:
+        monkeypatch.delenv(name)
+    with pytest.raises(SystemExit, match="not by hand"):
+        instructions.main(["--child", "1"])
 
 
 # -- common ------------------------------------------------------------------------------
