@@ -80,6 +80,7 @@ class Exchange:
         deadline_sockets: bool,
     ) -> None:
         self._transport = transport
+        self._closed = False
         self._config = config
         self._clock = clock
         self._metrics = metrics
@@ -101,7 +102,15 @@ class Exchange:
         finally:
             _deadline._reset_deadline(token)
 
+    def close(self) -> None:
+        """Close the transport's connections. A later `send` raises `RuntimeError`, as a
+        closed `httpx.Client` did: a transport would quietly open new connections."""
+        self._closed = True
+        self._transport.close()
+
     def _exchange(self, call: CallLabel, request: httpx.Request, deadline: float) -> Answer:
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
         try:
             response = self._transport.handle_request(request)
         except Exception as exc:

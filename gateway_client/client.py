@@ -214,11 +214,11 @@ class AcquirerClient(RetryLoop):
             # Handed its config: no proxies, certificates or .netrc from the environment.
             transport = httpx.HTTPTransport(trust_env=False)
             deadline_sockets = _deadline.install(transport)
-        # Requests go straight to the transport (httpx's public `BaseTransport.handle_request`),
-        # not through an `httpx.Client`: a client adds what an acquirer call never uses (a cookie
-        # jar read on every answer, auth and redirect flows, event hooks), a quarter of the
-        # client's CPU per call (ADR 0033). The headers are those an `httpx.Client` would send.
-        self._transport = transport
+        # Requests go straight to the transport (httpx's public `BaseTransport.handle_request`,
+        # in Exchange), not through an `httpx.Client`: a client adds what an acquirer call never
+        # uses (a cookie jar read on every answer, auth and redirect flows, event hooks), a
+        # quarter of the client's CPU per call (ADR 0033). The headers are those an
+        # `httpx.Client` would send.
         self._headers: dict[str, str] = {
             "Accept": "application/json",
             "Accept-Encoding": "gzip, deflate",
@@ -515,8 +515,9 @@ class AcquirerClient(RetryLoop):
         )
 
     def close(self) -> None:
-        """Close the connection pool (the transport's, also one passed in)."""
-        self._transport.close()
+        """Close the connection pool (the transport's, also one passed in). A call after it
+        raises `RuntimeError` and sends nothing."""
+        self._exchange.close()
 
     def __enter__(self) -> AcquirerClient:
         return self

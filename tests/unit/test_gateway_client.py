@@ -971,6 +971,17 @@ def test_context_manager_closes_transport() -> None:
     assert transport.closed is True
 
 
+def test_a_closed_client_sends_nothing() -> None:
+    """After `close()` a call raises RuntimeError (a transport alone would reconnect)."""
+    transport = RecordingTransport(answer(201, charge()))
+    client = AcquirerClient(config(), transport=transport)
+    client.authorize(authorization_request())
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.authorize(authorization_request())
+    assert len(transport.requests) == 1
+
+
 def test_concurrent_calls_share_one_client() -> None:
     """Calls from several threads on one client all complete."""
     client, transport = client_for(answer(201, charge()))
