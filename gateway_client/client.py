@@ -544,10 +544,8 @@ class AcquirerClient(RetryLoop):
         key = progress.idempotency_key
         assert key is not None  # every write carries one
 
-        headers = {"Content-Type": "application/json", "Idempotency-Key": key}
+        headers = self._headers | {"Content-Type": "application/json", "Idempotency-Key": key}
         headers |= _request_id_headers(progress)
-
-        headers = self._headers | headers
 
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return httpx.Request(
