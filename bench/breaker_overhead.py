@@ -19,10 +19,10 @@ run, on loopback:
    with the attempt's state in two scripts (``merged``: one before sending, one after, ADR
    0025) and one script per part (``steps``: the budget on a second store object, so the
    client runs breaker, gate, slot, budget, release and record one by one, as before the
-   merge). For Redis the commands each
-   client sent are **counted** at its redis-py client (every command is one round trip; none
-   is pipelined) and printed per attempt, and the Redis server's own time per script
-   (``INFO commandstats``: EVALSHA microseconds per call over 300 more calls of that client).
+   merge). For Redis the commands each client sent are **counted** at its redis-py client
+   (every command is one round trip; none is pipelined) and printed per attempt, and the Redis
+   server's own time per script (``INFO commandstats``: EVALSHA microseconds per call over 300
+   more calls of that client).
    With hiredis installed (a dependency: redis-py then parses answers in C), a fifth client
    ``redis merged-py`` is the merged one with redis-py's pure-Python parser, in the same run.
 2. **Refused versus hanging**: ``--refused`` calls refused by an open breaker (nothing sent)
