@@ -56,14 +56,26 @@ def _extra_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]
     return event_dict
 
 
+#: Integers from this magnitude on are written as strings (12 digits or more).
+_LONG_INTEGER = 10**11
+#: The exact types a line's values mostly have that :func:`_short_number` returns as they are,
+#: decided by one look-up before the ``isinstance`` chain (a line has some thirty values).
+_UNCHANGED = frozenset({str, bool, type(None)})
+
+
 def _short_number(value: Any) -> Any:
+    kind = type(value)
+    if kind in _UNCHANGED:
+        return value
+    if kind is int:
+        return str(value) if abs(value) >= _LONG_INTEGER else value
     if isinstance(value, float):
         return round(value, 4) if abs(value) < 1e8 else str(value)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**11:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _LONG_INTEGER:
         return str(value)
     if isinstance(value, dict):
         return {name: _short_number(item) for name, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):  # a tuple: no union object built per call
         return [_short_number(item) for item in value]
     return value
 
