@@ -6,18 +6,18 @@ One command (docs/benchmarks.md, "Instructions per payment")::
     .venv/bin/python bench/instructions.py                      # this tree
     .venv/bin/python bench/instructions.py --against f98b9db    # and that revision, A/B
 
-On a shared machine, CPU time per payment moves between runs by more than a change worth a
-few percent: the throughput benchmark's rounds differ by 10-20 % from one minute to the next.
-Valgrind's callgrind counts the instructions a process executes instead, which is the same
-for the same code and inputs whatever else the machine does. This benchmark runs the hot path
-in one process, as ``bench/hot_path_ab.py`` does: Django's whole request handling, middleware
-included, new keys, the sandbox answering at once in its own process (not counted), the
-acquirer state in memory. It runs that process under callgrind twice: with ``--warmup``
+On a shared machine, CPU time per payment moves between runs by more than a change worth a few
+percent: the throughput benchmark's rounds differ by 10-20 % from one minute to the next.
+Valgrind's callgrind counts the instructions a process executes instead, which hardly depends
+on what else the machine does (seven runs of one tree here: within 3 %). This benchmark runs
+the hot path in one process, as ``bench/hot_path_ab.py`` does: Django's whole request handling,
+middleware included, new keys, the sandbox answering at once in its own process (not counted),
+the acquirer state in memory. It runs that process under callgrind twice: with ``--warmup``
 payments only, and with ``--warmup`` + ``--payments``. The difference of the two totals,
-divided by ``--payments``, is one payment's instructions without the start-up. With
-``--against REV``, the revision is checked out in a temporary ``git worktree`` and measured the
-same way with this tree's virtualenv (so a revision whose locked dependencies differ is
-measured with today's), and the ratio is printed.
+divided by ``--payments``, is one payment's instructions without the start-up. With ``--against
+REV``, the revision is checked out in a temporary ``git worktree`` and measured the same way
+with this tree's virtualenv (so a revision whose locked dependencies differ is measured with
+today's), and the ratio is printed.
 
 The cyclic garbage collector is off while the payments run (as in ``timeit``): when it runs
 depends on every allocation since its last run, so a change that allocates a little more or
