@@ -14,10 +14,10 @@ the hot path in one process, as ``bench/hot_path_ab.py`` does: Django's whole re
 middleware included, new keys, the sandbox answering at once in its own process (not counted),
 the acquirer state in memory. It runs that process under callgrind twice: with ``--warmup``
 payments only, and with ``--warmup`` + ``--payments``. The difference of the two totals,
-divided by ``--payments``, is one payment's instructions without the start-up. With ``--against
-REV``, the revision is checked out in a temporary ``git worktree`` and measured the same way
-with this tree's virtualenv (so a revision whose locked dependencies differ is measured with
-today's), and the ratio is printed.
+divided by ``--payments``, is one payment's instructions without the start-up. With
+``--against REV``, the revision is checked out in a temporary ``git worktree`` and measured
+the same way with this tree's virtualenv (so a revision whose locked dependencies differ is
+measured with today's), and the ratio is printed.
 
 The cyclic garbage collector is off while the payments run (as in ``timeit``): when it runs
 depends on every allocation since its last run, so a change that allocates a little more or
