@@ -28,7 +28,7 @@ CPU time), gunicorn (the test client stands in for it) and time spent waiting. I
 not time either: a cache miss costs more than an instruction. So it answers "does this change
 run less code", the question a change to the Python hot path asks, and the throughput benchmark
 answers the rest. It needs Valgrind (Debian's ``valgrind``) and takes about a minute per tree
-(the code runs about 20 times slower under callgrind). """
+(the code runs about 20 times slower under callgrind)."""
 
 # ruff: noqa: S603, S607 - benchmarks run their own commands (valgrind, git, this interpreter)
 
