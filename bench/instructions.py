@@ -103,7 +103,7 @@ def child(payments: int, root: Path) -> int:
     from django.conf import settings
     from django.test import Client
 
-    # The service's log lines are written as in production, to a file, not the terminal.
+    # The service's log lines are rendered as in production (JSON, redacted), then discarded.
     stream = open(os.devnull, "w")  # noqa: SIM115 - for the process's life
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler):
