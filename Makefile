@@ -91,11 +91,11 @@ clean:
 demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 27 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 29 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
+BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
          same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
 .PHONY: bench
 bench: $(VENV)/.bench-installed

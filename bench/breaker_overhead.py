@@ -25,6 +25,9 @@ run, on loopback:
    more calls of that client).
    With hiredis installed (a dependency: redis-py then parses answers in C), a fifth client
    ``redis merged-py`` is the merged one with redis-py's pure-Python parser, in the same run.
+   With Redis, two bare round trips of a redis-py client of its own (``PING``, ``PING``) are
+   timed in the same rotation: what any state kept in Redis with one round trip before the
+   request and one after costs here before a script does any work.
 2. **Refused versus hanging**: ``--refused`` calls refused by an open breaker (nothing sent)
    versus ``--hanging`` calls that hang until the deadline (``tok_timeout_after_commit``: the
    sandbox holds the answer; one attempt whose read timeout equals the ``--deadline``, 8 s, the
@@ -223,6 +226,15 @@ def healthy_overhead(
         "bare httpx": bare_call, "bare transport": bare_transport_call,
     }  # fmt: skip
     functions |= {name: client_call(client) for name, (client, _) in clients.items()}
+    pinger = None
+    if redis_url is not None:  # the Redis state's floor: two bare round trips of redis-py
+        pinger = redis.Redis.from_url(redis_url, socket_timeout=0.25, socket_connect_timeout=0.25)
+
+        def two_round_trips() -> None:
+            pinger.ping()
+            pinger.ping()
+
+        functions["two redis round trips"] = two_round_trips
     names = list(functions)
     times: dict[str, list[float]] = {name: [] for name in names}
     counted = {name: 0 for name in clients}
@@ -246,11 +258,15 @@ def healthy_overhead(
     }
     bare.close()
     transport.close()
+    if pinger is not None:
+        pinger.close()
     for client, _ in clients.values():
         client.close()
     base = summary(times["bare httpx"])
     floor = summary(times["bare transport"])
     results: dict[str, Any] = {"bare_httpx": base, "bare_transport": floor}
+    if pinger is not None:
+        results["two_redis_round_trips"] = summary(times["two redis round trips"])
     for name in clients:
         measured = summary(times[name])
         attempts = calls  # every healthy call is one attempt
@@ -402,7 +418,7 @@ def main() -> int:
           f"{'overhead us':>13}{'over transport':>16}{'Redis round trips/attempt':>27}"
           f"{'server us/script':>18}")  # fmt: skip
     for name, h in healthy.items():
-        if name in ("bare_httpx", "bare_transport"):
+        if name in ("bare_httpx", "bare_transport", "two_redis_round_trips"):
             continue
         trips, script = h["redis_round_trips_per_attempt"], h["server_script_usec_per_call"]
         print(
@@ -417,6 +433,15 @@ def main() -> int:
         + ("hiredis (C); merged-py: the same client with redis-py's Python parser" if HIREDIS
            else "redis-py's Python parser (hiredis is not installed)")
     )  # fmt: skip
+    trips, memory, shared = (
+        healthy.get(name) for name in ("two_redis_round_trips", "memory merged", "redis merged")
+    )
+    if trips and memory and shared:
+        print(
+            f"two bare redis-py round trips (PING, PING): median {trips['median_ms'] * 1000:.0f}"
+            f" us; the Redis state's cost over the memory store's (redis merged - memory "
+            f"merged, medians): {(shared['median_ms'] - memory['median_ms']) * 1000:.0f} us"
+        )
     for store_name in ("memory", "redis"):
         merged, steps = healthy.get(f"{store_name} merged"), healthy.get(f"{store_name} steps")
         if merged and steps and steps["overhead_median_us"] > 0:

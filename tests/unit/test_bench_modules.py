@@ -29,6 +29,7 @@ from bench import (
     replay_latency,
     retry_storm,
     same_key_storm,
+    stack_floor,
     throughput,
 )
 
@@ -49,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
         purge_cost,
         hot_path_ab,
         instructions,
+        stack_floor,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
@@ -289,6 +291,44 @@ def test_endpoint_cpu_per_payment():
     cpu = {"gunicorn": 1.0, "postgres": 0.4, "postgres (shared processes)": 0.1, "other": 5.0,
            "seconds": 5.0}  # fmt: skip
     assert endpoint_compare.service_cpu_ms(cpu, per_second=100) == pytest.approx(3.0)
+
+
+def test_stack_floor_cpu_per_payment():
+    cpu = {"service": 1.2, "stack floor": 0.3, "postgres": 0.4, "postgres (shared processes)": 0.1,
+           "load generator": 0.05, "sandbox": 9.0, "seconds": 5.0}  # fmt: skip
+    # 100 payments/s over 5 s: 500 payments; the side's own web group and PostgreSQL only.
+    assert stack_floor.cpu_ms(cpu, 100, "service") == pytest.approx(
+        {"web": 2.4, "postgres": 1.0, "total": 3.4}
+    )
+    assert stack_floor.cpu_ms(cpu, 100, None) == pytest.approx(  # pgbench: its own client
+        {"web": 0.1, "postgres": 1.0, "total": 1.1}
+    )
+    assert stack_floor.cpu_ms(cpu, 0, "service") == {"web": 0.0, "postgres": 0.0, "total": 0.0}
+
+
+def test_stack_floor_rotation_puts_each_side_first_once():
+    assert stack_floor.rotation(0) == list(stack_floor.SIDES)
+    assert {stack_floor.rotation(n)[0] for n in range(3)} == set(stack_floor.SIDES)
+    assert all(sorted(stack_floor.rotation(n)) == sorted(stack_floor.SIDES) for n in range(5))
+
+
+def test_stack_floor_summary_takes_each_rounds_ratio_then_the_median():
+    def run(per_second, total):
+        return {"per_second": per_second, "cpu": {"web": total / 2, "postgres": total / 2,
+                                                  "total": total}}  # fmt: skip
+
+    runs = {
+        "service": [run(200, 8.0), run(300, 6.0), run(100, 9.0)],
+        "stack floor": [run(400, 4.0), run(400, 3.0), run(400, 3.6)],
+        "minimal floor": [run(2000, 1.0), run(2000, 1.0), run(1000, 1.0)],
+    }
+    result = stack_floor.summarise(runs)
+    assert result["sides"]["service"]["per_second"] == 200
+    assert result["sides"]["stack floor"]["total"] == pytest.approx(3.6)
+    assert result["stack_over_minimal"] == pytest.approx(0.2)  # 0.2, 0.2, 0.4
+    assert result["service_over_minimal"] == pytest.approx(0.1)  # 0.1, 0.15, 0.1
+    assert result["service_over_stack"] == pytest.approx(0.5)  # 0.5, 0.75, 0.25
+    assert result["service_over_stack_by_cpu"] == pytest.approx(0.5)  # 0.5, 0.5, 0.4
 
 
 def test_duplicate_counting():
