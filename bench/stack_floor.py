@@ -13,7 +13,8 @@ the sandbox (answering at once) and two gunicorns as the Procfile runs them (2 w
 threads, the same environment), and measures three sides in rotating order, ``--rounds``
 times:
 
-* ``service``: ``POST /payments`` of the service, new keys, through wrk (16 connections);
+* ``service``: ``POST /payments`` of the service, new keys, through wrk (16 connections), the
+  acquirer state in memory as in ``bench/throughput.py`` (``--state-redis-url`` for Redis);
 * ``stack floor``: ``POST /bench/floor/payments`` (``bench/peers/floor_views.py``) through wrk
   the same way: gunicorn, Django's request handling with no middleware, the minimal floor's
   seven statements prepared on Django's psycopg connection, and one ``POST /charges`` to the
@@ -97,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=3, help="seconds of wrk per endpoint")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections")
     parser.add_argument("--database", default=None, help="benchmark database name")
+    parser.add_argument(
+        "--state-redis-url", default="",
+        help="ACQUIRER_STATE_REDIS_URL for the service (default: in-memory, as throughput.py)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -138,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     sandbox = start_sandbox()
     try:
-        env = django_env(db, ACQUIRER_BASE_URL=sandbox.url, ACQUIRER_API_KEY=SANDBOX_API_KEY)
+        env = django_env(
+            db, ACQUIRER_BASE_URL=sandbox.url, ACQUIRER_API_KEY=SANDBOX_API_KEY,
+            ACQUIRER_STATE_REDIS_URL=args.state_redis_url,
+        )  # fmt: skip
         servers = {
             "service": Gunicorn(env, RESULTS / f"stack_floor-service-{stamp}.log"),
             "stack floor": Gunicorn(
