@@ -17,15 +17,17 @@ times:
   acquirer state in memory as in ``bench/throughput.py`` (``--state-redis-url`` for Redis);
 * ``stack floor``: ``POST /bench/floor/payments`` (``bench/peers/floor_views.py``) through wrk
   the same way: gunicorn, Django's request handling with no middleware, the minimal floor's
-  seven statements prepared on Django's psycopg connection, and one ``POST /charges`` to the
-  sandbox on httpx's transport between the two transactions. No authentication, validation,
-  retry policy, breaker, log line of the service's, outbox or metrics;
+  six writes in two prepared statements (one per phase, as the service's hot path sends its
+  phases) on Django's psycopg connection, and one ``POST /charges`` to the sandbox on httpx's
+  transport between them. No authentication, validation, retry policy, breaker, log line
+  (gunicorn's access line included), outbox or metrics;
 * ``minimal floor``: pgbench running ``bench/floor/payment.pgbench`` with as many clients as
   the web processes have database connections (8), as ``bench/throughput.py`` does.
 
-Reported per side (medians of the rounds): payments per second; CPU ms per payment in the
-web workers and in PostgreSQL (backends of the benchmark database and its shared processes;
-pgbench itself for the minimal floor); and the ratios stack floor / minimal floor and
+Reported per side: the median of the rounds' payments per second; CPU ms per payment in the
+web workers and in PostgreSQL (backends of the benchmark database and PostgreSQL's shared
+processes; pgbench itself for the minimal floor), from the round whose total is the median, so
+that the parts add up; and the ratios stack floor / minimal floor and
 service / stack floor, by throughput and by CPU. The sandbox stands in for an acquirer
 elsewhere and is not counted, nor is wrk.
 """
@@ -117,11 +119,13 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             for x, y in zip(runs[a], runs[b], strict=True)
         )
 
+    def middle(rounds: list[dict[str, Any]]) -> dict[str, float]:
+        """The CPU parts of the round whose total is the median (the lower one of two)."""
+        ordered = sorted(rounds, key=lambda r: r["cpu"]["total"])
+        return {part: ordered[(len(ordered) - 1) // 2]["cpu"][part] for part in PARTS}
+
     sides = {
-        side: {
-            "per_second": median(r["per_second"] for r in runs[side]),
-            **{part: median(r["cpu"][part] for r in runs[side]) for part in PARTS},
-        }
+        side: {"per_second": median(r["per_second"] for r in runs[side]), **middle(runs[side])}
         for side in SIDES
     }
     return {
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     load_floor_schema(db)
     api_key = issue_api_key(db)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    where = "a Unix socket (the embedded server)" if db.host.startswith("/") else db.host
+    print(f"database {db.name} on {where}")
     sandbox = start_sandbox()
     try:
         env = django_env(
@@ -149,8 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         servers = {
             "service": Gunicorn(env, RESULTS / f"stack_floor-service-{stamp}.log"),
-            "stack floor": Gunicorn(
-                {**env, "DJANGO_SETTINGS_MODULE": FLOOR_SETTINGS},
+            "stack floor": Gunicorn(  # its master logs as the service's does
+                {
+                    **env,
+                    "DJANGO_SETTINGS_MODULE": FLOOR_SETTINGS,
+                    "LOG_FORMAT": env.get("LOG_FORMAT") or "console",
+                },
                 RESULTS / f"stack_floor-floor-{stamp}.log",
             ),
         }
@@ -194,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                     assert cpu is not None
                     runs[side].append({"per_second": per_second, "cpu": spent, "raw_cpu": cpu,
                                        "run": other})  # fmt: skip
+                    client = "pgbench" if side == "minimal floor" else "web"
                     print(
                         f"round {n + 1} {side:14s} {per_second:8.1f}/s  CPU ms per payment: "
-                        f"web {spent['web']:.2f}, PostgreSQL {spent['postgres']:.2f}, "
+                        f"{client} {spent['web']:.2f}, PostgreSQL {spent['postgres']:.2f}, "
                         f"total {spent['total']:.2f}"
                     )
         finally:

@@ -2,10 +2,14 @@
 
 The same libraries as the service (gunicorn as the Procfile runs it, Django's request handling,
 psycopg on Django's persistent connection, httpx's transport as the gateway client sends) and
-the minimal write floor's SQL (``bench/floor/payment.pgbench``: seven statements in two
-transactions, prepared), with the acquirer called between the transactions. Nothing else: no
-middleware (``bench.peers.floor_settings``), no authentication, no validation beyond
-``json.loads``, no retry policy, no breaker, no log line of its own, no outbox, no metrics.
+the minimal write floor's six writes (``bench/floor/payment.pgbench``). They are sent in the
+fewest round trips the service's own hot path uses: one statement per phase, its writes in
+CTEs, run in autocommit (a statement is its own transaction), bound by the server and prepared
+per the connection's ``prepare_threshold`` (``idempotency/prepared_cursor.py``, ADR 0031), with
+the acquirer called between the two. Nothing else: no middleware
+(``bench.peers.floor_settings``), no authentication, no validation beyond ``json.loads``, no
+retry policy, no breaker, no log line (gunicorn's access line is skipped as the service skips
+it, ADR 0028), no outbox, no metrics.
 
 It is not a payment service. It measures how much of a payment's CPU the stack itself costs,
 so that the service's cost can be read as the stack's plus its own (``bench/stack_floor.py``).
@@ -17,29 +21,37 @@ import json
 import os
 
 import httpx
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from config.request_context import REQUEST_LINE_WRITTEN
+
 _TRANSPORT = httpx.HTTPTransport(trust_env=False)
 _TIMEOUT = httpx.Timeout(3.0, connect=1.0).as_dict()
 _ANSWER_PADDING = "x" * 300  # the stored answer is about 400 bytes, as the floor's
 
+#: Phase 1: the payment (processing), its idempotency key (in progress) and its first event.
 PHASE_1 = (
-    "INSERT INTO floor_payment (public_id, merchant_id, amount, currency, status,"
-    " payment_method) VALUES (%s, %s, %s, %s, 'processing', %s) RETURNING id",
-    "INSERT INTO floor_idem (merchant_id, key, method, route, fingerprint, status, locked_at,"
-    " payment_id, expires_at) VALUES (%s, %s, 'POST', '/payments', %s, 'in_progress', now(),"
-    " %s, now() + interval '24 hours') RETURNING id",
-    "INSERT INTO floor_event (payment_id, kind, data) VALUES (%s, 'created', '{}')",
+    "WITH p AS (INSERT INTO floor_payment (public_id, merchant_id, amount, currency, status,"
+    " payment_method) VALUES (%s, %s, %s, %s, 'processing', %s) RETURNING id),"
+    " k AS (INSERT INTO floor_idem (merchant_id, key, method, route, fingerprint, status,"
+    " locked_at, payment_id, expires_at) SELECT %s, %s, 'POST', '/payments', %s, 'in_progress',"
+    " now(), p.id, now() + interval '24 hours' FROM p RETURNING id),"
+    " e AS (INSERT INTO floor_event (payment_id, kind, data) SELECT p.id, 'created',"
+    " '{}'::jsonb FROM p)"
+    " SELECT p.id, k.id FROM p, k"
 )
+#: Phase 2: the outcome, its event, and the key completed with the stored answer.
 PHASE_2 = (
-    "UPDATE floor_payment SET status = %s, acquirer_reference = %s, updated_at = now()"
-    " WHERE id = %s",
-    "INSERT INTO floor_event (payment_id, kind, data) VALUES (%s, %s, %s)",
-    "UPDATE floor_idem SET status = 'completed', locked_at = NULL, response_code = 201,"
-    " response_headers = %s, response_body = %s WHERE id = %s",
+    "WITH u AS (UPDATE floor_payment SET status = %s, acquirer_reference = %s,"
+    " updated_at = now() WHERE id = %s RETURNING id),"
+    " e AS (INSERT INTO floor_event (payment_id, kind, data) SELECT u.id, %s, %s::jsonb FROM u),"
+    " k AS (UPDATE floor_idem SET status = 'completed', locked_at = NULL, response_code = 201,"
+    " response_headers = %s::jsonb, response_body = %s WHERE id = %s RETURNING id)"
+    " SELECT count(*) FROM k"
 )
 
 
@@ -56,17 +68,15 @@ def floor_payment(request: HttpRequest) -> HttpResponse:
     public_id = "pay_" + os.urandom(12).hex()
     merchant = 1
     connection.ensure_connection()
-    pg = connection.connection  # psycopg's own connection, autocommit, kept across requests
-    with pg.transaction():
-        payment_id = pg.execute(
-            PHASE_1[0],
-            [public_id, merchant, body["amount"], body["currency"], body["payment_method"]],
-            prepare=True,
-        ).fetchone()[0]
-        key_id = pg.execute(
-            PHASE_1[1], [merchant, key, "fingerprint", payment_id], prepare=True
-        ).fetchone()[0]
-        pg.execute(PHASE_1[2], [payment_id], prepare=True)
+    # psycopg's own server-binding cursor on Django's connection (autocommit, kept across
+    # requests); Django's cursors bind on the client and never prepare.
+    cursor = psycopg.Cursor(connection.connection)
+    cursor.execute(
+        PHASE_1,
+        [public_id, merchant, body["amount"], body["currency"], body["payment_method"],
+         merchant, key, "fingerprint"],
+    )  # fmt: skip
+    payment_id, key_id = cursor.fetchone()
     charge = json.dumps({
         "amount": body["amount"], "currency": body["currency"],
         "payment_method": body["payment_method"], "reference": public_id,
@@ -90,15 +100,11 @@ def floor_payment(request: HttpRequest) -> HttpResponse:
         "id": public_id, "status": status, "amount": body["amount"],
         "currency": body["currency"], "acquirer_reference": reference, "pad": _ANSWER_PADDING,
     })  # fmt: skip
-    with pg.transaction():
-        pg.execute(PHASE_2[0], [status, reference, payment_id], prepare=True)
-        pg.execute(
-            PHASE_2[1], [payment_id, status, json.dumps({"acquirer_reference": reference})],
-            prepare=True,
-        )  # fmt: skip
-        pg.execute(
-            PHASE_2[2],
-            [json.dumps({"Location": f"/payments/{public_id}"}), answer.encode(), key_id],
-            prepare=True,
-        )
+    cursor.execute(
+        PHASE_2,
+        [status, reference, payment_id, status, json.dumps({"acquirer_reference": reference}),
+         json.dumps({"Location": f"/payments/{public_id}"}), answer.encode(), key_id],
+    )  # fmt: skip
+    cursor.close()
+    request.META[REQUEST_LINE_WRITTEN] = True  # no access line either (config/access_log.py)
     return HttpResponse(answer, status=201, content_type="application/json")

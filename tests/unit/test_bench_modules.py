@@ -322,9 +322,14 @@ def test_stack_floor_summary_takes_each_rounds_ratio_then_the_median():
         "stack floor": [run(400, 4.0), run(400, 3.0), run(400, 3.6)],
         "minimal floor": [run(2000, 1.0), run(2000, 1.0), run(1000, 1.0)],
     }
+    runs["service"][1]["cpu"]["web"] = 5.0  # the parts come from one round: they add up
     result = stack_floor.summarise(runs)
     assert result["sides"]["service"]["per_second"] == 200
     assert result["sides"]["stack floor"]["total"] == pytest.approx(3.6)
+    assert result["sides"]["service"] == {"per_second": 200, "web": 4.0, "postgres": 4.0,
+                                          "total": 8.0}  # fmt: skip
+    assert stack_floor.summarise({side: rounds[:2] for side, rounds in runs.items()})[
+        "sides"]["service"]["total"] == 6.0  # of two rounds, the lower  # fmt: skip
     assert result["stack_over_minimal"] == pytest.approx(0.2)  # 0.2, 0.2, 0.4
     assert result["service_over_minimal"] == pytest.approx(0.1)  # 0.1, 0.15, 0.1
     assert result["service_over_stack"] == pytest.approx(0.5)  # 0.5, 0.75, 0.25
