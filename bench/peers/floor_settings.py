@@ -1,6 +1,7 @@
 """Bench-only settings for the stack floor (``bench/peers/floor_views.py``): the service's own
-settings (``config.settings.local``) with no middleware and one route, so that a request costs
-what gunicorn, Django's request handling, psycopg and httpx cost and nothing of the service's.
+settings (``config.settings.local``) with no middleware and only the floor's routes
+(``floor_urls.py``), so that a request costs what gunicorn, Django's request handling, psycopg
+and httpx cost and nothing of the service's.
 """
 
 from config.settings.local import *  # noqa: F403
