@@ -244,8 +244,9 @@ class OperationApi(MerchantApi):
         extend_schema_view(post=schema)(cls)
 
     def post(self, request: Request, payment_id: str) -> HttpResponse:
-        empty = request.headers.get("content-length") in (None, "", "0")
-        body = self.operation_body(data={} if empty else request_json(request))
+        # Empty is decided from the bytes read: RequestBodyMiddleware refused any body that
+        # could not be read in full (chunked, cut short).
+        body = self.operation_body(data=request_json(request) if request.body else {})
         body.is_valid(raise_exception=True)
         key = idempotency_key_header(request)
         try:

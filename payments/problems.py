@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions, status
@@ -262,6 +263,71 @@ class NulInPathMiddleware:
         return self.get_response(request)
 
 
+#: RFC 9110 section 8.6: ``Content-Length = 1*DIGIT`` (ASCII digits only; ``int()`` would also
+#: take ``+1``, ``1_0``, `` 1`` and other scripts' digits).
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+
+
+def body_framing_problem(request: HttpRequest) -> HttpResponse | None:
+    """The problem answer for a request whose body cannot be read in full, else ``None``.
+
+    Under WSGI, Django reads exactly ``Content-Length`` bytes of a body, and none when the
+    header is absent: a body sent with ``Transfer-Encoding`` (chunked, RFC 9112 section 6.1)
+    would arrive empty, and a capture or refund would run with its defaults. So:
+
+    - any ``Transfer-Encoding`` -> ``411 length_required`` (RFC 9110 section 15.5.12);
+    - a ``Content-Length`` that is not 1-18 ASCII digits -> ``400 invalid_content_length``;
+    - fewer bytes than ``Content-Length`` announced (the client stopped sending) ->
+      ``400 body_incomplete``.
+
+    A body longer than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is not read here: the JSON parser
+    refuses it (``body_too_large``) and Django refuses it on form routes. Otherwise the body is
+    read (``request.body``, bounded by that size) so that every later reader sees the bytes
+    counted here. Messages never quote a header's value.
+    """
+    meta = request.META
+    if meta.get("HTTP_TRANSFER_ENCODING") is not None:
+        return problem_response(
+            status_code=411,
+            code="length_required",
+            title="The body needs a Content-Length",
+            detail="Send the body with a Content-Length header and no Transfer-Encoding; "
+            "this request was not acted on.",
+        )
+    declared = meta.get("CONTENT_LENGTH")
+    if declared in (None, ""):
+        return None
+    if not _CONTENT_LENGTH.fullmatch(declared):
+        return problem_response(
+            status_code=400,
+            code="invalid_content_length",
+            title="The Content-Length header is invalid",
+            detail="Content-Length must be the body's size in bytes, in decimal digits; "
+            "this request was not acted on.",
+        )
+    length = int(declared)
+    if 0 < length <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE and len(request.body) != length:
+        return problem_response(
+            status_code=400,
+            code="body_incomplete",
+            title="The body ended early",
+            detail="The body ended before the size its Content-Length announced; "
+            "this request was not acted on.",
+        )
+    return None
+
+
+class RequestBodyMiddleware:
+    """Refuses, before any view or authentication, a request whose body cannot be read in
+    full (:func:`body_framing_problem`), on every route: the body acted on is the body sent."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return body_framing_problem(request) or self.get_response(request)
+
+
 def server_error(request) -> HttpResponse:
     """Django ``handler500``: the error was logged by Django; the answer reveals nothing. A
     database outage raised outside any view (by a middleware, say) still answers ``503``."""
@@ -278,7 +344,16 @@ def server_error(request) -> HttpResponse:
 
 
 def bad_request(request, exception=None) -> HttpResponse:
-    """Django ``handler400`` (for example a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``)."""
+    """Django ``handler400``: a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` read outside the JSON
+    parser answers ``body_too_large`` as the parser does; anything else ``bad_request``."""
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return problem_response(
+            status_code=400,
+            code="body_too_large",
+            title="The body is too large",
+            detail=f"The body is larger than {limit} bytes.",
+        )
     return problem_response(
         status_code=400, code="bad_request", title="Bad request", detail="The request is malformed."
     )

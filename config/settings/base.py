@@ -49,6 +49,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: the request id and the request line cover everything below (config/request_context.py).
     "config.request_context.RequestContextMiddleware",
+    # Second: a body that cannot be read in full (chunked, cut short) is refused before
+    # anything reads it as empty (payments/problems.py, body_framing_problem).
+    "payments.problems.RequestBodyMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

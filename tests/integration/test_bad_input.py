@@ -201,3 +201,26 @@ def test_short_digit_runs_are_not_card_data(merchant_a, sandbox):
     """An order reference with 12 digits is fine."""
     response = merchant_a.create_payment({**PAYMENT_BODY, "reference": "order-123456789012"})
     assert response.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "code"),
+    [
+        ({"HTTP_TRANSFER_ENCODING": "chunked"}, 411, "length_required"),
+        ({"HTTP_TRANSFER_ENCODING": "gzip"}, 411, "length_required"),
+        ({"CONTENT_LENGTH": "+41"}, 400, "invalid_content_length"),
+        ({"CONTENT_LENGTH": "4\N{ARABIC-INDIC DIGIT ONE}"}, 400, "invalid_content_length"),
+        ({"CONTENT_LENGTH": "1" * 19}, 400, "invalid_content_length"),
+    ],
+    ids=["chunked", "gzip", "plus", "arabic-digit", "19-digits"],
+)
+def test_a_body_whose_length_is_unknown_is_refused(merchant_a, sandbox, extra, status, code):
+    """Framing the service cannot trust answers before authentication reads anything
+    (ADR 0038; tests/e2e/test_body_framing.py sends the corpus to gunicorn)."""
+    response = merchant_a.client.post(
+        "/payments", data=b'{"amount": 1}', content_type="application/json", **extra
+    )
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == code
+    assert_nothing_stored(sandbox)
