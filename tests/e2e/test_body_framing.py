@@ -219,17 +219,20 @@ def test_bodies_not_read_in_full_are_refused_and_nothing_moves(stack, merchant_a
         last = route.rstrip("/").split("/")[-1]
         return json.dumps(bodies.get(last, {"url": "http://127.0.0.1:9/y"})).encode()
 
-    before = {
-        "payments": Payment.objects.count(),
-        "operations": PaymentOperation.objects.count(),
-        "events": PaymentEvent.objects.count(),
-        "keys": IdempotencyKey.objects.count(),
-        "endpoints": list(WebhookEndpoint.objects.values_list("id", "secret", "status")),
-        "webhook events": Event.objects.count(),
-        "payment rows": list(Payment.objects.values().order_by("id")),
-        "sandbox": sandbox.stats(),
-    }
+    def snapshot() -> dict:
+        """Everything a refused request must leave as it was, here and at the acquirer."""
+        return {
+            "payments": Payment.objects.count(),
+            "operations": PaymentOperation.objects.count(),
+            "events": PaymentEvent.objects.count(),
+            "keys": IdempotencyKey.objects.count(),
+            "endpoints": list(WebhookEndpoint.objects.values_list("id", "secret", "status")),
+            "webhook events": Event.objects.count(),
+            "payment rows": list(Payment.objects.values().order_by("id")),
+            "sandbox": sandbox.stats(),
+        }
 
+    before = snapshot()
     rng = random.Random(SEED)
     routes = writing_routes()
     assert {route for _, route in routes} >= {
@@ -260,16 +263,7 @@ def test_bodies_not_read_in_full_are_refused_and_nothing_moves(stack, merchant_a
                 }, where
             # else gunicorn refused the framing itself, before the service saw it
 
-    after = {
-        "payments": Payment.objects.count(),
-        "operations": PaymentOperation.objects.count(),
-        "events": PaymentEvent.objects.count(),
-        "keys": IdempotencyKey.objects.count(),
-        "endpoints": list(WebhookEndpoint.objects.values_list("id", "secret", "status")),
-        "webhook events": Event.objects.count(),
-        "payment rows": list(Payment.objects.values().order_by("id")),
-        "sandbox": sandbox.stats(),
-    }
+    after = snapshot()
     assert after == before
     assert sent >= 16 * len(routes)
 
