@@ -1,14 +1,25 @@
 """Where a webhook may be sent (server-side request forgery).
 
-An endpoint URL must be ``https``, carry no user name or password, and its host must resolve
-only to public (globally routable) addresses: never loopback, private, link-local (the cloud
-metadata address 169.254.169.254 among them), shared, reserved, multicast or unspecified ones,
-IPv4-mapped IPv6 included. It is checked when the endpoint is created and again before every
-delivery (DNS can change), and the delivery connects to the address that was checked (no
-second resolution in between: no DNS rebinding).
+An endpoint URL must be ``https`` on port 443 or 8443 (:data:`ALLOWED_PORTS`), carry no user
+name or password, and its host must resolve only to addresses a merchant's public server can
+have. The rule is an allow list, not ``ipaddress``'s ``is_global`` (whose tables lag the
+registries and differ between Python versions):
+
+- IPv4: any address outside every block of IANA's IPv4 Special-Purpose Address Registry
+  (RFC 6890 and its updates; :data:`IPV4_SPECIAL`), multicast and the reserved 240/4 included;
+- IPv6: only global unicast (``2000::/3``, RFC 4291) outside IANA's IPv6 Special-Purpose
+  Address Registry (:data:`IPV6_SPECIAL`: the IETF protocol assignments with Teredo, 6to4,
+  documentation and the rest); an IPv6 address that leads to an IPv4 address is judged by that
+  address: IPv4-mapped (RFC 4291), NAT64 (RFC 6052, RFC 8215) and an ISATAP interface id (RFC
+  5214). So IPv4-compatible (``::a.b.c.d``), IPv4-translated (``::ffff:0:a.b.c.d``),
+  unique-local, link-local, site-local and multicast addresses are all refused.
+
+It is checked when the endpoint is created and again before every delivery (DNS can change),
+and the delivery connects to the address that was checked (no second resolution in between:
+no DNS rebinding).
 
 ``allow_local`` (``WEBHOOK_ALLOW_LOCAL_URLS``, development and test settings only) also accepts
-``http`` and loopback addresses, for a receiver on the developer's machine.
+``http``, any port and loopback addresses, for a receiver on the developer's machine.
 """
 
 from __future__ import annotations
@@ -18,17 +29,50 @@ import socket
 from collections.abc import Callable
 from urllib.parse import SplitResult, urlsplit
 
-__all__ = ["MAX_URL_LENGTH", "UnsafeUrl", "check_url", "resolve_allowed"]
+__all__ = [
+    "ALLOWED_PORTS",
+    "IPV4_SPECIAL",
+    "IPV6_SPECIAL",
+    "MAX_URL_LENGTH",
+    "UnsafeUrl",
+    "check_url",
+    "resolve_allowed",
+]
 
 MAX_URL_LENGTH = 2048
+#: The ports a production endpoint may use: HTTPS's own and its common alternative. Any other
+#: port is where internal services listen (a database, an admin console, a metadata service).
+ALLOWED_PORTS = frozenset({443, 8443})
+
+_net = ipaddress.ip_network
+#: IANA's IPv4 Special-Purpose Address Registry, every block (also those marked globally
+#: reachable, such as AS112's: no merchant's webhook lives there), plus multicast (RFC 5771).
+IPV4_SPECIAL = tuple(
+    _net(block)
+    for block in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.31.196.0/24", "192.52.193.0/24",
+        "192.88.99.0/24", "192.168.0.0/16", "192.175.48.0/24", "198.18.0.0/15",
+        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+    )
+)  # fmt: skip
+#: The only IPv6 space a webhook may reach: global unicast (RFC 4291 section 2.4).
+IPV6_GLOBAL_UNICAST = _net("2000::/3")
+#: IANA's IPv6 Special-Purpose Address Registry blocks inside ``2000::/3``: the IETF protocol
+#: assignments (Teredo, benchmarking, ORCHID, AMT, AS112 ...), documentation (RFC 3849, RFC
+#: 9637), 6to4 (RFC 3056, deprecated by RFC 7526) and AS112-v6's direct delegation.
+IPV6_SPECIAL = tuple(
+    _net(block)
+    for block in ("2001::/23", "2001:db8::/32", "2002::/16", "2620:4f:8000::/48", "3fff::/20")
+)
 
 Resolver = Callable[..., list]
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class UnsafeUrl(ValueError):
-    """The URL is refused. ``code``: ``invalid_url``, ``insecure_scheme``, ``unresolvable`` or
-    ``forbidden_address``; the message never repeats the URL."""
+    """The URL is refused. ``code``: ``invalid_url``, ``insecure_scheme``, ``forbidden_port``,
+    ``unresolvable`` or ``forbidden_address``; the message never repeats the URL."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code
@@ -58,34 +102,45 @@ def _split(url: str, *, allow_local: bool) -> SplitResult:
         raise UnsafeUrl("invalid_url", "Must not contain a fragment.")
     if port == 0:
         raise UnsafeUrl("invalid_url", "Must not use port 0.")
+    if not allow_local and (443 if port is None else port) not in ALLOWED_PORTS:
+        raise UnsafeUrl(
+            "forbidden_port", f"Must use port {' or '.join(map(str, sorted(ALLOWED_PORTS)))}."
+        )
     return parts
 
 
 #: IPv6 prefixes that carry an IPv4 address in their last 32 bits and reach it through a
 #: translator: NAT64's well-known and local-use prefixes (RFC 6052, RFC 8215).
-NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+NAT64_PREFIXES = (_net("64:ff9b::/96"), _net("64:ff9b:1::/48"))
+#: An ISATAP interface id (RFC 5214 section 6.1): ``0000:5efe`` or ``0200:5efe`` and an IPv4.
+_ISATAP_IDS = (0x0000_5EFE, 0x0200_5EFE)
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address leads to: IPv4-mapped, NAT64, 6to4 and Teredo."""
-    found = [address.ipv4_mapped, address.sixtofour]
-    if address.teredo is not None:
-        found.extend(address.teredo)
-    if any(address in prefix for prefix in NAT64_PREFIXES):
-        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-    return [ipv4 for ipv4 in found if ipv4 is not None]
+def _leads_to_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address is carried to, where it carries one: IPv4-mapped,
+    NAT64, or an ISATAP interface id; else ``None``."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    low = int(address) & 0xFFFF_FFFF
+    if any(address in prefix for prefix in NAT64_PREFIXES) or (
+        (int(address) >> 32) & 0xFFFF_FFFF in _ISATAP_IDS
+    ):
+        return ipaddress.IPv4Address(low)
+    return None
 
 
 def _allowed(address: IpAddress, *, allow_local: bool) -> bool:
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        elif embedded:  # a translated address is as safe as the IPv4 address it reaches
-            return all(_allowed(ipv4, allow_local=False) for ipv4 in embedded)
     if allow_local and address.is_loopback:
         return True
-    return address.is_global and not address.is_multicast
+    if isinstance(address, ipaddress.IPv6Address):
+        ipv4 = _leads_to_ipv4(address)
+        if ipv4 is not None:
+            # A mapped loopback is the developer's own receiver; a translated one is not.
+            return _allowed(ipv4, allow_local=allow_local and address.ipv4_mapped is not None)
+        return address in IPV6_GLOBAL_UNICAST and not any(
+            address in block for block in IPV6_SPECIAL
+        )
+    return not any(address in block for block in IPV4_SPECIAL)
 
 
 def resolve_allowed(

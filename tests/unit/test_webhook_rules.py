@@ -23,6 +23,12 @@ FORBIDDEN_NETWORKS = [
     "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
     "100.64.0.0/10", "0.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4", "192.0.2.0/24",
     "198.18.0.0/15", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "::/128",
+    # IANA special-purpose blocks that ipaddress.is_global let through on some Pythons, and
+    # IPv6 forms that carry an IPv4 address (IPv4-compatible, IPv4-translated, 6to4, Teredo):
+    "192.0.0.0/24", "192.88.99.0/24", "192.31.196.0/24", "192.52.193.0/24", "192.175.48.0/24",
+    "198.51.100.0/24", "203.0.113.0/24", "255.255.255.255/32", "::/96", "::ffff:0:0:0/96",
+    "2002::/16", "2001::/32", "2001::/23", "2001:db8::/32", "3fff::/20", "fec0::/10",
+    "100::/64", "5f00::/16", "2620:4f:8000::/48", "4000::/2", "::/8",
 ]  # fmt: skip
 
 
@@ -52,10 +58,9 @@ def test_every_address_of_a_forbidden_range_is_refused(network):
             variants.append([f"::ffff:{address}"])
         for resolved in variants:
             for allow_local in (False, True):
-                if (
-                    allow_local
-                    and ipaddress.ip_address(resolved[-1].removeprefix("::ffff:")).is_loopback
-                ):
+                last = ipaddress.ip_address(resolved[-1])
+                mapped = getattr(last, "ipv4_mapped", None)
+                if allow_local and (mapped or last).is_loopback:
                     continue  # development accepts a loopback receiver
                 with pytest.raises(UnsafeUrl) as refused:
                     resolve_allowed(
@@ -82,6 +87,10 @@ def test_public_addresses_are_allowed_and_returned_for_pinning():
         ("https://hooks.example/x#f", False, "invalid_url"),
         ("gopher://hooks.example/x", True, "invalid_url"),
         ("https://hooks.example:0/x", True, "invalid_url"),
+        ("https://hooks.example:22/x", False, "forbidden_port"),
+        ("https://hooks.example:6379/x", False, "forbidden_port"),
+        ("https://hooks.example:80/x", False, "forbidden_port"),
+        ("https://hooks.example:65535/x", False, "forbidden_port"),
     ],
 )
 def test_scheme_and_form_rules(url, allow_local, code):
@@ -160,3 +169,31 @@ def test_a_translated_ipv6_address_is_judged_by_the_ipv4_address_it_reaches():
     assert not _allowed(ipaddress.ip_address("64:ff9b::7f00:1"), allow_local=False)
     assert not _allowed(ipaddress.ip_address("2002:a00:1::"), allow_local=False)
     assert not _allowed(ipaddress.ip_address("64:ff9b::7f00:1"), allow_local=True)
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("2600:1f18::5efe:808:808", True),  # ISATAP id of a public IPv4
+        ("2600:1f18::5efe:a00:1", False),  # ... of 10.0.0.1
+        ("2600:1f18::200:5efe:7f00:1", False),  # ... of 127.0.0.1, the "u" bit set
+        ("2600:1f18::200:5efe:a9fe:a9fe", False),  # ... of the cloud metadata address
+        ("::ffff:0:808:808", False),  # IPv4-translated: a translator's form, never a host's
+        ("::808:808", False),  # IPv4-compatible, deprecated (RFC 4291 section 2.5.5.1)
+    ],
+)
+def test_an_ipv6_address_that_carries_an_ipv4_one(address, allowed):
+    from webhooks.url_safety import _allowed
+
+    assert _allowed(ipaddress.ip_address(address), allow_local=False) is allowed
+
+
+def test_the_allowed_ports():
+    for port in ("", ":443", ":8443"):
+        assert resolve_allowed(
+            f"https://hooks.example{port}/x", allow_local=False,
+            resolver=resolver_of("93.184.216.34"),
+        ) == ["93.184.216.34"]  # fmt: skip
+    assert resolve_allowed(  # a developer's receiver listens where it likes
+        "http://127.0.0.1:8765/x", allow_local=True, resolver=resolver_of("127.0.0.1")
+    ) == ["127.0.0.1"]
