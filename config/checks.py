@@ -20,7 +20,12 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, register, run_checks
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["production_settings_are_set", "refuse_to_start_on_errors"]
+__all__ = [
+    "PRODUCTION_ONLY_RULES",
+    "production_only_rules_hold",
+    "production_settings_are_set",
+    "refuse_to_start_on_errors",
+]
 
 
 def _secret_key() -> str:
@@ -79,6 +84,51 @@ def production_settings_are_set(app_configs=None, **kwargs) -> list[CheckMessage
                     "ACQUIRER_ALLOW_INSECURE_HTTP=true allows http (the sandbox of "
                     "docker-compose.yml only).",
                     id="config.E002",
+                )
+            )
+    return errors
+
+
+#: Setting -> (what it must be in production, why). Each is forced by
+#: ``config.settings.production`` whatever the environment says; this check catches a settings
+#: module built on it that sets one back (``from config.settings.production import *`` and an
+#: override), so a development exception can never reach production silently.
+PRODUCTION_ONLY_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "DEBUG": (lambda v: v is False, "must be False: tracebacks and settings in error pages"),
+    "WEBHOOK_ALLOW_LOCAL_URLS": (
+        lambda v: v is False,
+        "must be False: it turns the webhook SSRF guard off (http and loopback URLs)",
+    ),
+    "PAYMENTS_CRASH_POINT": (lambda v: not v, "must be empty: crash injection for campaigns"),
+    "ADMIN_OTP_REQUIRED": (lambda v: v is True, "must be True: staff log in with a second factor"),
+    "SESSION_COOKIE_SECURE": (lambda v: v is True, "must be True: the admin session over HTTPS"),
+    "CSRF_COOKIE_SECURE": (lambda v: v is True, "must be True: the CSRF cookie over HTTPS"),
+    "ALLOWED_HOSTS": (lambda v: "*" not in v, "must name the hosts: '*' allows any Host header"),
+    "SECRET_KEY": (
+        lambda v: v != "insecure-local-development-key-change-me",
+        "must not be the development key",
+    ),
+}
+
+
+@register()
+def production_only_rules_hold(app_configs=None, **kwargs) -> list[CheckMessage]:
+    """Under ``REQUIRE_PRODUCTION_SETTINGS``: ``config.E003`` for each setting of
+    :data:`PRODUCTION_ONLY_RULES` whose value breaks its rule, naming the setting and the
+    rule, never the value. An Error, so ``manage.py check --deploy``, gunicorn and Celery
+    refuse to start on it."""
+    if not getattr(settings, "REQUIRE_PRODUCTION_SETTINGS", False):
+        return []
+    errors: list[CheckMessage] = []
+    for name, (holds, rule) in PRODUCTION_ONLY_RULES.items():
+        value = _secret_key() if name == "SECRET_KEY" else getattr(settings, name, None)
+        if not holds(value):
+            errors.append(
+                Error(
+                    f"{name} {rule}.",
+                    hint="Production settings force it; a settings module built on them set "
+                    "it back (docs/operations.md, 'Deploying').",
+                    id="config.E003",
                 )
             )
     return errors

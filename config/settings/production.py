@@ -25,6 +25,9 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
 # Every gunicorn and Celery process must share the rate gate and retry budget.
 ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL", default="")
 PAYMENTS_CRASH_POINT = ""  # crash injection is for fault campaigns, never production
+# Development's exceptions, forced off whatever the environment says (config/checks.py,
+# PRODUCTION_ONLY_RULES, reports any settings module that turns one back on):
+WEBHOOK_ALLOW_LOCAL_URLS = False  # http and loopback webhook URLs: the SSRF guard stays on
 
 # --- HTTPS (manage.py check --deploy) ------------------------------------------------------
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)

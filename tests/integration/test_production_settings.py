@@ -18,7 +18,11 @@ from django.test import override_settings
 from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.checks import REQUIRED_IN_PRODUCTION, production_settings_are_set
+from config.checks import (
+    PRODUCTION_ONLY_RULES,
+    REQUIRED_IN_PRODUCTION,
+    production_settings_are_set,
+)
 from payments import metrics_views
 from payments.acquirer.client import acquirer_client
 from tests.support.processes import CELERY_WORKER, GUNICORN
@@ -221,3 +225,52 @@ def test_collectstatic_needs_no_database_nor_any_production_variable(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "static files copied" in done.stdout
     assert not (tmp_path / "pgdata").exists() and not (tmp_path / "redis").exists()
+
+
+#: A value that breaks each production-only rule (config/checks.py, PRODUCTION_ONLY_RULES).
+WRONG_IN_PRODUCTION = {
+    "DEBUG": True,
+    "WEBHOOK_ALLOW_LOCAL_URLS": True,
+    "PAYMENTS_CRASH_POINT": "after_acquirer_call",
+    "ADMIN_OTP_REQUIRED": False,
+    "SESSION_COOKIE_SECURE": False,
+    "CSRF_COOKIE_SECURE": False,
+    "ALLOWED_HOSTS": ["*"],
+    "SECRET_KEY": "insecure-local-development-key-change-me",
+}
+
+
+def test_every_production_only_rule_has_a_wrong_value_here():
+    assert set(WRONG_IN_PRODUCTION) == set(PRODUCTION_ONLY_RULES)
+
+
+def test_the_environment_cannot_turn_the_webhook_guard_off_in_production(tmp_path):
+    """WEBHOOK_ALLOW_LOCAL_URLS=true and DJANGO_DEBUG=true in the environment change nothing
+    under the production settings: both are forced, and check --deploy stays clean."""
+    command = [sys.executable, "manage.py", "shell", "-c",
+               "from django.conf import settings as s; "
+               "print('forced:', s.WEBHOOK_ALLOW_LOCAL_URLS, s.DEBUG)"]  # fmt: skip
+    env = bare_env(tmp_path, **PRODUCTION_ENV, WEBHOOK_ALLOW_LOCAL_URLS="true", DJANGO_DEBUG="true")
+    done = run(command, env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "forced: False False" in done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_IN_PRODUCTION))
+def test_check_deploy_fails_on_each_production_only_setting_set_wrong(tmp_path, name):
+    """A settings module built on the production settings that sets one rule back fails
+    `manage.py check --deploy` (config.E003, naming the setting, never its value)."""
+    (tmp_path / "wrong_settings.py").write_text(
+        f"from config.settings.production import *  # noqa: F403\n"
+        f"{name} = {WRONG_IN_PRODUCTION[name]!r}\n"
+    )
+    env = bare_env(
+        tmp_path,
+        **{**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "wrong_settings"},
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}",
+    )
+    done = run([sys.executable, "manage.py", "check", "--deploy"], env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"(config.E003) {name} must" in done.stderr
+    assert sum("config.E003" in line for line in done.stderr.splitlines()) == 1
+    assert "insecure-local-development-key-change-me" not in done.stderr
