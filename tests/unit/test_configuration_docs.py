@@ -4,9 +4,10 @@ Scope. "The service's variables" are those read by the code that runs when the s
 ``config/`` (the settings through django-environ, ``gunicorn.conf.py``, ``celery_app.py``,
 ``wsgi.py``), ``observability/`` (logging, metrics directory), ``devtools/`` (the embedded
 PostgreSQL and Redis of ``make run``), ``acquirers/``, ``manage.py``, the apps (``merchants``,
-``idempotency``, ``payments``, ``ledger``, ``console``), ``gateway_client`` (which reads none by design) and
-``sandbox_acquirer`` (started by ``make run``). docs/configuration.md lists each of them in its
-"The service's variables" section, and .env.example lists each of them (commented defaults).
+``idempotency``, ``payments``, ``ledger``, ``console``), ``gateway_client`` (which reads none
+by design) and ``sandbox_acquirer`` (started by ``make run``). docs/configuration.md lists each
+of them in its "The service's variables" section, and .env.example lists each of them
+(commented defaults).
 The variables read only by the tools (``bench/``, ``scripts/``, ``tests/``) are listed in the
 section "Variables of the tools" and nowhere else; they do not belong in a deployment's
 ``.env``.
