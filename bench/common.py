@@ -176,7 +176,7 @@ def database_from_env(name: str = DEFAULT_DATABASE) -> Database:
             password=unquote(parts.password or ""),
             name=name,
         )
-    from config.embedded_db import embedded_database_config
+    from devtools.embedded_db import embedded_database_config
 
     config = embedded_database_config()
     return Database(config["HOST"], None, config["USER"], config["PASSWORD"], name)

@@ -21,7 +21,7 @@ block within each round:
   inserts);
 * ``serializer``: the answer and the outbox object rendered by ``PaymentSerializer``;
 * ``console middleware on the API``: the console's session, authentication, OTP and message
-  middleware run on every path again, as before ADR 0029 (``config/console_middleware.py``);
+  middleware run on every path again, as before ADR 0029 (``console/middleware.py``);
 * ``input serializer``: the body validated by ``PaymentCreateInputSerializer`` instead of the
   plain checks (``payments.serializers.payment_create_input``, ADR 0029);
 * ``statements not prepared``: the hot path's statements bound by the server but not prepared
@@ -94,7 +94,7 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
     from django.conf import settings
     from django.db import connection
 
-    from config import console_middleware
+    from console import middleware as console_middleware
     from payments import lifecycle, responses, serializers, services
     from payments.serializers import PaymentSerializer
 

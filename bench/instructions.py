@@ -154,7 +154,7 @@ def broker_url() -> str:
     children would publish each payment's task to another server than this tree's do."""
     if os.environ.get("CELERY_BROKER_URL"):
         return os.environ["CELERY_BROKER_URL"]
-    from config.embedded_redis import local_redis_urls
+    from devtools.embedded_redis import local_redis_urls
 
     return local_redis_urls({"ACQUIRER_STATE_REDIS_URL": ""})[0]
 

@@ -12,7 +12,7 @@ block within each round:
 
 * ``after``: the code as it is (the fast redaction, one request line that carries the payment's
   outcome, gunicorn's access line skipped for a request the request line covers);
-* ``redaction as before``: the former :func:`~config.log_filters.redact`
+* ``redaction as before``: the former :func:`~observability.log_filters.redact`
   (tests/support/log_redaction_reference.py) in every formatter;
 * ``outcome line as before``: payments/services.py writes its own INFO outcome line;
 * ``access line as before``: gunicorn's access line written for every request;
@@ -21,8 +21,8 @@ block within each round:
   what logging costs.
 
 gunicorn's access line is not written by Django: each block calls gunicorn's own logger
-(config/access_log.py's ``AccessLogger``, or gunicorn's ``Logger`` for the ``before`` variants)
-with the request's WSGI environ and the answer, as gunicorn's worker does after a request.
+(observability/access_log.py's ``AccessLogger``, or gunicorn's ``Logger`` for the ``before``
+variants) with the request's WSGI environ and the answer, as gunicorn's worker does after a request.
 Counted per block, per payment: the CPU time spent logging (``time.thread_time`` inside
 ``logging.Logger._log``, which makes, formats, redacts and writes every record, and inside
 gunicorn's access call), this process's whole CPU time (``time.process_time``), and the lines
@@ -126,7 +126,7 @@ def gunicorn_loggers() -> dict[str, Any]:
     from gunicorn.config import Config
     from gunicorn.glogging import Logger
 
-    from config.access_log import AccessLogger
+    from observability.access_log import AccessLogger
 
     conf = runpy.run_path(str(ROOT / "config" / "gunicorn.conf.py"))
     cfg = Config()
@@ -139,7 +139,7 @@ def gunicorn_loggers() -> dict[str, Any]:
 def variants(state: dict[str, Any]) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
     """Each variant: a context manager that undoes some of ADR 0028 for its block.
     ``state["access"]`` names the gunicorn logger the block uses (None: no access line)."""
-    from config import log_filters, request_context
+    from observability import log_filters, request_context
     from payments import services
     from tests.support import log_redaction_reference as reference
 

@@ -5,7 +5,7 @@
 its models on it as usual (``@admin.register``), and the site adds the acquirer resilience page
 (:class:`payments.resilience_admin.ResilienceAdmin`) to its URLs and to the payments app of its
 app list (the index, the app index and the navigation sidebar). Its login is throttled and takes
-a TOTP code, required for staff when ``ADMIN_OTP_REQUIRED`` is on (:mod:`config.two_factor`).
+a TOTP code, required for staff when ``ADMIN_OTP_REQUIRED`` is on (:mod:`console.two_factor`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.http import HttpResponseRedirect
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils.http import urlencode
 
-from config.two_factor import AdminLoginForm, needs_second_factor, two_factor_view
+from console.two_factor import AdminLoginForm, needs_second_factor, two_factor_view
 from payments.resilience_admin import ResilienceAdmin
 
 __all__ = ["PaymentServiceAdminSite"]

@@ -6,7 +6,7 @@ discovered in the installed apps. The worker and beat run the system checks at s
 on an Error (a missing production variable among them, config/checks.py): Celery's own Django
 fixup runs them but ignores the result.
 
-Logging (ADR 0016): the worker and beat apply Django's ``LOGGING`` (config/log_config.py: the
+Logging (ADR 0016): the worker and beat apply Django's ``LOGGING`` (observability/log_config.py: the
 same structured, redacted lines as the web tier) instead of Celery's own handlers, at the
 ``--loglevel`` given. A task published while a request (or another task) runs carries its
 request id in the message header ``request_id``; the task runs with it bound, so its log lines,
@@ -33,9 +33,9 @@ from celery.signals import (
 )
 from kombu.transport import redis as kombu_redis
 
-from config.metrics_dir import metrics_dir_prepare, metrics_dir_remove
-from config.request_context import bind_request_id, current_request_id
 from heartbeats.celery import HeartbeatStep, forget_worker
+from observability.metrics_dir import metrics_dir_prepare, metrics_dir_remove
+from observability.request_context import bind_request_id, current_request_id
 
 #: The message header carrying the request id into a task.
 REQUEST_ID_TASK_HEADER = "request_id"
@@ -84,7 +84,7 @@ def _worker_command(argv: list[str]) -> bool:
 
 # A Celery worker: before Django and prometheus_client load (here, as `-A config` imports this
 # module), its pool processes get one metrics directory, emptied, so the worker's exposition
-# adds them all up (config/metrics_dir.py). The web does the same in config/gunicorn.conf.py.
+# adds them all up (observability/metrics_dir.py). The web does the same in config/gunicorn.conf.py.
 if _worker_command(sys.argv):
     metrics_dir_prepare("worker")
 

@@ -2,7 +2,7 @@
 
 import os
 
-from config.log_config import environment_log_format, logging_config
+from observability.log_config import environment_log_format, logging_config
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -21,8 +21,9 @@ control_socket_disable = True
 
 def on_starting(server):
     """Before the workers fork: one metrics directory for all of them (PROMETHEUS_MULTIPROC_DIR,
-    or a temporary one), emptied, so /metrics adds up every worker (config/metrics_dir.py)."""
-    from config.metrics_dir import metrics_dir_prepare
+    or a temporary one), emptied, so /metrics adds up every worker
+    (observability/metrics_dir.py)."""
+    from observability.metrics_dir import metrics_dir_prepare
 
     path = metrics_dir_prepare("web")
     server.log.info("Prometheus multiprocess directory: %s", path)
@@ -37,21 +38,21 @@ def child_exit(server, worker):
 
 def on_exit(server):
     """The master stops: remove the metrics directory if on_starting made it."""
-    from config.metrics_dir import metrics_dir_remove
+    from observability.metrics_dir import metrics_dir_remove
 
     metrics_dir_remove()
 
 
-# The logging of every process (config/log_config.py): LOG_FORMAT json, or console (the default
-# under config.settings.local), redacted in the formatter. The access log writes the path
+# The logging of every process (observability/log_config.py): LOG_FORMAT json, or console (the
+# default under config.settings.local), redacted in the formatter. The access log writes the path
 # without its query string (%(U)s, never %(r)s), with the answer's Request-Id; duration in ms.
 logconfig_dict = logging_config(
     log_format=environment_log_format(os.environ), level=os.environ.get("LOG_LEVEL", "INFO")
 )
 access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms request_id=%({request-id}o)s'
-# The access line only for requests the request line (config/request_context.py) does not
+# The access line only for requests the request line (observability/request_context.py) does not
 # cover: those gunicorn answers itself, before Django (ADR 0028). One line per request.
-logger_class = "config.access_log.AccessLogger"
+logger_class = "observability.access_log.AccessLogger"
 # Idle keep-alive connections live longer than common clients keep them (httpx: 5 s), so a
 # client never reuses a connection at the moment the server closes it.
 keepalive = int(os.environ.get("WEB_KEEPALIVE", "10"))

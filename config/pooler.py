@@ -31,7 +31,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 POOLERS = ("none", "pgbouncer")
-#: The ``-c`` parameters ``config.embedded_db.connection_options`` adds to ``options``.
+#: The ``-c`` parameters ``config.database.connection_options`` adds to ``options``.
 SERVER_TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
 
 
@@ -57,7 +57,7 @@ def apply_pooler(env: Any, default: dict[str, Any]) -> dict[str, Any]:
 def server_timeout_sql(options: dict[str, Any], *, role: str | None = None) -> list[str]:
     """The ``SET`` statements (or, with ``role``, ``ALTER ROLE role SET`` statements) that give a
     server connection the timeouts of ``options`` (a ``DATABASES`` ``OPTIONS`` dict from
-    ``config.embedded_db.connection_options``, before :func:`apply_pooler`), in milliseconds."""
+    ``config.database.connection_options``, before :func:`apply_pooler`), in milliseconds."""
     pairs = (part.split("=", 1) for part in str(options.get("options", "")).split() if "=" in part)
     timeouts = {name: int(value) for name, value in pairs if name in SERVER_TIMEOUTS}
     prefix = f'ALTER ROLE "{role}" SET' if role else "SET"

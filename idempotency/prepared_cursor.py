@@ -9,7 +9,7 @@ instead: parameters bound by the server, and the statement prepared (``PREPARE``
 Everything else keeps Django's client-side binding.
 
 Whether statements are prepared is the connection's ``prepare_threshold`` (``DATABASES``
-``OPTIONS``): ``config.embedded_db.database_settings`` sets 0 (prepare at once) unless
+``OPTIONS``): ``config.database.database_settings`` sets 0 (prepare at once) unless
 ``DATABASE_PREPARED_STATEMENTS`` is false; behind PgBouncer's transaction pooling
 (``config/pooler.py``) it is None, and the same statements run server-bound but unprepared (an
 unnamed statement lives within one transaction, which that pooling allows).

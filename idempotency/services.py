@@ -124,7 +124,8 @@ def idempotency_key_claim(
     return _claimed(record, ClaimOutcome.TAKEN_OVER)
 
 
-#: The ``idempotency`` field of the request's log lines (config/request_context.py), by claim.
+#: The ``idempotency`` field of the request's log lines (observability/request_context.py), by
+#: claim.
 LOG_OUTCOMES = {
     ClaimOutcome.CREATED: "new",
     ClaimOutcome.TAKEN_OVER: "taken_over",

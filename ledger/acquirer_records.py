@@ -28,7 +28,7 @@ import httpx
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from config.acquirers import AcquirerSpec
+from acquirers.specs import AcquirerSpec
 
 __all__ = [
     "AcquirerRecord",

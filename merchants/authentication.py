@@ -98,7 +98,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         api_key = API_KEY_CACHE.authenticate(token)
         if api_key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid.")
-        # Every later log line of the request names the merchant (config/request_context.py).
+        # Every later log line of the request names the merchant (observability/request_context.py).
         structlog.contextvars.bind_contextvars(merchant_id=api_key.merchant_id)
         return api_key.merchant, api_key
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
+from payments.money import CURRENCY_EXPONENTS
+
 
 @register()
 def reconciliation_stops_before_the_acquirer_forgets(app_configs=None, **kwargs) -> list[Error]:
@@ -62,3 +64,27 @@ def deferred_payments_expire_before_reconciliation_gives_up(
             )
         ]
     return []
+
+
+@register()
+def acquirer_currencies_are_supported(app_configs=None, **kwargs) -> list[Error]:
+    """Every currency an acquirer of ``ACQUIRERS`` lists is one the service supports (an ISO
+    4217 code of ``payments.money.CURRENCY_EXPONENTS``): ``payments.E004`` for each one that is
+    not, naming the acquirer and the code (never its URL or key). A currency nobody can pay in
+    would route no payment to that acquirer, silently.
+
+    The settings parse ``ACQUIRERS`` (``acquirers.specs.parse_acquirers``) without this list,
+    so that loading them imports no app (ADR 0036); this check runs wherever the others do:
+    ``manage.py`` commands, and gunicorn and Celery at start (``refuse_to_start_on_errors``)."""
+    errors: list[Error] = []
+    for spec in getattr(settings, "ACQUIRERS", None) or ():
+        for code in sorted((spec.currencies or frozenset()) - frozenset(CURRENCY_EXPONENTS)):
+            errors.append(
+                Error(
+                    f"ACQUIRERS ({spec.name}) currencies: {code} is not a supported ISO 4217 code.",
+                    hint="List only the currencies of payments/money.py (docs/configuration.md, "
+                    "'Acquirers').",
+                    id="payments.E004",
+                )
+            )
+    return errors

@@ -45,7 +45,6 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Sum
 
-from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
 from idempotency.prepared_cursor import prepared_cursor
 from idempotency.services import (
@@ -54,6 +53,7 @@ from idempotency.services import (
     idempotency_key_release,
     insert_row_parts,
 )
+from observability.request_context import current_request_id
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
 from payments.models import (
     CaptureMethod,

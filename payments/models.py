@@ -421,7 +421,7 @@ class PaymentEvent(models.Model):
     ``data`` never holds secrets or card data: acquirer outcomes are stored as classified
     values (status code, error class, elapsed seconds), never raw headers. ``request_id``: the
     request (or task) that wrote it, so an event, its acquirer attempt and the log lines of
-    the same request can be joined (config/request_context.py).
+    the same request can be joined (observability/request_context.py).
     """
 
     #: No index of its own: ``payment_event_timeline`` starts with ``payment_id`` (migration 0012).

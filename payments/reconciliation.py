@@ -40,7 +40,6 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     Authorization,
@@ -48,6 +47,7 @@ from gateway_client import (
     PermanentError,
     RetryPolicy,
 )
+from observability.request_context import current_request_id
 from payments.acquirer.authorize import authorization_request
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.lifecycle import (

@@ -37,7 +37,6 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from config.request_context import current_request_id, request_line_note
 from gateway_client import AcquirerClient
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.fingerprint import request_fingerprint
@@ -52,6 +51,7 @@ from idempotency.services import (
     insert_row_parts,
 )
 from merchants.models import Merchant
+from observability.request_context import current_request_id, request_line_note
 from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
 from payments.acquirer.client import default_acquirer_name
 from payments.acquirer.routing import acquirer_idempotency_key, acquirer_route

@@ -61,9 +61,9 @@ def pgbouncer_binary() -> str:
 
 def connect_query(env: Any) -> str:
     """The ``SET`` statements PgBouncer runs on each new server connection: the timeouts of
-    ``config.embedded_db.connection_options`` for this environment (the suite's: no statement
+    ``config.database.connection_options`` for this environment (the suite's: no statement
     or idle-in-transaction timeout, as config/settings/test.py; lock_timeout as configured)."""
-    from config.embedded_db import connection_options
+    from config.database import connection_options
     from config.pooler import server_timeout_sql
 
     return "; ".join(server_timeout_sql(connection_options(env, {})))

@@ -35,7 +35,7 @@ CUSTOM_CHECK = "error_is_problem_json"
 ACCESS_LINE = re.compile(
     r'\\?"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|[A-Z]+) \S+ HTTP/[\d.]+\\?" (\d{3}) '
 )
-#: The request line's message (config/request_context.py): ``request METHOD route status``.
+#: The request line's message (observability/request_context.py): ``request METHOD route status``.
 REQUEST_LINE = re.compile(r"\brequest [A-Z]+ (?:\(no route\)|\S+) (\d{3})\b")
 CONFIG = """\
 [checks.not_a_server_error]

@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from config.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
+from devtools.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -52,7 +52,7 @@ SERVICE_ENV: dict[str, str] = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
     "PYTHONUNBUFFERED": "1",
     "LOG_LEVEL": "DEBUG",
-    # What production writes (config/log_config.py): the secrets campaign checks every line
+    # What production writes (observability/log_config.py): the secrets campaign checks every line
     # of every process is the project's JSON, so no process kept a handler of its own.
     "LOG_FORMAT": "json",
     # A beat entry named after this card number, reconciling "pay_<it>" every 2 s
@@ -173,7 +173,7 @@ def default_campaign_database_url() -> str:
             base.replace("postgres://", "postgresql://", 1), f"{name}_campaigns"
         )
     sys.path.insert(0, str(ROOT))
-    from config.embedded_db import embedded_database_config
+    from devtools.embedded_db import embedded_database_config
 
     settings = embedded_database_config()
     return f"postgresql://postgres@/payments_campaigns?host={quote(settings['HOST'])}"
@@ -475,7 +475,7 @@ def default_redis_url() -> str:
 class StackOptions:
     out_dir: Path
     database_url: str = field(default_factory=default_campaign_database_url)
-    #: redis-py URL; unset ``REDIS_URL``: the project's embedded Redis (config/embedded_redis.py).
+    #: redis-py URL; unset ``REDIS_URL``: the project's embedded Redis (devtools/embedded_redis.py).
     redis_url: str = field(default_factory=default_redis_url)
     settings_module: str = field(
         default_factory=lambda: os.environ.get("CAMPAIGN_DJANGO_SETTINGS", DEFAULT_SETTINGS)

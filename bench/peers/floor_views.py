@@ -27,7 +27,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from config.request_context import REQUEST_LINE_WRITTEN
+from observability.request_context import REQUEST_LINE_WRITTEN
 
 _TRANSPORT = httpx.HTTPTransport(trust_env=False)
 _TIMEOUT = httpx.Timeout(3.0, connect=1.0).as_dict()
@@ -106,5 +106,5 @@ def floor_payment(request: HttpRequest) -> HttpResponse:
          json.dumps({"Location": f"/payments/{public_id}"}), answer.encode(), key_id],
     )  # fmt: skip
     cursor.close()
-    request.META[REQUEST_LINE_WRITTEN] = True  # no access line either (config/access_log.py)
+    request.META[REQUEST_LINE_WRITTEN] = True  # no access line either (observability/access_log.py)
     return HttpResponse(answer, status=201, content_type="application/json")

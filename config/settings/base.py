@@ -10,9 +10,8 @@ from pathlib import Path
 
 import environ
 
-from config.acquirers import parse_acquirers
-from config.log_config import logging_config, structlog_configure
-from payments.money import CURRENCY_EXPONENTS
+from acquirers.specs import parse_acquirers
+from observability.log_config import logging_config, structlog_configure
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -47,8 +46,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: the request id and the request line cover everything below (config/request_context.py).
-    "config.request_context.RequestContextMiddleware",
+    # First: the request id and the request line cover everything below
+    # (observability/request_context.py).
+    "observability.request_context.RequestContextMiddleware",
     # Second: a body that cannot be read in full (chunked, cut short) is refused before
     # anything reads it as empty (payments/problems.py, body_framing_problem).
     "payments.problems.RequestBodyMiddleware",
@@ -56,13 +56,13 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # The console's cookie middleware runs on /admin/ paths only: the API reads no cookie
-    # (config/console_middleware.py, ADR 0029). Everything else here runs on every path.
-    "config.console_middleware.ConsoleSessionMiddleware",
+    # (console/middleware.py, ADR 0029). Everything else here runs on every path.
+    "console.middleware.ConsoleSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "config.console_middleware.ConsoleAuthenticationMiddleware",
-    "config.console_middleware.ConsoleOTPMiddleware",
-    "config.console_middleware.ConsoleMessageMiddleware",
+    "console.middleware.ConsoleAuthenticationMiddleware",
+    "console.middleware.ConsoleOTPMiddleware",
+    "console.middleware.ConsoleMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
     "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
@@ -204,11 +204,11 @@ RECONCILIATION_CONCURRENCY_WAIT_SECONDS = env.float(
 ACQUIRER_STATE_REDIS_URL = env("ACQUIRER_STATE_REDIS_URL", default="")
 ACQUIRER_STATE_NAMESPACE = env("ACQUIRER_STATE_NAMESPACE", default="payments:gateway")
 
-# Several acquirers (config/acquirers.py; docs/configuration.md, "Acquirers"): a JSON array,
-# parsed and validated here. Unset: one acquirer from the ACQUIRER_* settings above.
-ACQUIRERS = parse_acquirers(
-    env("ACQUIRERS", default=""), known_currencies=frozenset(CURRENCY_EXPONENTS)
-)
+# Several acquirers (acquirers/specs.py; docs/configuration.md, "Acquirers"): a JSON array,
+# parsed and validated here. Unset: one acquirer from the ACQUIRER_* settings above. Whether
+# each currency is one the service supports is a system check (payments.E004,
+# payments/checks.py): the settings import no app.
+ACQUIRERS = parse_acquirers(env("ACQUIRERS", default=""))
 # Decline codes after which a payment may try the next acquirer (a decline is otherwise a
 # result): e.g. issuer_unavailable,try_again_later. Empty by default.
 ACQUIRER_SOFT_DECLINE_CODES = env.list("ACQUIRER_SOFT_DECLINE_CODES", default=[])
@@ -345,7 +345,7 @@ LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 
 # --- Celery ---------------------------------------------------------------------------------
 # Required in production; config.settings.local falls back on the embedded Redis
-# (config/embedded_redis.py), the test settings on kombu's in-memory transport.
+# (devtools/embedded_redis.py), the test settings on kombu's in-memory transport.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=3600),
@@ -410,7 +410,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- Logging (config/log_config.py; ADR 0016) ------------------------------------------------
+# --- Logging (observability/log_config.py; ADR 0016) ---------------------------------------
 # json: one JSON object per line (production); console: readable lines (development). Every
 # process (gunicorn, Django, the Celery worker and beat, commands) uses this configuration.
 LOG_FORMAT = env("LOG_FORMAT", default="json")

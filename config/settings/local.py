@@ -1,10 +1,10 @@
 """Settings for a developer's machine (`make run`): the embedded PostgreSQL and Redis by default."""
 
-from config.embedded_db import database_settings
-from config.embedded_redis import local_redis_urls
-from config.log_config import logging_config
+from config.database import database_settings
 from config.settings.base import *  # noqa: F403
 from config.settings.base import LOG_LEVEL, env
+from devtools.embedded_redis import local_redis_urls
+from observability.log_config import logging_config
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 # Readable lines on a developer's terminal; LOG_FORMAT=json shows what production writes.

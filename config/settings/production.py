@@ -9,7 +9,7 @@ HTTPS is assumed (HSTS, SSL redirect, secure cookies), each configurable; docs/o
 ("Deploying") documents the environment with which ``manage.py check --deploy`` is clean.
 """
 
-from config.embedded_db import database_settings
+from config.database import database_settings
 from config.settings.base import *  # noqa: F403
 from config.settings.base import env
 

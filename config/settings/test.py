@@ -1,6 +1,6 @@
 """Settings for the test suite: the same PostgreSQL rules, faster password hashing."""
 
-from config.embedded_db import database_settings
+from config.database import database_settings
 from config.settings.base import *  # noqa: F403
 from config.settings.base import env
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 
 from django.db import connection
 
-from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     AmbiguousOutcomeError,
@@ -32,6 +31,7 @@ from gateway_client import (
     RetryableError,
     RetryPolicy,
 )
+from observability.request_context import current_request_id
 from payments.models import CaptureMethod, Payment
 
 __all__ = [

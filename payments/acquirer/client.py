@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from config.acquirers import AcquirerSpec
+from acquirers.specs import AcquirerSpec
 from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
@@ -34,7 +34,7 @@ from payments.acquirer.metrics import GatewayMetrics
 
 def acquirer_specs() -> tuple[AcquirerSpec, ...]:
     """Every configured acquirer in routing order (priority, then configuration order): the
-    ``ACQUIRERS`` setting (config/acquirers.py), or when it is unset one acquirer named
+    ``ACQUIRERS`` setting (acquirers/specs.py), or when it is unset one acquirer named
     ``ACQUIRER_NAME`` built from the ``ACQUIRER_*`` settings, read now (so tests' settings
     overrides apply)."""
     configured = getattr(settings, "ACQUIRERS", None)

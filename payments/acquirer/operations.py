@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 
 from django.db import connection
 
-from config.request_context import current_request_id
 from gateway_client import (
     AcquirerClient,
     Authorization,
@@ -31,6 +30,7 @@ from gateway_client import (
     RetryPolicy,
     VoidRequest,
 )
+from observability.request_context import current_request_id
 from payments.acquirer.authorize import (
     AcquirerAttempt,
     AuthorizationOutcome,

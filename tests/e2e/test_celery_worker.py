@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.utils import timezone
 
-from config.embedded_redis import embedded_redis
+from devtools.embedded_redis import embedded_redis
 from idempotency.models import IdempotencyKey
 from tests.factories import MerchantFactory
 from tests.support.processes import CELERY_WORKER, ROOT, service_env, wait_until

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.acquirers import parse_acquirers
+from acquirers.specs import parse_acquirers
 from idempotency.models import IdempotencyKey
 from ledger.services import audit_acquirer
 from payments import failover

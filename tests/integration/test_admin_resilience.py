@@ -13,7 +13,7 @@ from django.apps import apps
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, User
 
-from config.acquirers import parse_acquirers
+from acquirers.specs import parse_acquirers
 from gateway_client import RedisStore
 from gateway_client.breaker import BreakerSet
 from payments.acquirer.client import acquirer_client

@@ -1,4 +1,4 @@
-"""The admin's login and sessions (config/two_factor.py, ADR 0019): throttling by django-axes,
+"""The admin's login and sessions (console/two_factor.py, ADR 0019): throttling by django-axes,
 the TOTP second factor required when ADMIN_OTP_REQUIRED is on (production) and optional
 otherwise, and sessions that end after a working day."""
 

@@ -41,7 +41,7 @@ def test_an_unknown_outcome_is_answered_202_when_the_enqueue_fails(
     merchant_a, sandbox, single_attempt, broker_down, caplog
 ):
     # Django's robust on_commit logs under "django", which the project's logging does not
-    # propagate to the root logger (config/log_config.py): listen on it directly.
+    # propagate to the root logger (observability/log_config.py): listen on it directly.
     # An in-process Celery worker of an earlier test may have left it disabled or raised its
     # level: set both for this request.
     django_logger = logging.getLogger("django.db.backends.base")

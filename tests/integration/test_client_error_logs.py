@@ -1,5 +1,5 @@
 """A client's suspicious request (Django's ``django.security.*`` records) is logged as a
-WARNING without a traceback, through the handler filter of config/log_config.py."""
+WARNING without a traceback, through the handler filter of observability/log_config.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import logging.config
 
 import pytest
 
-from config.log_config import logging_config
+from observability.log_config import logging_config
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def django_log() -> io.StringIO:
-    """The ``django`` logger written to a stream by a handler built as config/log_config.py
+    """The ``django`` logger written to a stream by a handler built as observability/log_config.py
     builds its console handler (its filter and JSON formatter)."""
     config = logging_config(log_format="json", level="INFO")
     configurator = logging.config.DictConfigurator(config)

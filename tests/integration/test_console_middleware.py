@@ -1,4 +1,4 @@
-"""The console's cookie middleware runs on /admin/ paths only (config/console_middleware.py,
+"""The console's cookie middleware runs on /admin/ paths only (console/middleware.py,
 ADR 0029): the API sets and reads no cookie, the admin keeps its session, CSRF protection,
 second factor and lockout, and the security headers stay on every path."""
 
@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.views import APIView
 
-from config.console_middleware import (
+from console.middleware import (
     CONSOLE_PATH_PREFIX,
     ConsoleAuthenticationMiddleware,
     ConsoleMessageMiddleware,

@@ -64,7 +64,7 @@ def short_lock_timeout(transactional_db) -> Iterator[None]:
     """The configured ``lock_timeout``, shortened to 300 ms for the test's connection."""
     saved = connection.settings_dict["OPTIONS"]
     options = str(saved["options"])
-    assert "lock_timeout=" in options  # set by config.embedded_db.connection_options
+    assert "lock_timeout=" in options  # set by config.database.connection_options
     shorter = " ".join(
         "lock_timeout=300" if part.startswith("lock_timeout=") else part
         for part in options.split(" ")

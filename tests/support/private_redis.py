@@ -22,7 +22,7 @@ from typing import Self
 
 import redis
 
-from config.embedded_redis import _server_binary, celery_broker_url
+from devtools.embedded_redis import _server_binary, celery_broker_url
 
 
 class PrivateRedis:

@@ -1,5 +1,5 @@
 """The Redis of the test suite: ``REDIS_URL`` when set (CI: the machine's server), otherwise
-the embedded server of ``config/embedded_redis.py`` (database 15), started on first use.
+the embedded server of ``devtools/embedded_redis.py`` (database 15), started on first use.
 
 Every test that needs Redis takes its URL from here, through the ``redis_url`` fixture of
 tests/conftest.py; none names a host or port of its own.
@@ -12,7 +12,7 @@ import os
 
 import redis
 
-from config.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
+from devtools.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
 
 
 def configured_redis_url() -> str | None:

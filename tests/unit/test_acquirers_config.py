@@ -1,4 +1,4 @@
-"""The ACQUIRERS setting (config/acquirers.py): valid documents, and a generated corpus of bad
+"""The ACQUIRERS setting (acquirers/specs.py): valid documents, and a generated corpus of bad
 ones, each refused with an ImproperlyConfigured that names the field and never the API key."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.acquirers import POLICY_OVERRIDES, AcquirerSpec, parse_acquirers
+from acquirers.specs import POLICY_OVERRIDES, AcquirerSpec, parse_acquirers
 from payments.money import CURRENCY_EXPONENTS
 
 SECRET = "sk_live_Sup3rSecretValue_9f2c"
@@ -117,3 +117,26 @@ def test_the_corpus_covers_every_field_and_override():
     policies = [doc[0]["policy"] for what, doc in BAD if what.startswith("policy=")]
     named = set(itertools.chain.from_iterable(p for p in policies if isinstance(p, dict)))
     assert set(POLICY_OVERRIDES) <= named
+
+
+def test_a_currency_the_service_does_not_support_fails_the_payments_system_check(settings):
+    """The settings parse ACQUIRERS without payments.money (they import no app: any three
+    capital letters pass); the system check payments.E004 then names the acquirer and the
+    unsupported code, never the key, and is silent on supported codes (ADR 0036)."""
+    from django.core.checks import run_checks
+
+    from payments.checks import acquirer_currencies_are_supported
+
+    document = [{**VALID[0], "currencies": ["EUR", "XXX"]}, VALID[1]]
+    settings.ACQUIRERS = parse_acquirers(json.dumps(document))
+    errors = acquirer_currencies_are_supported()
+    assert [error.id for error in errors] == ["payments.E004"]
+    assert "beta" in errors[0].msg and "XXX" in errors[0].msg and "EUR" not in errors[0].msg
+    assert SECRET not in str(errors[0])
+    # Registered: the checks every manage.py command, gunicorn and Celery run find it.
+    assert "payments.E004" in {message.id for message in run_checks()}
+
+    settings.ACQUIRERS = parse(VALID)
+    assert acquirer_currencies_are_supported() == []
+    settings.ACQUIRERS = None
+    assert acquirer_currencies_are_supported() == []

@@ -1,11 +1,13 @@
 """docs/configuration.md and .env.example list exactly the environment variables the code reads.
 
 Scope. "The service's variables" are those read by the code that runs when the service runs:
-``config/`` (the settings through django-environ, ``embedded_db.py``, ``gunicorn.conf.py``,
-``celery_app.py``, ``wsgi.py``), ``manage.py``, the apps (``merchants``, ``idempotency``,
-``payments``, ``ledger``), ``gateway_client`` (which reads none by design) and
-``sandbox_acquirer`` (started by ``make run``). docs/configuration.md lists each of them in its
-"The service's variables" section, and .env.example lists each of them (commented defaults).
+``config/`` (the settings through django-environ, ``gunicorn.conf.py``, ``celery_app.py``,
+``wsgi.py``), ``observability/`` (logging, metrics directory), ``devtools/`` (the embedded
+PostgreSQL and Redis of ``make run``), ``acquirers/``, ``manage.py``, the apps (``merchants``,
+``idempotency``, ``payments``, ``ledger``, ``console``), ``gateway_client`` (which reads none
+by design) and ``sandbox_acquirer`` (started by ``make run``). docs/configuration.md lists each
+of them in its "The service's variables" section, and .env.example lists each of them
+(commented defaults).
 The variables read only by the tools (``bench/``, ``scripts/``, ``tests/``) are listed in the
 section "Variables of the tools" and nowhere else; they do not belong in a deployment's
 ``.env``.
@@ -25,6 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_SOURCES = (
     "config",
+    "observability",
+    "devtools",
+    "acquirers",
+    "console",
     "manage.py",
     "merchants",
     "idempotency",

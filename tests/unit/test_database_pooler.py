@@ -7,7 +7,7 @@ import environ
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.embedded_db import database_settings
+from config.database import database_settings
 from config.pooler import server_timeout_sql
 
 URL = "postgres://postgres@127.0.0.1:5432/payments"

@@ -10,7 +10,7 @@ import environ
 import pytest
 from django.conf import settings
 
-from config.embedded_db import connection_options, database_settings
+from config.database import connection_options, database_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "postgres://postgres@127.0.0.1:5432/payments"

@@ -50,6 +50,14 @@ def test_ci_runs_the_readme_test_command():
 # payments -> webhooks (the outbox under the state machine), never back;
 # gateway_client and the sandbox import no project app; merchant_client (a merchant's library)
 # imports gateway_client only; nothing imports payments except config.
+# config is wiring only (ADR 0036): it imports the apps, no app imports it; observability,
+# devtools and acquirers sit below the apps and import none of them (card_data only).
+APPS = (
+    "payments", "webhooks", "merchants", "idempotency", "ledger", "heartbeats", "console",
+    "card_data", "sandbox_acquirer", "gateway_client", "merchant_client",
+)  # fmt: skip
+#: The packages below the apps (ADR 0036).
+BELOW_THE_APPS = ("observability", "devtools", "acquirers")
 FORBIDDEN_IMPORTS = {
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
@@ -68,6 +76,23 @@ FORBIDDEN_IMPORTS = {
                    "sandbox_acquirer"},
     "merchant_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                         "merchants", "config", "sandbox_acquirer", "ledger", "console"},
+    "console": {"config", "payments", "idempotency", "merchants", "ledger", "webhooks",
+                "heartbeats", "gateway_client", "sandbox_acquirer"},
+    # Observability: no app, no config, no Celery (config/celery_app.py wires it in).
+    "observability": {"config", "payments", "idempotency", "merchants", "ledger", "webhooks",
+                      "heartbeats", "console", "gateway_client", "sandbox_acquirer",
+                      "merchant_client", "devtools", "acquirers", "celery", "rest_framework"},
+    # Developer tools: no app, no config; nothing of the service's own runtime.
+    "devtools": {"config", "payments", "idempotency", "merchants", "ledger", "webhooks",
+                 "heartbeats", "console", "gateway_client", "sandbox_acquirer",
+                 "merchant_client", "observability", "acquirers", "card_data", "celery",
+                 "rest_framework"},
+    # The ACQUIRERS setting's parser: plain Python (and ImproperlyConfigured), loaded by the
+    # settings, so it imports no app and no config.
+    "acquirers": {"config", "payments", "idempotency", "merchants", "ledger", "webhooks",
+                  "heartbeats", "console", "gateway_client", "sandbox_acquirer",
+                  "merchant_client", "observability", "devtools", "card_data", "celery",
+                  "rest_framework"},
 }  # fmt: skip
 
 
@@ -80,6 +105,36 @@ def imported_top_levels(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
     return names
+
+
+def test_no_app_imports_config():
+    """config is wiring only (ADR 0036): no app, nor a package below the apps, imports it, at
+    module level or inside a function (a settings-module string such as
+    ``"config.settings.test"`` is not an import)."""
+    violations = [
+        f"{path.relative_to(ROOT)} imports config"
+        for package in (*APPS, *BELOW_THE_APPS)
+        for path in (ROOT / package).rglob("*.py")
+        if "config" in imported_top_levels(path)
+    ]
+    assert violations == []
+
+
+def test_settings_import_no_app():
+    """Loading the settings imports no app (ADR 0036): what they need from below (the
+    logging configuration, the ACQUIRERS parser, the embedded servers) comes from
+    observability, acquirers and devtools; a rule an app owns is a system check of that app."""
+    apps = set(APPS) - {"card_data"}
+    violations = [
+        f"{path.relative_to(ROOT)} imports {sorted(imported_top_levels(path) & apps)}"
+        for path in [
+            *(ROOT / "config" / "settings").rglob("*.py"),
+            ROOT / "config" / "database.py",
+            ROOT / "config" / "pooler.py",
+        ]
+        if imported_top_levels(path) & apps
+    ]
+    assert violations == []
 
 
 def test_import_direction():
@@ -99,7 +154,7 @@ def test_import_direction():
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
     "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
-    "merchant_client",
+    "merchant_client", "observability", "devtools", "acquirers",
 )  # fmt: skip
 
 

@@ -1,5 +1,5 @@
-"""The one redaction step of every log line (config/log_filters.py), and the formatter of every
-handler config/log_config.py builds (no database)."""
+"""The one redaction step of every log line (observability/log_filters.py), and the formatter of
+every handler observability/log_config.py builds (no database)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from config.log_config import environment_log_format, logging_config
-from config.log_filters import KEY_PREFIXES, SECRET_NAMES, redact
 from merchants.services import API_KEY_PREFIX
+from observability.log_config import environment_log_format, logging_config
+from observability.log_filters import KEY_PREFIXES, SECRET_NAMES, redact
 
 CARDS = ("4111111111111111", "5555555555554444", "378282246310005", "6011111111111117")
 SECRET = "s3cr3tV4lue"
@@ -194,20 +194,21 @@ def test_gunicorn_logs_through_the_same_configuration():
 
     conf = runpy.run_path(str(Path(__file__).resolve().parents[2] / "config/gunicorn.conf.py"))
     formatter = conf["logconfig_dict"]["formatters"]["structured"]
-    assert formatter["()"] == "config.log_filters.RedactingProcessorFormatter"
+    assert formatter["()"] == "observability.log_filters.RedactingProcessorFormatter"
     assert conf["logconfig_dict"]["loggers"]["pgserver"] == {"level": "WARNING"}
     access = conf["access_log_format"]
     assert "%(U)s" in access and "%(r)s" not in access and "%(q)s" not in access
     assert "{request-id}o" in access
-    assert conf["logger_class"] == "config.access_log.AccessLogger"
+    assert conf["logger_class"] == "observability.access_log.AccessLogger"
 
 
 @pytest.fixture
 def access_logger():
-    """config/access_log.py's logger as gunicorn builds it, writing its access lines to a list."""
+    """observability/access_log.py's logger as gunicorn builds it, writing its access lines to a
+    list."""
     from gunicorn.config import Config
 
-    from config.access_log import AccessLogger
+    from observability.access_log import AccessLogger
 
     cfg = Config()
     cfg.set("accesslog", "-")
@@ -238,7 +239,7 @@ def test_no_access_line_for_a_request_the_request_line_covers(access_logger):
     import datetime
     from types import SimpleNamespace
 
-    from config.request_context import REQUEST_LINE_WRITTEN
+    from observability.request_context import REQUEST_LINE_WRITTEN
 
     logger, lines = access_logger
     answer = SimpleNamespace(status="201 Created", sent=12, headers=[("Request-Id", "req_1")])

@@ -1,5 +1,5 @@
-"""The fast redaction (config/log_filters.py, ADR 0028) gives exactly what the former one gave
-(tests/support/log_redaction_reference.py) on every input of generated corpora: card numbers in
+"""The fast redaction (observability/log_filters.py, ADR 0028) gives exactly what the former one
+gave (tests/support/log_redaction_reference.py) on every input of generated corpora: card numbers in
 every form the detector handles (tests/support/card_corpus.py), secrets and keys in every way a
 line holds them, the service's own log lines as the formatter renders them, and random text
 built from the characters the fast path's guards decide on (digits, separators, escapes, the
@@ -23,9 +23,9 @@ from urllib.parse import quote, quote_plus
 import pytest
 import structlog
 
-from config import log_filters
-from config.log_config import logging_config
-from config.log_filters import KEY_PREFIXES, SECRET_NAMES, redact
+from observability import log_filters
+from observability.log_config import logging_config
+from observability.log_filters import KEY_PREFIXES, SECRET_NAMES, redact
 from tests.support import log_redaction_reference as reference
 from tests.support.card_corpus import card_corpus, luhn_complete, non_card_corpus
 

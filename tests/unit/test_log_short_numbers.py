@@ -1,4 +1,4 @@
-"""The log lines' number shortening (``config.log_config._short_numbers``) gives what its
+"""The log lines' number shortening (``observability.log_config._short_numbers``) gives what its
 former implementation gave, for a generated corpus of values of every kind a line can carry:
 exact types and their subclasses (enums, bool), floats at and around the limits (NaN, inf),
 integers around 12 digits, and containers nested in each other."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from config.log_config import _short_numbers
+from observability.log_config import _short_numbers
 
 
 def reference(value: Any) -> Any:

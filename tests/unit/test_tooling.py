@@ -70,21 +70,25 @@ def test_mypy_is_strict_on_gateway_client():
 
 def test_docker_image_copies_every_installed_package():
     """The Dockerfile COPYs each package that pyproject.toml installs (a new app is not lost):
-    the service's into the runtime stage, the sandbox acquirer into its own stage only."""
+    the service's into the runtime stage, the sandbox acquirer into its own stage only, and
+    devtools (the embedded PostgreSQL and Redis of make run / make test) into neither."""
     include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*") for pattern in include}
     dockerfile = (ROOT / "Dockerfile").read_text()
     sandbox, runtime = dockerfile.split("AS runtime")
     copied = set(re.findall(r"^COPY (\S+) \1$", runtime, re.M))
-    assert packages - {"sandbox_acquirer", "merchant_client"} <= copied, sorted(packages - copied)
+    assert packages - {"sandbox_acquirer", "merchant_client", "devtools"} <= copied, sorted(
+        packages - copied
+    )
     assert "sandbox_acquirer" not in copied
+    assert "devtools" not in copied
     assert "COPY sandbox_acquirer sandbox_acquirer" in sandbox.split("AS sandbox")[1]
 
 
 def test_metrics_dir_prepare_empties_a_configured_directory_and_exports_it(tmp_path, monkeypatch):
     """A configured PROMETHEUS_MULTIPROC_DIR keeps its other files but loses a previous run's
     counters; unset, a directory of its own is made, exported, and removed at the end."""
-    from config import metrics_dir
+    from observability import metrics_dir
 
     configured = tmp_path / "metrics"
     configured.mkdir()

@@ -10,8 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import F
 from django.utils import timezone
 
-from config.request_context import current_request_id
 from gateway_client import GatewayError
+from observability.request_context import current_request_id
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
 from payments.reconciliation import (

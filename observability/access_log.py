@@ -1,6 +1,6 @@
 """gunicorn's logger, without the access line of a request the request line already covers.
 
-The request line (``payments.request``, config/request_context.py) carries what gunicorn's
+The request line (``payments.request``, observability/request_context.py) carries what gunicorn's
 access line would (method, route, status, duration, bytes, request id) and more (merchant,
 idempotency outcome, payment, its status), so writing both would log each request twice
 (ADR 0028). The middleware marks the WSGI environ (:data:`REQUEST_LINE_WRITTEN`) once its line
@@ -15,7 +15,7 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
-from config.request_context import REQUEST_LINE_WRITTEN
+from observability.request_context import REQUEST_LINE_WRITTEN
 
 __all__ = ["AccessLogger"]
 

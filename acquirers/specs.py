@@ -234,7 +234,9 @@ def parse_acquirers(
     """Parse the ``ACQUIRERS`` JSON value into :class:`AcquirerSpec` s in routing order
     (priority ascending, then the array's order). ``None`` or blank: ``None`` (the single
     acquirer of the ``ACQUIRER_*`` settings). ``known_currencies``: the ISO 4217 codes a
-    currency list may name (None: any three capital letters).
+    currency list may name (None: any three capital letters; the settings pass None, and the
+    system check ``payments.E004`` compares each code with the currencies ``payments.money``
+    supports once the apps are loaded).
 
     Raises ``ImproperlyConfigured`` on a value that is not JSON, not a non-empty array of
     objects, an unknown field or policy key, a bad field, or a name used twice; the message

@@ -239,4 +239,4 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["start"]:
         print(f"running: {embedded_redis().socket_path}")  # noqa: T201
     else:
-        sys.exit("usage: python -m config.embedded_redis start|stop")
+        sys.exit("usage: python -m devtools.embedded_redis start|stop")

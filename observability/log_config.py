@@ -7,9 +7,9 @@ all use. Every record, from our code or a library's, is rendered by structlog's
 ``ProcessorFormatter``: ``LOG_FORMAT=json`` gives one JSON object per line (production),
 ``console`` a readable coloured-free line with ``key=value`` fields (development). Each line
 carries the bound context (``request_id`` and, in a task, ``task_id`` and ``task_name``;
-config/request_context.py) and the record's ``extra`` fields (the acquirer attempt's
+observability/request_context.py) and the record's ``extra`` fields (the acquirer attempt's
 ``gateway_*``). The formatter of every handler is
-:class:`~config.log_filters.RedactingProcessorFormatter`: the one redaction step, over the
+:class:`~observability.log_filters.RedactingProcessorFormatter`: the one redaction step, over the
 whole rendered line, traceback included.
 """
 
@@ -112,7 +112,7 @@ def _formatter(log_format: str) -> dict[str, Any]:
             colors=False, exception_formatter=structlog.dev.plain_traceback
         )
     return {
-        "()": "config.log_filters.RedactingProcessorFormatter",
+        "()": "observability.log_filters.RedactingProcessorFormatter",
         "foreign_pre_chain": _shared_processors(),
         "processors": [
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
@@ -138,7 +138,7 @@ def logging_config(*, log_format: str = "json", level: str = "INFO") -> dict[str
         "disable_existing_loggers": False,
         "formatters": {"structured": _formatter(log_format)},
         "filters": {
-            "client_errors_as_warnings": {"()": "config.log_filters.ClientErrorsAsWarnings"}
+            "client_errors_as_warnings": {"()": "observability.log_filters.ClientErrorsAsWarnings"}
         },
         "handlers": {
             "console": {**handler, "stream": "ext://sys.stderr"},
@@ -148,7 +148,7 @@ def logging_config(*, log_format: str = "json", level: str = "INFO") -> dict[str
         "loggers": {
             **{name: {"level": "WARNING"} for name in QUIET_LOGGERS},
             # Django's own handlers would print each request a second time; its request
-            # logger's lines are replaced by the request line (config/request_context.py).
+            # logger's lines are replaced by the request line (observability/request_context.py).
             "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
             "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
             "gunicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},

@@ -4,7 +4,7 @@ Every HTTP answer carries ``Request-Id``: the client's ``X-Request-Id`` when it 
 (:func:`valid_request_id`: 1-128 characters of ``A-Z a-z 0-9 . _ : -``, and nothing the log
 redaction would hide, so a card number or a key is never adopted, stored or echoed), else a
 new one (:func:`new_request_id`). The id is bound in structlog's context variables for the
-request, so every log line of the request carries it (config/log_config.py merges them), the
+request, so every log line of the request carries it (observability/log_config.py merges them), the
 acquirer gets it (payments/acquirer passes :func:`current_request_id` to gateway_client), the
 Celery tasks the request enqueues get it in a message header (config/celery_app.py), and the
 payment events record it (``PaymentEvent.request_id``). A replay is a new request: it gets
@@ -24,7 +24,7 @@ or scrape), WARNING for 502 and 503 (expected acquirer answers), ERROR for the r
 Django's own ``django.request`` line for the answer is then skipped (the response is marked
 logged); an unhandled exception keeps its ERROR traceback from Django. gunicorn's access line
 is skipped too for a request this line covers (:data:`REQUEST_LINE_WRITTEN` in the WSGI
-environ, read by config/access_log.py; ADR 0028): one line per request.
+environ, read by observability/access_log.py; ADR 0028): one line per request.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 import structlog
 
-from config.log_filters import redact
+from observability.log_filters import redact
 
 __all__ = [
     "INCOMING_HEADER",
@@ -63,7 +63,7 @@ MAX_LENGTH = 128
 _VALID = re.compile(rf"[A-Za-z0-9._:\-]{{1,{MAX_LENGTH}}}")
 
 #: The WSGI environ key set once the request line is written: gunicorn's access line is then
-#: not written (config/access_log.py), since this line carries what it would.
+#: not written (observability/access_log.py), since this line carries what it would.
 REQUEST_LINE_WRITTEN = "payments.request_line_written"
 
 logger = logging.getLogger("payments.request")
@@ -82,7 +82,7 @@ def new_request_id() -> str:
 
 def valid_request_id(value: str | None) -> bool:
     """True when ``value`` can be adopted as the request id: 1-128 characters of
-    ``A-Z a-z 0-9 . _ : -`` that :func:`config.log_filters.redact` leaves alone (no card
+    ``A-Z a-z 0-9 . _ : -`` that :func:`observability.log_filters.redact` leaves alone (no card
     number, no key, no secret)."""
     return bool(value) and _VALID.fullmatch(value) is not None and redact(value) == value
 

@@ -3,7 +3,7 @@
 The field's practice is to not log what must be scrubbed (the access log writes the path
 without its query string, the request line names the route, tasks log ids); this module is the
 net under that, run once, in the **formatter** of every handler of every process (gunicorn,
-Django, the Celery worker and beat, management commands: config/log_config.py builds them
+Django, the Celery worker and beat, management commands: observability/log_config.py builds them
 all), over the whole formatted line: the message, its arguments, the structured fields and the
 traceback alike, in plain text and in JSON.
 
@@ -294,7 +294,7 @@ class RedactingFormatter(logging.Formatter):
 class RedactingProcessorFormatter(structlog.stdlib.ProcessorFormatter):
     """structlog's formatter (JSON lines or the console renderer) whose whole rendered line
     (fields, traceback) goes through :func:`redact`: the redaction step of every handler
-    config/log_config.py builds."""
+    observability/log_config.py builds."""
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
