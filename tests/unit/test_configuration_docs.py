@@ -32,6 +32,7 @@ SERVICE_SOURCES = (
     "ledger",
     "webhooks",
     "gateway_client",
+    "resilience",
     "sandbox_acquirer",
 )
 TOOL_SOURCES = ("bench", "scripts", "tests")
