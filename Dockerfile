@@ -30,6 +30,7 @@ COPY merchants merchants
 COPY idempotency idempotency
 COPY payments payments
 COPY ledger ledger
+COPY resilience resilience
 COPY gateway_client gateway_client
 COPY webhooks webhooks
 COPY heartbeats heartbeats

@@ -61,7 +61,8 @@ test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
 ## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,
-## detect-private-key, mypy --strict on gateway_client); CI runs it before make test.
+## detect-private-key, mypy --strict on resilience, gateway_client, merchant_client); CI runs it
+## before make test.
 lint: $(VENV)/.lint-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 

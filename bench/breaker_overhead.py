@@ -72,7 +72,7 @@ from gateway_client import (  # noqa: E402
     RetryPolicy,
     StateStore,
 )
-from gateway_client.budget import RetryBudget  # noqa: E402
+from resilience.budget import RetryBudget  # noqa: E402
 from tests.support.sandbox import SandboxProcess  # noqa: E402
 
 #: Whether redis-py parses answers with hiredis (C), as it does when hiredis is installed.

@@ -15,11 +15,11 @@ a refused one, up to ``--max-attempts`` attempts, with one strategy per run (the
 reset in between):
 
 * ``fixed``: every ``--fixed-interval`` seconds;
-* ``no-jitter``: capped exponential, ``min(cap, base * 2^n)`` (``gateway_client.backoff``'s
+* ``no-jitter``: capped exponential, ``min(cap, base * 2^n)`` (``resilience.backoff``'s
   ``ExponentialBackoff``);
-* ``full-jitter``: ``uniform(0, min(cap, base * 2^n))`` (``gateway_client.backoff.full_jitter``);
+* ``full-jitter``: ``uniform(0, min(cap, base * 2^n))`` (``resilience.backoff.full_jitter``);
 * ``full-jitter+budget``: the same, and every retry must first take a token from one shared
-  ``gateway_client.budget.RetryBudget`` (its defaults: 10 % of first attempts plus 10 retries/s
+  ``resilience.budget.RetryBudget`` (its defaults: 10 % of first attempts plus 10 retries/s
   in reserve, over 10 s), as every process of the service shares one through Redis; an empty
   budget gives up at once.
 
@@ -57,9 +57,9 @@ from bench.common import (
     timestamp,
     write_results,
 )
-from gateway_client.backoff import ExponentialBackoff, FixedInterval, full_jitter
-from gateway_client.budget import RetryBudget
-from gateway_client.store import MemoryStore
+from resilience.backoff import ExponentialBackoff, FixedInterval, full_jitter
+from resilience.budget import RetryBudget
+from resilience.store import MemoryStore
 
 STRATEGIES = ("fixed", "no-jitter", "full-jitter", "full-jitter+budget")
 

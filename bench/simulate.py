@@ -46,7 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway_client.backoff import (
+from gateway_client.policy import RetryPolicy
+from resilience.backoff import (
     Backoff,
     DecorrelatedJitter,
     EqualJitter,
@@ -55,10 +56,9 @@ from gateway_client.backoff import (
     FullJitter,
     NoBackoff,
 )
-from gateway_client.budget import RetryBudget
-from gateway_client.clock import ManualClock
-from gateway_client.policy import RetryPolicy
-from gateway_client.store import MemoryStore
+from resilience.budget import RetryBudget
+from resilience.clock import ManualClock
+from resilience.store import MemoryStore
 
 __all__ = [
     "AWS_STRATEGIES",

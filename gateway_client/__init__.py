@@ -27,15 +27,29 @@ adaptive (AIMD) concurrency limit (aimd.py):
     client.breakers.snapshot()                           # per group: state, rate, counts
     client.breakers.force_open("authorize", actor="ops", reason="incident 42")
 
-The names below are the public surface. Everything else (CircuitBreaker, BreakerSet,
-AimdLimiter, RetryBudget, RateGate, AtomicScript, the metrics hooks, the classification) is
-importable from its own module, e.g. `from gateway_client.breaker import BreakerSet`.
+The names below are the public surface, `classify_exception` included (what an httpx
+exception means: the classification merchant_client shares). The parts the client is built
+on (the state store, CircuitBreaker, BreakerSet, AimdLimiter, RetryBudget, RateGate,
+AtomicScript, the metrics hooks, Retry-After and quota parsing, backoff, deadline, clock) are
+the resilience kit's: `from resilience import BreakerSet` (resilience/__init__.py). The ones
+this package exported before the kit had its own package (the store, the clock, the breaker
+and limiter configs) are still exported here, the same objects.
 """
 
-from .aimd import AimdConfig, LimiterSnapshot
-from .breaker_types import BreakerConfig, BreakerSnapshot
+from resilience import (
+    AimdConfig,
+    BreakerConfig,
+    BreakerSnapshot,
+    Clock,
+    LimiterSnapshot,
+    ManualClock,
+    MemoryStore,
+    RedisStore,
+    StateStore,
+)
+
+from .classify import classify_exception
 from .client import AcquirerClient
-from .clock import Clock, ManualClock
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -56,7 +70,6 @@ from .errors import (
     UpstreamServerError,
 )
 from .policy import RetryPolicy
-from .store import MemoryStore, RedisStore, StateStore
 from .types import (
     AcquirerConfig,
     AttemptRecord,
@@ -89,6 +102,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "RetryPolicy",
     "StateStore",
     "VoidRequest",
+    "classify_exception",
     # the error tree (errors.py)
     "GatewayError",
     "RetryableError",

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from resilience.clock import Clock
+
 from ._call import Attempt, Progress, Stop
-from .clock import Clock
 from .types import AttemptRecord
 
 __all__ = ["AttemptLog"]

@@ -1,6 +1,7 @@
 """
 The shared state of one attempt in two store round trips: `admit` before sending, `settle`
-after (ADR 0025).
+after (ADR 0025). The scripts are resilience's (`resilience.attempt`); this module builds
+their arguments from the client's parts and reads their answers.
 
 `admit` runs lua/admit.lua (twin: `_twins.admit`): the breaker's permit, the rate gate, a
 concurrency slot and the retry budget's share (a first attempt deposits, a retry withdraws),
@@ -21,39 +22,28 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import _twins
-from . import aimd as _aimd
-from .aimd import AimdLimiter, Slot
-from .breaker import CircuitBreaker
-from .breaker_types import Admission, Recorded
-from .budget import ONE_RETRY, BudgetState, RetryBudget, budget_state
-from .gate import RateGate
-from .store import AtomicScript, StateStore, arg_text
+from resilience import aimd as _aimd
+from resilience.aimd import AimdConfig, AimdLimiter, Slot
+from resilience.attempt import ADMIT_SCRIPT, SETTLE_SCRIPT
+from resilience.breaker import BreakerSet, CircuitBreaker
+from resilience.breaker_types import DEFAULT_GROUPS, Admission, BreakerConfig, Recorded
+from resilience.budget import ONE_RETRY, BudgetState, RetryBudget, budget_state
+from resilience.clock import Clock
+from resilience.gate import RateGate
+from resilience.metrics import Metrics
+from resilience.store import AtomicScript, StateStore, arg_text
 
 __all__ = [
-    "ADMIT_SCRIPT",
-    "SETTLE_SCRIPT",
     "Admitted",
     "AttemptState",
     "Settled",
     "Verdict",
+    "aimd_limiter",
+    "breaker_set",
 ]
-
-ADMIT_SCRIPT = AtomicScript.packaged(
-    "attempt_admit",
-    "admit.lua",
-    _twins.admit,
-    parts=("gate_read.lua", "budget.lua", "aimd.lua", "breaker.lua"),
-)
-SETTLE_SCRIPT = AtomicScript.packaged(
-    "attempt_settle",
-    "settle.lua",
-    _twins.settle,
-    parts=("gate_close.lua", "gate_read.lua", "budget.lua", "aimd.lua", "breaker.lua"),
-)
 
 
 class Verdict:
@@ -349,3 +339,46 @@ def _run(
         values, fallback = checked(script, keys, args)
         return values, bool(fallback)
     return store.run(script, keys, args), False
+
+
+def breaker_set(
+    store: StateStore,
+    breakers: BreakerSet | Mapping[str, BreakerConfig | None] | None,
+    *,
+    name: str,
+    metrics: Metrics,
+) -> BreakerSet:
+    """
+    A client's breakers from its `breakers` argument: a BreakerSet as is; else one breaker per
+    group in `store`, the `DEFAULT_GROUPS` with the production `BreakerConfig()` unless the
+    mapping says otherwise (a group mapped to None has none). TypeError for anything else.
+    """
+    if isinstance(breakers, BreakerSet):
+        return breakers
+    configs: dict[str, BreakerConfig | None] = dict.fromkeys(DEFAULT_GROUPS, BreakerConfig())
+    if breakers is not None:
+        if not isinstance(breakers, Mapping):
+            raise TypeError("breakers must be a BreakerSet, a mapping or None")
+        for group, config in breakers.items():
+            if config is not None and not isinstance(config, BreakerConfig):
+                raise TypeError("breakers maps each group to a BreakerConfig or None")
+            configs[group] = config
+    chosen = {group: config for group, config in configs.items() if config is not None}
+    return BreakerSet(store, chosen, name=name, metrics=metrics)
+
+
+def aimd_limiter(
+    store: StateStore,
+    limiter: AimdLimiter | AimdConfig | None,
+    *,
+    metrics: Metrics,
+    sleep: Callable[[float], None],
+    clock: Clock,
+) -> AimdLimiter:
+    """A client's AIMD limiter from its `limiter` argument: an AimdLimiter as is; an AimdConfig
+    (None: the defaults) for one in `store` on `clock`'s monotonic seconds. TypeError else."""
+    if isinstance(limiter, AimdLimiter):
+        return limiter
+    if limiter is None or isinstance(limiter, AimdConfig):
+        return AimdLimiter(store, limiter, metrics=metrics, sleep=sleep, monotonic=clock.monotonic)
+    raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")

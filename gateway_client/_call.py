@@ -14,8 +14,11 @@ from typing import Any
 
 import httpx
 
-from .breaker_types import Recorded
-from .budget import BudgetState
+from resilience.breaker_types import Recorded
+from resilience.budget import BudgetState
+from resilience.quota import ServerWait
+from resilience.retry_after import MAX_DELAY_SECONDS
+
 from .errors import (
     AmbiguousOutcomeError,
     CircuitOpenError,
@@ -26,8 +29,6 @@ from .errors import (
     RetryBudgetExhaustedError,
 )
 from .policy import RetryPolicy
-from .quota import ServerWait
-from .retry_after import MAX_DELAY_SECONDS
 from .types import AttemptRecord
 
 __all__ = [

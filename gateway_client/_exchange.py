@@ -20,10 +20,14 @@ from typing import Any
 
 import httpx
 
-from . import deadline as _deadline
+from resilience import deadline as _deadline
+from resilience.clock import Clock
+from resilience.metrics import Metrics
+from resilience.quota import QUOTA_HEADER, ServerWait, quota_profile
+from resilience.retry_after import parse_delay_seconds
+
 from ._call import Answer, CallLabel
 from .classify import classify_exception, classify_status, error_code
-from .clock import Clock
 from .errors import (
     AcquirerUnavailableError,
     AuthenticationError,
@@ -32,9 +36,6 @@ from .errors import (
     RateLimitedError,
     ResponseTimeoutError,
 )
-from .metrics import Metrics
-from .quota import QUOTA_HEADER, ServerWait, quota_profile
-from .retry_after import parse_delay_seconds
 from .types import AcquirerConfig
 
 __all__ = ["MAX_BODY_BYTES", "Exchange"]

@@ -18,7 +18,17 @@ from typing import Any, NoReturn, TypeVar
 
 import httpx
 
-from . import aimd as _aimd
+from resilience import aimd as _aimd
+from resilience.aimd import AimdLimiter
+from resilience.backoff import full_jitter
+from resilience.breaker import BreakerSet, CircuitBreaker
+from resilience.breaker_types import IGNORED
+from resilience.budget import RetryBudget
+from resilience.clock import Clock
+from resilience.gate import RateGate
+from resilience.metrics import Metrics
+from resilience.quota import QUOTA_HEADER, RETRY_AFTER, ServerWait
+
 from ._attempt_log import AttemptLog
 from ._attempt_state import Admitted, AttemptState, Verdict
 from ._call import (
@@ -36,13 +46,7 @@ from ._call import (
 )
 from ._exchange import Exchange
 from ._validate import check_request_id
-from .aimd import AimdLimiter
-from .backoff import full_jitter
-from .breaker import BreakerSet, CircuitBreaker
-from .breaker_types import IGNORED
-from .budget import RetryBudget
 from .classify import breaker_outcome, limiter_outcome
-from .clock import Clock
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -52,10 +56,7 @@ from .errors import (
     PermanentError,
     RateLimitedError,
 )
-from .gate import RateGate
-from .metrics import Metrics
 from .policy import RetryPolicy
-from .quota import QUOTA_HEADER, RETRY_AFTER, ServerWait
 from .types import AcquirerConfig, Authorization, Refund
 from .wire import MalformedBody
 

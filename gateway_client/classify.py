@@ -62,7 +62,9 @@ from collections.abc import Mapping
 
 import httpx
 
-from . import aimd, breaker_types
+from resilience import aimd, breaker_types
+from resilience.quota import ratelimit_exhausted
+
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -78,7 +80,6 @@ from .errors import (
     ResponseTimeoutError,
     UpstreamServerError,
 )
-from .quota import ratelimit_exhausted
 
 __all__ = [
     "breaker_outcome",

@@ -67,24 +67,30 @@ from urllib.parse import quote
 
 import httpx
 
-from . import deadline as _deadline
-from ._attempt_log import AttemptLog
-from ._attempt_state import AttemptState
-from ._call import (
-    Answer,
-    Progress,
+from resilience import (
+    AimdConfig,
+    AimdLimiter,
+    BreakerConfig,
+    BreakerSet,
+    BreakerSnapshot,
+    Clock,
+    CounterMetrics,
+    MemoryStore,
+    Metrics,
+    RateGate,
+    RetryBudget,
+    StateStore,
+    SystemClock,
+    install_deadline,
+    scope_for,
 )
+
+from ._attempt_log import AttemptLog
+from ._attempt_state import AttemptState, aimd_limiter, breaker_set
+from ._call import Answer, Progress
 from ._exchange import Exchange
 from ._retry_loop import RetryLoop
-from .aimd import AimdConfig, AimdLimiter
-from .breaker import BreakerSet
-from .breaker_types import DEFAULT_GROUPS, BreakerConfig, BreakerSnapshot
-from .budget import RetryBudget
-from .clock import Clock, SystemClock
-from .gate import RateGate, scope_for
-from .metrics import CounterMetrics, Metrics
 from .policy import RetryPolicy
-from .store import MemoryStore, StateStore
 from .types import (
     AcquirerConfig,
     Authorization,
@@ -95,15 +101,18 @@ from .types import (
     VoidRequest,
 )
 from .wire import (
+    REQUEST_ID_HEADER,
     MalformedBody,
     decode_charge,
     decode_charge_list,
+    decode_operated,
     decode_refund,
     decode_refund_list,
     encode_authorization,
     encode_capture,
     encode_refund,
     encode_void,
+    is_replayed,
 )
 
 __all__ = ["AcquirerClient", "Admits"]
@@ -112,9 +121,6 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 USER_AGENT = "payment-service-gateway-client/0.2"
-#: The header carrying a call's `request_id` (the caller's id of the request behind the call,
-#: so the acquirer's logs and ours can be joined); sent on every attempt.
-REQUEST_ID_HEADER = "X-Request-Id"
 
 
 class Admits(NamedTuple):
@@ -191,19 +197,10 @@ class AcquirerClient(RetryLoop):
         self.budget = budget if budget is not None else RetryBudget(self.store, config.name)
         self.gate = RateGate(self.store)
         self.scope = scope_for(config.name, config.rate_scope)
-        self.breakers = self._build_breakers(breakers)
-        if isinstance(limiter, AimdLimiter):
-            self.limiter = limiter
-        elif limiter is None or isinstance(limiter, AimdConfig):
-            self.limiter = AimdLimiter(
-                self.store,
-                limiter,
-                metrics=self.metrics,
-                sleep=self._sleep,
-                monotonic=self._clock.monotonic,
-            )
-        else:
-            raise TypeError("limiter must be an AimdLimiter, an AimdConfig or None")
+        self.breakers = breaker_set(self.store, breakers, name=config.name, metrics=self.metrics)
+        self.limiter = aimd_limiter(
+            self.store, limiter, metrics=self.metrics, sleep=self._sleep, clock=self._clock
+        )
         self._state = AttemptState(
             self.store, gate=self.gate, budget=self.budget, limiter=self.limiter, scope=self.scope
         )
@@ -213,7 +210,7 @@ class AcquirerClient(RetryLoop):
         if transport is None:
             # Handed its config: no proxies, certificates or .netrc from the environment.
             transport = httpx.HTTPTransport(trust_env=False)
-            deadline_sockets = _deadline.install(transport)
+            deadline_sockets = install_deadline(transport)
         # Requests go straight to the transport (httpx's public `BaseTransport.handle_request`,
         # in Exchange), not through an `httpx.Client`: a client adds what an acquirer call never
         # uses (a cookie jar read on every answer, auth and redirect flows, event hooks), a
@@ -282,22 +279,6 @@ class AcquirerClient(RetryLoop):
         """The snapshot of the breaker of `group` (KeyError if it has none)."""
         return self.breakers[group].snapshot()
 
-    def _build_breakers(
-        self, breakers: BreakerSet | Mapping[str, BreakerConfig | None] | None
-    ) -> BreakerSet:
-        if isinstance(breakers, BreakerSet):
-            return breakers
-        configs: dict[str, BreakerConfig | None] = dict.fromkeys(DEFAULT_GROUPS, BreakerConfig())
-        if breakers is not None:
-            if not isinstance(breakers, Mapping):
-                raise TypeError("breakers must be a BreakerSet, a mapping or None")
-            for group, config in breakers.items():
-                if config is not None and not isinstance(config, BreakerConfig):
-                    raise TypeError("breakers maps each group to a BreakerConfig or None")
-                configs[group] = config
-        chosen = {group: config for group, config in configs.items() if config is not None}
-        return BreakerSet(self.store, chosen, name=self._config.name, metrics=self.metrics)
-
     # -- public operations -------------------------------------------------------------------
 
     def authorize(
@@ -327,7 +308,7 @@ class AcquirerClient(RetryLoop):
             raise TypeError("request must be an AuthorizationRequest")
 
         def decode(answer: Answer) -> Authorization:
-            authorization = decode_charge(answer.body or b"", replayed=_replayed(answer))
+            authorization = decode_charge(answer.body or b"", replayed=is_replayed(answer.headers))
             for name in ("amount", "currency", "payment_reference"):
                 if getattr(authorization, name) != getattr(request, name):
                     raise MalformedBody(f"the charge does not match the request ({name})")
@@ -370,7 +351,9 @@ class AcquirerClient(RetryLoop):
             raise TypeError("request must be a CaptureRequest")
 
         def decode(answer: Answer) -> Authorization:
-            charge = self._decode_operated(answer, request.acquirer_reference)
+            charge = decode_operated(
+                answer.body or b"", request.acquirer_reference, replayed=is_replayed(answer.headers)
+            )
             expected = charge.amount if request.amount is None else request.amount
             if not charge.captured or charge.amount_captured != expected:
                 raise MalformedBody("the charge is not captured for the amount asked")
@@ -406,7 +389,9 @@ class AcquirerClient(RetryLoop):
             raise TypeError("request must be a VoidRequest")
 
         def decode(answer: Answer) -> Authorization:
-            charge = self._decode_operated(answer, request.acquirer_reference)
+            charge = decode_operated(
+                answer.body or b"", request.acquirer_reference, replayed=is_replayed(answer.headers)
+            )
             if not charge.voided:
                 raise MalformedBody("the charge is not voided")
             return charge
@@ -444,7 +429,7 @@ class AcquirerClient(RetryLoop):
             raise TypeError("request must be a RefundRequest")
 
         def decode(answer: Answer) -> Refund:
-            refund = decode_refund(answer.body or b"", replayed=_replayed(answer))
+            refund = decode_refund(answer.body or b"", replayed=is_replayed(answer.headers))
             if refund.charge != request.acquirer_reference:
                 raise MalformedBody("the refund does not match the request (charge)")
             if refund.refund_reference != request.refund_reference:
@@ -600,16 +585,6 @@ class AcquirerClient(RetryLoop):
     def _charge_url(self, acquirer_reference: str, action: str) -> str:
         return f"{self._charges_url}/{quote(acquirer_reference, safe='')}/{action}"
 
-    @staticmethod
-    def _decode_operated(answer: Answer, acquirer_reference: str) -> Authorization:
-        """The charge a capture or void answered: that charge, with its capture state."""
-        charge = decode_charge(answer.body or b"", replayed=_replayed(answer))
-        if charge.acquirer_reference != acquirer_reference:
-            raise MalformedBody("the charge does not match the request (acquirer_reference)")
-        if charge.captured is None:
-            raise MalformedBody("the charge carries no capture state")
-        return charge
-
 
 def _request_id_headers(progress: Progress) -> dict[str, str]:
     """The `X-Request-Id` header of a call that carries a request id, else none."""
@@ -622,8 +597,3 @@ def _authorization_outcome(authorization: Authorization) -> str:
 
 def _refund_outcome(refund: Refund) -> str:
     return refund.status
-
-
-def _replayed(answer: Answer) -> bool:
-    value: str = answer.headers.get("idempotent-replayed", "")
-    return value.strip().lower() == "true"

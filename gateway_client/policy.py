@@ -43,7 +43,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import positive_int, positive_seconds
+from resilience.validate import positive_int, positive_seconds
 
 __all__ = ["RetryPolicy"]
 

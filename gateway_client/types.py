@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from ._validate import positive_seconds
+from resilience.validate import positive_seconds
 
 __all__ = [
     "AcquirerConfig",

@@ -11,6 +11,10 @@ A charge's capture state (`captured`, `amount_captured`, `amount_refunded`, `voi
 `captured_at`, `voided_at`) is all there or all absent, and must be consistent (refunded <=
 captured <= amount; captured xor voided; the timestamps set exactly when the flags are).
 Reasons name the field and the problem, never the value.
+
+Headers: a call's `request_id` goes out as `X-Request-Id` (`REQUEST_ID_HEADER`), and an answer
+replayed from the acquirer's idempotency store says so with `Idempotent-Replayed: true`
+(`is_replayed`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,16 +36,23 @@ from .types import (
 )
 
 __all__ = [
+    "REQUEST_ID_HEADER",
     "MalformedBody",
     "decode_charge",
     "decode_charge_list",
+    "decode_operated",
     "decode_refund",
     "decode_refund_list",
     "encode_authorization",
     "encode_capture",
     "encode_refund",
     "encode_void",
+    "is_replayed",
 ]
+
+#: The header carrying a call's `request_id` (the caller's id of the request behind the call,
+#: so the acquirer's logs and ours can be joined); sent on every attempt.
+REQUEST_ID_HEADER = "X-Request-Id"
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _STATUSES = {"approved": True, "declined": False}
@@ -106,6 +118,25 @@ def encode_refund(request: RefundRequest) -> bytes:
 def decode_charge(body: bytes, *, replayed: bool = False) -> Authorization:
     """Return the Authorization described by a charge object body."""
     return _charge(_load(body), replayed=replayed, where="body")
+
+
+def decode_operated(
+    body: bytes, acquirer_reference: str, *, replayed: bool = False
+) -> Authorization:
+    """The charge a capture or void answered: that charge (`acquirer_reference`), with its
+    capture state; MalformedBody for another charge or one without capture state."""
+    charge = decode_charge(body, replayed=replayed)
+    if charge.acquirer_reference != acquirer_reference:
+        raise MalformedBody("the charge does not match the request (acquirer_reference)")
+    if charge.captured is None:
+        raise MalformedBody("the charge carries no capture state")
+    return charge
+
+
+def is_replayed(headers: Mapping[str, str]) -> bool:
+    """True when the answer's `Idempotent-Replayed` header is `true` (case-insensitive, spaces
+    ignored): the acquirer replayed a stored answer to an idempotency key it had seen."""
+    return headers.get("idempotent-replayed", "").strip().lower() == "true"
 
 
 def decode_charge_list(body: bytes) -> list[Authorization]:

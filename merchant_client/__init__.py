@@ -10,7 +10,7 @@ A client of the payment API for merchants' backends: framework-free (httpx), typ
 
 One idempotency key per logical operation, the same on every retry and re-send (the caller's,
 or a generated one handed to `persist_key` before the first send); the retries the API's
-contract allows, within a deadline (`merchant_client.retry`), built on `gateway_client`'s
+contract allows, within a deadline (`merchant_client.retry`), built on the `resilience` kit's
 full-jitter backoff, deadline-aware sockets, strict `Retry-After` reader and clock. Results are
 `Payment` / `Refund`, or `Pending` for a `202`; errors one tree by problem `code`
 (`merchant_client.errors`); webhooks verified with `verify_webhook` (Standard Webhooks).
@@ -18,7 +18,7 @@ See merchant_client/README.md.
 """
 
 from gateway_client import RetryPolicy
-from gateway_client.clock import ManualClock
+from resilience import ManualClock
 
 from .client import MerchantClient
 from .errors import (

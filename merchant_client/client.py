@@ -16,7 +16,7 @@ answer replayed instead of a second payment). One of the two is required.
 Retries follow `merchant_client.retry` (the table there): connection failures and resets,
 `409 idempotency_key_in_use`, `429` and `503` after `Retry-After` while the deadline allows,
 other `5xx` with the same key; never a `400`, `401`, `404`, `409` conflict or `422`. The
-deadline bounds the whole call (sleeps and sockets: `gateway_client.deadline`). Time, sleep
+deadline bounds the whole call (sleeps and sockets: `resilience.attempt_deadline`). Time, sleep
 and the jitter's random numbers are injected (`clock`, `sleep`, `random`).
 
 Results: `Payment` / `Refund` when final, `Pending` for a `202`; errors: `merchant_client.errors`.
@@ -38,12 +38,13 @@ from urllib.parse import quote
 
 import httpx
 
-from gateway_client import RetryPolicy
-from gateway_client import deadline as _deadline
-from gateway_client.backoff import full_jitter
-from gateway_client.classify import classify_exception
-from gateway_client.clock import Clock, SystemClock
-from gateway_client.errors import ConnectionFailedError, InvalidRequestError
+from gateway_client import (
+    ConnectionFailedError,
+    InvalidRequestError,
+    RetryPolicy,
+    classify_exception,
+)
+from resilience import Clock, SystemClock, attempt_deadline, full_jitter, install_deadline
 
 from .errors import ConnectionFailed, MerchantApiError, OutcomeUnknown, error_class
 from .retry import AMBIGUOUS, DEFAULT_POLICY, NOT_SENT, Outcome, decide, server_wait
@@ -90,11 +91,11 @@ class MerchantClient:
             (`merchant_client.retry.DEFAULT_POLICY`: 3 attempts, 30 s); each call takes
             `policy=` too.
         clock: `monotonic()` for the deadline, `time()` for HTTP-dates and `not_before`
-            (`gateway_client.clock.ManualClock` in tests); default the system's.
+            (`resilience.ManualClock` in tests); default the system's.
         sleep: called with the seconds to wait; default `time.sleep`.
         random: a float in [0, 1) for the jitter; default a private `random.Random`.
         transport: an httpx transport (default `httpx.HTTPTransport()`); an `HTTPTransport`
-            gets the deadline-aware sockets of `gateway_client.deadline`.
+            gets the deadline-aware sockets of `resilience.install_deadline`.
         new_key: makes an idempotency key when the caller gives none (default a UUID4).
     """
 
@@ -118,7 +119,7 @@ class MerchantClient:
         self._random = random if random is not None else _random.Random().random  # noqa: S311
         self._new_key = new_key if new_key is not None else lambda: str(uuid.uuid4())
         transport = transport if transport is not None else httpx.HTTPTransport()
-        self._deadline_sockets = isinstance(transport, httpx.HTTPTransport) and _deadline.install(
+        self._deadline_sockets = isinstance(transport, httpx.HTTPTransport) and install_deadline(
             transport
         )
         self._http = httpx.Client(
@@ -498,9 +499,7 @@ class MerchantClient:
             write=min(policy.read_timeout, left),
             pool=min(policy.connect_timeout, left),
         )
-        guard = (
-            _deadline.attempt_deadline(left) if self._deadline_sockets else contextlib.nullcontext()
-        )
+        guard = attempt_deadline(left) if self._deadline_sockets else contextlib.nullcontext()
         with guard:
             return self._http.request(
                 method, path, params=params, content=content, headers=headers, timeout=timeout
@@ -537,8 +536,8 @@ class MerchantClient:
 
 def _transport_kind(exc: httpx.HTTPError) -> str | None:
     """`NOT_SENT` for failures that prove nothing was sent, `AMBIGUOUS` for the others, None
-    for a request httpx cannot express (gateway_client.classify's table); re-raises what is no
-    transport failure."""
+    for a request httpx cannot express (the table of gateway_client.classify_exception);
+    re-raises what is no transport failure."""
     kind = classify_exception(exc)
     if kind is None:
         raise exc

@@ -16,9 +16,9 @@ attempt of one call sends the same idempotency key:
 | 502 `acquirer_error`                                    | no: a stored answer, replayed as is|
 | 400, 401, 403, 404, 422, another 409, other 4xx         | never                              |
 
-The wait: the server's `Retry-After` (read by `gateway_client.retry_after`, strict RFC 9110:
+The wait: the server's `Retry-After` (read by `resilience.parse_retry_after`, strict RFC 9110:
 delay-seconds or an HTTP-date; an invalid value is ignored) is a floor, and full jitter
-`uniform(0, min(cap, base * 2**n))` (`gateway_client.backoff.full_jitter`, n = 0 before the
+`uniform(0, min(cap, base * 2**n))` (`resilience.full_jitter`, n = 0 before the
 first retry) is added above it. A server wait longer than `policy.max_server_wait`, or one
 that would leave less than `policy.min_attempt_time` before the deadline, is not slept on:
 the call stops at once and its error carries the full `retry_after` (ADR 0014). The same
@@ -35,8 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway_client import RetryPolicy
-from gateway_client.backoff import full_jitter
-from gateway_client.retry_after import parse_retry_after
+from resilience import full_jitter, parse_retry_after
 
 __all__ = [
     "AMBIGUOUS",

@@ -3,10 +3,11 @@
 Both live in the acquirer state store (``ACQUIRER_STATE_REDIS_URL``, the same Redis and
 namespace as the rate gate, retry budget and breakers), so every gunicorn worker counts the same
 requests; without Redis, or while it is unreachable, each process counts its own (the store's
-in-memory fallback, logged by ``gateway_client.store``). Each operation is one
-:class:`~gateway_client.store.AtomicScript`: a Lua program (``payments/lua/``) and its Python
-twin below (ADR 0005); ``tests/integration/test_merchant_limits_redis.py`` runs both on the
-same sequences.
+in-memory fallback, logged by ``gateway_client.store``). Each operation is one of the
+resilience kit's atomic scripts, :data:`~resilience.RATE_SCRIPT` and
+:data:`~resilience.SLOTS_SCRIPT` (``resilience/limits.py``: a Lua program in
+``resilience/lua/`` and its Python twin, ADR 0005), keyed here by merchant;
+``tests/integration/test_merchant_limits_redis.py`` runs both on the same sequences.
 
 * **Request rate** (:func:`request_rate_check`): ``quota`` requests per ``window`` seconds per
   merchant, a fixed window shifted by the merchant id modulo the window. Every authenticated
@@ -14,7 +15,7 @@ same sequences.
   loop of replays is what the limit is for); a refused request does not count. Refused: ``429
   rate_limited`` with ``Retry-After``. Every counted answer carries the IETF
   ``RateLimit-Policy`` and ``RateLimit`` fields (draft-ietf-httpapi-ratelimit-headers-10, the
-  form ``gateway_client.quota`` reads): ``"merchant";q=<quota>;w=<window>`` and
+  form ``resilience.quota_profile`` reads): ``"merchant";q=<quota>;w=<window>`` and
   ``"merchant";r=<remaining>;t=<seconds to the window's end>``; ``t`` and ``Retry-After`` are
   rounded up to whole seconds, never down, and ``r`` is exact.
 * **In-flight payments** (:func:`payment_slot`): ``POST /payments`` and the capture, void and
@@ -37,14 +38,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
 
-from gateway_client.store import STORE_NOW, AtomicScript, MemoryKeyspace
 from merchants.models import Merchant
 from payments.acquirer.client import shared_state_store
 from payments.problems import Problem
+from resilience import RATE_SCRIPT, SLOTS_SCRIPT
 
 __all__ = [
     "POLICY_NAME",
@@ -59,72 +59,6 @@ __all__ = [
 
 #: The quota policy's name in ``RateLimit-Policy`` and ``RateLimit`` (a structured String).
 POLICY_NAME = "merchant"
-
-_LUA = Path(__file__).with_name("lua")
-
-
-def _fmt(x: float) -> str:
-    """A number as the Lua programs write it: string.format('%.6f', x)."""
-    return f"{x:.6f}"
-
-
-def rate_twin(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    """lua/merchant_rate.lua in Python: ``args`` = quota, window, offset (seconds)."""
-    now = float(_fmt(now))
-    quota, window, offset = int(args[0]), float(args[1]), float(args[2])
-    index = math.floor((now - offset) / window)
-    ends = (index + 1) * window + offset
-    stored = space.get(keys[0]) or {}
-    count = int(stored["n"]) if stored.get("w") == str(index) else 0
-    allowed = 0
-    if count < quota:
-        allowed, count = 1, count + 1
-        space.set(
-            keys[0],
-            {"w": str(index), "n": str(count)},
-            ttl=(math.ceil((ends - now) * 1000) + 1000) / 1000,
-        )
-    return [float(allowed), float(quota - count), float(_fmt(ends - now))]
-
-
-def slots_twin(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    """lua/merchant_slots.lua in Python: ``args`` = op, lease id[, limit, lease seconds]."""
-    now = float(_fmt(now))
-    leases: dict[str, float] = {
-        lease: expiry for lease, expiry in (space.get(keys[0]) or {}).items() if expiry > now
-    }
-    held = len(leases)
-    op, lease_id = args[0], args[1]
-    if op == "acquire":
-        limit, seconds = int(args[2]), float(args[3])
-        if held >= limit:
-            result = [0.0, float(held)]
-        else:
-            leases[lease_id] = float(_fmt(now + seconds))
-            result = [1.0, float(held + 1)]
-    else:
-        removed = 1 if leases.pop(lease_id, None) is not None else 0
-        result = [float(removed), float(held - removed)]
-    if leases:
-        ttl = (math.ceil((max(leases.values()) - now) * 1000) + 1000) / 1000
-        space.set(keys[0], leases, ttl=ttl)
-    else:
-        space.delete(keys[0])
-    return result
-
-
-RATE_SCRIPT = AtomicScript(
-    "merchant_rate",
-    STORE_NOW + (_LUA / "merchant_rate.lua").read_text(encoding="utf-8"),
-    rate_twin,
-    source="merchant_rate.lua",
-)
-SLOTS_SCRIPT = AtomicScript(
-    "merchant_slots",
-    STORE_NOW + (_LUA / "merchant_slots.lua").read_text(encoding="utf-8"),
-    slots_twin,
-    source="merchant_slots.lua",
-)
 
 
 def rate_limit(merchant: Merchant) -> int:

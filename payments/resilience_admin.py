@@ -26,7 +26,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
-from gateway_client import BreakerSnapshot
 from payments.acquirer.selectors import (
     acquirer_client_or_none,
     acquirer_names,
@@ -44,6 +43,7 @@ from payments.acquirer.services import (
     breaker_reset,
 )
 from payments.forms import NoteForm
+from resilience import BreakerSnapshot
 
 __all__ = ["BREAKER_ACTIONS", "ResilienceAdmin"]
 

@@ -7,7 +7,7 @@
    never hold the same delivery; a killed worker's lease runs out and the row is taken again.
 2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
    (``threads``), so one endpoint that hangs holds its own threads only, each for at most its
-   timeouts: the endpoint's breaker first (``gateway_client``'s failure-rate breaker, one per
+   timeouts: the endpoint's breaker first (the ``resilience`` kit's failure-rate breaker, one per
    endpoint: an endpoint that is down is not called, its backlog waits), then the URL checked
    again and pinned to the checked address, then one ``POST`` signed as Standard Webhooks 1.0
    says, no redirect followed, the answer read up to 64 KiB.
@@ -44,9 +44,15 @@ from django.db import connection, connections, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from gateway_client import BreakerConfig, MemoryStore, RedisStore, StateStore
-from gateway_client.breaker import CircuitBreaker
-from gateway_client.breaker_types import FAILURE, SUCCESS
+from resilience import (
+    FAILURE,
+    SUCCESS,
+    BreakerConfig,
+    CircuitBreaker,
+    MemoryStore,
+    RedisStore,
+    StateStore,
+)
 from webhooks.metrics import record_delivery_outcome
 from webhooks.models import (
     Delivery,
@@ -137,7 +143,7 @@ def retry_wait(failures: int, *, schedule: tuple[float, ...], random: Callable[[
     return random() * schedule[min(failures, len(schedule)) - 1]
 
 
-# --- The per-endpoint breakers (gateway_client's breaker; state shared through Redis) ----------
+# --- The per-endpoint breakers (resilience's breaker; state shared through Redis) ----------
 
 
 def breaker_config() -> BreakerConfig:

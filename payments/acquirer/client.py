@@ -17,19 +17,17 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from acquirers.specs import AcquirerSpec
-from gateway_client import (
-    AcquirerClient,
-    AcquirerConfig,
+from gateway_client import AcquirerClient, AcquirerConfig, RetryPolicy
+from payments.acquirer.metrics import GatewayMetrics
+from resilience import (
+    DEFAULT_GROUPS,
     AimdConfig,
     BreakerConfig,
     MemoryStore,
     RedisStore,
-    RetryPolicy,
+    RetryBudget,
     StateStore,
 )
-from gateway_client.breaker_types import DEFAULT_GROUPS
-from gateway_client.budget import RetryBudget
-from payments.acquirer.metrics import GatewayMetrics
 
 
 def acquirer_specs() -> tuple[AcquirerSpec, ...]:

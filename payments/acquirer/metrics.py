@@ -154,7 +154,7 @@ class _Mapped(NamedTuple):
     fixed: tuple[tuple[str, str], ...] = ()
 
 
-# The gateway client's counter names (gateway_client/metrics.py, breaker.py, aimd.py) -> where
+# The gateway client's counter names (its retry loop; resilience/breaker.py, aimd.py) -> where
 # they go. Names not listed here (deadline_stops, server_wait_too_long, ...) go to
 # GATEWAY_CLIENT_EVENTS, so nothing the client counts is lost.
 GATEWAY_COUNTERS: dict[str, _Mapped] = {

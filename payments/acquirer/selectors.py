@@ -19,8 +19,9 @@ from django.contrib.admin.models import LogEntry
 from django.db import DatabaseError
 from django.utils import timezone
 
-from gateway_client import AcquirerClient, BreakerSnapshot
+from gateway_client import AcquirerClient
 from payments.acquirer.client import UnknownAcquirer, acquirer_client, acquirer_specs
+from resilience import BreakerSnapshot
 
 __all__ = [
     "BREAKER_AUDIT_CONTENT_TYPE",

@@ -24,9 +24,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, transaction
 
-from gateway_client import AcquirerClient, BreakerSnapshot
+from gateway_client import AcquirerClient
 from payments.acquirer.client import acquirer_client
 from payments.acquirer.selectors import BREAKER_AUDIT_CONTENT_TYPE
+from resilience import BreakerSnapshot
 
 __all__ = [
     "BREAKER_ACTION_LABELS",

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from gateway_client.clock import ManualClock
 from idempotency.models import IdempotencyKey
 from merchant_client import (
     DEFAULT_POLICY,
@@ -30,6 +29,7 @@ from merchant_client import (
 )
 from merchants.services import merchant_create
 from payments.models import Payment as PaymentRow
+from resilience.clock import ManualClock
 from tests.support.lossy_proxy import LossyProxy
 from tests.support.processes import (
     CELERY_WORKER,

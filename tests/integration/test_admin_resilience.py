@@ -15,8 +15,8 @@ from django.contrib.auth.models import Group, User
 
 from acquirers.specs import parse_acquirers
 from gateway_client import RedisStore
-from gateway_client.breaker import BreakerSet
 from payments.acquirer.client import acquirer_client
+from resilience.breaker import BreakerSet
 from tests.support.redis import suite_redis_url
 
 pytestmark = pytest.mark.django_db

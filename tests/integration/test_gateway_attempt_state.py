@@ -23,12 +23,12 @@ from gateway_client import (
     ManualClock,
     RedisStore,
 )
-from gateway_client._attempt_state import ADMIT_SCRIPT, SETTLE_SCRIPT
-from gateway_client.aimd import AimdConfig, AimdLimiter
-from gateway_client.breaker import CircuitBreaker
-from gateway_client.budget import RetryBudget
-from gateway_client.gate import GATE_CLOSE
-from gateway_client.store import MemoryStore
+from resilience import ADMIT_SCRIPT, SETTLE_SCRIPT
+from resilience.aimd import AimdConfig, AimdLimiter
+from resilience.breaker import CircuitBreaker
+from resilience.budget import RetryBudget
+from resilience.gate import GATE_CLOSE
+from resilience.store import MemoryStore
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C

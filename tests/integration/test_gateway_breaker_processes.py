@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from gateway_client import RedisStore
-from gateway_client.breaker import FAILURE, BreakerSet, CircuitBreaker
+from resilience.breaker import FAILURE, BreakerSet, CircuitBreaker
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C

@@ -39,10 +39,10 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
-from gateway_client.aimd import DROP, IGNORE, AimdLimiter
-from gateway_client.aimd import SUCCESS as SLOT_SUCCESS
-from gateway_client.breaker import FAILURE, IGNORED, SUCCESS, CircuitBreaker
-from gateway_client.metrics import CounterMetrics
+from resilience.aimd import DROP, IGNORE, AimdLimiter
+from resilience.aimd import SUCCESS as SLOT_SUCCESS
+from resilience.breaker import FAILURE, IGNORED, SUCCESS, CircuitBreaker
+from resilience.metrics import CounterMetrics
 from tests.support.redis import suite_redis_url
 from tests.unit.test_gateway_aimd import (  # noqa: F401 - collected here, on Redis
     test_aimd_slot_of_a_killed_caller_expires_with_its_lease,

@@ -25,7 +25,7 @@ from gateway_client import (
     ManualClock,
     RetryPolicy,
 )
-from gateway_client.metrics import CounterMetrics
+from resilience.metrics import CounterMetrics
 from tests.support.sandbox import SandboxProcess
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 

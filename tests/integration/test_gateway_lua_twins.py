@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from gateway_client.budget import BUDGET_SCRIPT
-from gateway_client.clock import ManualClock
-from gateway_client.gate import GATE_CLOSE, GATE_READ
-from gateway_client.store import MemoryStore, RedisStore
+from resilience.budget import BUDGET_SCRIPT
+from resilience.clock import ManualClock
+from resilience.gate import GATE_CLOSE, GATE_READ
+from resilience.store import MemoryStore, RedisStore
 from tests.support.redis import suite_redis_url
 
 

@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from gateway_client import ManualClock, RedisStore
-from gateway_client.budget import RetryBudget
-from gateway_client.gate import RateGate
-from gateway_client.metrics import CounterMetrics
+from resilience.budget import RetryBudget
+from resilience.gate import RateGate
+from resilience.metrics import CounterMetrics
 from tests.support.redis import suite_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]

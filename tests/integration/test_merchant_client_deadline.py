@@ -1,6 +1,6 @@
 """merchant_client's deadline holds on a real socket: an API that trickles its answer one byte at
 a time never trips a per-read timeout, and is cut off at the call's deadline all the same
-(gateway_client.deadline's sockets, installed on the client's transport)."""
+(resilience's deadline-aware sockets, installed on the client's transport)."""
 
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from gateway_client.clock import ManualClock
-from gateway_client.quota import quota_profile
-from gateway_client.store import MemoryStore, RedisStore
-from gateway_client.structured_fields import parse_list
 from idempotency.models import IdempotencyKey
 from payments.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
+from resilience.clock import ManualClock
+from resilience.quota import quota_profile
+from resilience.store import MemoryStore, RedisStore
+from resilience.structured_fields import parse_list
 from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
 from tests.support.redis import suite_redis_url
@@ -112,7 +112,7 @@ def test_over_the_rate_answers_429_with_headers_gateway_client_reads(
     merchant_a, shared_limits
 ) -> None:
     """Quota 3: three answers count down r; the fourth is 429 rate_limited whose Retry-After
-    and RateLimit t agree, both read by gateway_client.quota (the client we ship)."""
+    and RateLimit t agree, both read by resilience.quota_profile (the client's own reader)."""
     merchant_a.merchant.rate_limit_requests = 3
     merchant_a.merchant.save()
     remaining = []

@@ -60,7 +60,9 @@ def test_admin_modules_act_on_the_acquirer_only_through_its_services():
         path = ROOT / module
         found = imports_of(path)
         assert "payments.acquirer.client" not in found, module
-        assert not any(name.startswith("gateway_client.breaker") for name in found), module
+        assert not any(
+            name.startswith(("gateway_client.breaker", "resilience.breaker")) for name in found
+        ), module
         attributes = {
             node.attr
             for node in ast.walk(ast.parse(path.read_text()))

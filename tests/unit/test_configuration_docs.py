@@ -38,6 +38,7 @@ SERVICE_SOURCES = (
     "ledger",
     "webhooks",
     "gateway_client",
+    "resilience",
     "sandbox_acquirer",
 )
 TOOL_SOURCES = ("bench", "scripts", "tests")

@@ -32,9 +32,9 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
-from gateway_client.aimd import DROP, IGNORE, SUCCESS, AimdLimiter, aimd_next_limit
-from gateway_client.gate import scope_for
-from gateway_client.metrics import CounterMetrics
+from resilience.aimd import DROP, IGNORE, SUCCESS, AimdLimiter, aimd_next_limit
+from resilience.gate import scope_for
+from resilience.metrics import CounterMetrics
 
 StoreFactory = Callable[[ManualClock], StateStore]
 API_KEY = "sk_aimd_test"

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from gateway_client.backoff import (
+from resilience.backoff import (
     DecorrelatedJitter,
     EqualJitter,
     ExponentialBackoff,

@@ -32,9 +32,9 @@ from gateway_client import (
     RetryPolicy,
     UpstreamServerError,
 )
-from gateway_client.breaker import FAILURE, IGNORED, SUCCESS, BreakerSet, CircuitBreaker
-from gateway_client.gate import RateGate, scope_for
-from gateway_client.metrics import CounterMetrics
+from resilience.breaker import FAILURE, IGNORED, SUCCESS, BreakerSet, CircuitBreaker
+from resilience.gate import RateGate, scope_for
+from resilience.metrics import CounterMetrics
 from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 Answer = Callable[[httpx.Request], httpx.Response]

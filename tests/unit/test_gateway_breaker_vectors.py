@@ -35,7 +35,7 @@ from gateway_client import (
     RetryPolicy,
     StateStore,
 )
-from gateway_client.metrics import CounterMetrics
+from resilience.metrics import CounterMetrics
 
 #: Config C of docs/reference/circuit-breaker.md.
 CONFIG_C = BreakerConfig(

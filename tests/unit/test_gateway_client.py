@@ -43,7 +43,7 @@ from gateway_client import (
     UpstreamServerError,
 )
 from gateway_client.classify import classify_exception, classify_status
-from gateway_client.retry_after import parse_delay_seconds
+from resilience.retry_after import parse_delay_seconds
 
 API_KEY = "sk_test_9fQx2LmZpR7vT4"
 BASE_URL = "https://acquirer.test/v1"

@@ -47,7 +47,7 @@ from gateway_client import (
     UpstreamServerError,
     VoidRequest,
 )
-from gateway_client.metrics import CounterMetrics
+from resilience.metrics import CounterMetrics
 from tests.unit.test_gateway_client import answer as reply
 from tests.unit.test_gateway_client import failing as raising
 from tests.unit.test_gateway_retry import Acquirer, Step

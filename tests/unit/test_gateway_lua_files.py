@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway_client import _twins
-from gateway_client._attempt_state import ADMIT_SCRIPT, SETTLE_SCRIPT
-from gateway_client.aimd import AIMD_SCRIPT
-from gateway_client.breaker import BREAKER_SCRIPT
-from gateway_client.budget import BUDGET_SCRIPT
-from gateway_client.gate import GATE_CLOSE, GATE_READ
-from gateway_client.store import STORE_NOW, AtomicScript, part_function
+from resilience import ADMIT_SCRIPT, RATE_SCRIPT, SETTLE_SCRIPT, SLOTS_SCRIPT, _twins, limits
+from resilience.aimd import AIMD_SCRIPT
+from resilience.breaker import BREAKER_SCRIPT
+from resilience.budget import BUDGET_SCRIPT
+from resilience.gate import GATE_CLOSE, GATE_READ
+from resilience.store import STORE_NOW, AtomicScript, part_function
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED: tuple[AtomicScript, ...] = (
@@ -31,6 +30,8 @@ PACKAGED: tuple[AtomicScript, ...] = (
     BREAKER_SCRIPT,
     ADMIT_SCRIPT,
     SETTLE_SCRIPT,
+    RATE_SCRIPT,
+    SLOTS_SCRIPT,
 )
 PRELUDE = "prelude.lua"
 
@@ -64,18 +65,26 @@ TWIN_TESTS = {
         "tests.integration.test_gateway_attempt_state",
         "test_lua_and_python_attempt_scripts_give_the_same_answers",
     ),
+    "merchant_rate.lua": (
+        "tests.integration.test_merchant_limits_redis",
+        "test_lua_and_python_rate_give_the_same_answers",
+    ),
+    "merchant_slots.lua": (
+        "tests.integration.test_merchant_limits_redis",
+        "test_lua_and_python_slots_give_the_same_answers",
+    ),
 }
 
 
 def lua_files() -> set[str]:
-    folder = resources.files("gateway_client") / "lua"
+    folder = resources.files("resilience") / "lua"
     return {item.name for item in folder.iterdir() if item.name.endswith(".lua")}
 
 
 def test_importlib_resources_finds_every_script_and_the_prelude() -> None:
     """lua/ holds the prelude and one file per packaged script, none empty."""
     assert lua_files() == {PRELUDE} | {script.source for script in PACKAGED}
-    folder = resources.files("gateway_client") / "lua"
+    folder = resources.files("resilience") / "lua"
     assert all((folder / name).read_text(encoding="utf-8").strip() for name in lua_files())
 
 
@@ -84,16 +93,16 @@ def test_every_packaged_script_is_its_file_after_the_prelude(script: AtomicScrip
     """The Lua run on Redis is exactly lua/prelude.lua, the parts it calls (each another
     packaged file, as a function), then lua/<source>."""
     assert script.source is not None
-    body = (resources.files("gateway_client") / "lua" / script.source).read_text(encoding="utf-8")
+    body = (resources.files("resilience") / "lua" / script.source).read_text(encoding="utf-8")
     parts = "".join(part_function(part) for part in script.parts)
     assert script.lua == STORE_NOW + parts + body
     assert set(script.parts) <= {other.source for other in PACKAGED if not other.parts}
-    assert script.python.__module__ == _twins.__name__
+    assert script.python.__module__ in {_twins.__name__, limits.__name__}
 
 
 def test_a_part_is_its_file_as_a_function_of_its_own_keys_and_arguments() -> None:
     """lua/gate_read.lua as a part: a local function of (KEYS, ARGV, now) around the file."""
-    body = (resources.files("gateway_client") / "lua" / "gate_read.lua").read_text("utf-8")
+    body = (resources.files("resilience") / "lua" / "gate_read.lua").read_text("utf-8")
     assert part_function("gate_read.lua") == (
         f"local function gate_read(KEYS, ARGV, now)\n{body}\nend\n"
     )
@@ -121,5 +130,8 @@ def test_a_built_wheel_carries_the_lua_files_and_py_typed(tmp_path: Path) -> Non
     )
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {f"gateway_client/lua/{name}" for name in lua_files()} | {"gateway_client/py.typed"}
+    expected = {f"resilience/lua/{name}" for name in lua_files()} | {
+        "resilience/py.typed",
+        "gateway_client/py.typed",
+    }
     assert expected <= names

@@ -9,7 +9,7 @@ import pytest
 
 from gateway_client.classify import classify_status
 from gateway_client.errors import AuthenticationError
-from gateway_client.quota import (
+from resilience.quota import (
     QUOTA_PROFILES,
     QuotaPolicy,
     ServiceLimit,
@@ -17,7 +17,7 @@ from gateway_client.quota import (
     parse_ratelimit_policy,
     quota_profile,
 )
-from gateway_client.structured_fields import ParseError, Token, parse_list
+from resilience.structured_fields import ParseError, Token, parse_list
 
 NOW = datetime(2019, 6, 3, 11, 0, 0, tzinfo=UTC).timestamp()
 AUTO = quota_profile("auto")

@@ -34,9 +34,9 @@ from gateway_client import (
     RetryPolicy,
     UpstreamServerError,
 )
-from gateway_client.budget import RetryBudget
-from gateway_client.gate import RateGate, scope_for
-from gateway_client.metrics import CounterMetrics
+from resilience.budget import RetryBudget
+from resilience.gate import RateGate, scope_for
+from resilience.metrics import CounterMetrics
 
 API_KEY = "sk_test_retry_Qm29xV"
 TOKEN = "tok_visa_4242"

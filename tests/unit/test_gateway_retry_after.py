@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway_client.retry_after import (
+from resilience.retry_after import (
     MAX_DELAY_SECONDS,
     parse_http_date,
     parse_retry_after,

@@ -1,4 +1,4 @@
-"""gateway_client.structured_fields against the HTTP working group's structured-field test
+"""resilience.structured_fields against the HTTP working group's structured-field test
 vectors (tests/data/structured-field-tests, BSD 3-clause, IETF Trust: LICENSE.md beside them).
 
 Every parsing vector of every file is run: Lists, Dictionaries and Items, with every bare type
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway_client.structured_fields import (
+from resilience.structured_fields import (
     Date,
     DisplayString,
     Member,

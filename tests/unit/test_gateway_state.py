@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from gateway_client import AcquirerClient, AcquirerConfig, ManualClock, MemoryStore, RedisStore
-from gateway_client.budget import RetryBudget
-from gateway_client.gate import RateGate, scope_for
-from gateway_client.metrics import CounterMetrics
-from gateway_client.store import AtomicScript, MemoryKeyspace
+from resilience.budget import RetryBudget
+from resilience.gate import RateGate, scope_for
+from resilience.metrics import CounterMetrics
+from resilience.store import AtomicScript, MemoryKeyspace
 
 
 def store_on(clock: ManualClock) -> MemoryStore:

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from gateway_client._validate import positive_int, positive_number, positive_seconds
-from gateway_client.aimd import AimdConfig
-from gateway_client.breaker_types import BreakerConfig
 from gateway_client.policy import RetryPolicy
 from gateway_client.types import AcquirerConfig
+from resilience.aimd import AimdConfig
+from resilience.breaker_types import BreakerConfig
+from resilience.validate import positive_int, positive_number, positive_seconds
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "3", None])

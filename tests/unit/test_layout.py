@@ -48,8 +48,9 @@ def test_ci_runs_the_readme_test_command():
 
 # Import direction (README, "Architecture"): payments -> idempotency -> merchants;
 # payments -> webhooks (the outbox under the state machine), never back;
-# gateway_client and the sandbox import no project app; merchant_client (a merchant's library)
-# imports gateway_client only; nothing imports payments except config.
+# resilience imports no framework and no project package; gateway_client imports resilience and
+# no project app; the sandbox imports neither; merchant_client (a merchant's library) imports
+# gateway_client and resilience only; nothing imports payments except config.
 # config is wiring only (ADR 0036): it imports the apps, no app imports it; observability,
 # devtools and acquirers sit below the apps and import none of them (card_data only).
 APPS = (
@@ -59,6 +60,10 @@ APPS = (
 #: The packages below the apps (ADR 0036).
 BELOW_THE_APPS = ("observability", "devtools", "acquirers")
 FORBIDDEN_IMPORTS = {
+    "resilience": {"django", "rest_framework", "celery", "kombu", "config", "console",
+                   "merchants", "idempotency", "payments", "gateway_client", "sandbox_acquirer",
+                   "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
+                   "merchant_client", "tests", "observability", "devtools", "acquirers"},
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
     "sandbox_acquirer": {"django", "rest_framework", "celery", "payments", "idempotency",
@@ -154,7 +159,7 @@ def test_import_direction():
 PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
     "sandbox_acquirer", "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
-    "merchant_client", "observability", "devtools", "acquirers",
+    "merchant_client", "observability", "devtools", "acquirers", "resilience",
 )  # fmt: skip
 
 
@@ -255,6 +260,79 @@ def test_the_cycle_check_finds_a_cycle():
     """The check itself: a two-module and a three-module circle are found, a chain is not."""
     graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
     assert import_cycles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_resilience_imports_no_project_package_at_all():
+    """The kit stands below every package of the project: FORBIDDEN_IMPORTS names them all."""
+    assert set(PROJECT_PACKAGES) - {"resilience"} <= FORBIDDEN_IMPORTS["resilience"]
+
+
+# --- The kit and the acquirer client: public names only, files of a readable size -------------
+
+#: The packages built on resilience and gateway_client: they import the packages' names only.
+KIT_USERS = ("webhooks", "payments", "merchant_client")
+
+#: No file of these packages is longer (lines): a longer one is split along a seam.
+MAX_LINES = 600
+
+
+def kit_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for each import of a gateway_client or resilience module in ``path``,
+    at module level or inside a function: ``import a.b`` and ``from a.b import c`` give
+    ``a.b``, ``from a import b`` gives ``a`` (the package's own name ``b``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return [(n, m) for n, m in found if m.split(".")[0] in {"gateway_client", "resilience"}]
+
+
+def test_kit_users_import_only_the_packages_public_names():
+    """webhooks, payments and merchant_client import ``gateway_client`` and ``resilience``
+    themselves (their ``__all__``), never a module inside them, and only names in
+    ``__all__``."""
+    import gateway_client
+    import resilience
+
+    public = {"gateway_client": set(gateway_client.__all__), "resilience": set(resilience.__all__)}
+    offenders = []
+    for package in KIT_USERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for line, module in kit_imports(path):
+                if module not in public:
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module in public:
+                    hidden = {a.name for a in node.names} - public[node.module]
+                    if hidden:
+                        rel = path.relative_to(ROOT)
+                        offenders.append(f"{rel}:{node.lineno}: {node.module} {sorted(hidden)}")
+    assert offenders == []
+
+
+def test_gateway_client_uses_no_private_module_of_resilience():
+    """gateway_client stands on resilience's modules, never on one named ``_...``."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted((ROOT / "gateway_client").rglob("*.py"))
+        for line, module in kit_imports(path)
+        if any(part.startswith("_") for part in module.split(".")[1:])
+    ]
+    assert offenders == []
+
+
+def test_no_file_of_gateway_client_or_resilience_is_over_600_lines():
+    """Every ``.py`` file of gateway_client/ and resilience/ has at most MAX_LINES lines."""
+    long = {
+        str(path.relative_to(ROOT)): count
+        for package in ("gateway_client", "resilience")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (count := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
 
 
 # --- The floor plan of payments/ ----------------------------------------------------------------

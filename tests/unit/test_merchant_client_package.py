@@ -25,7 +25,7 @@ def test_import_loads_no_framework_or_service_module() -> None:
         cwd=ROOT,
     )  # fmt: skip
     loaded = json.loads(result.stdout)
-    assert "merchant_client.client" in loaded and "gateway_client.backoff" in loaded
+    assert "merchant_client.client" in loaded and "resilience.backoff" in loaded
     assert sorted(name for name in loaded if name.split(".")[0] in FORBIDDEN) == []
 
 

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from gateway_client.clock import ManualClock
 from merchant_client import (
     DEFAULT_POLICY,
     AcquirerError,
@@ -33,6 +32,7 @@ from merchant_client import (
     ValidationError,
 )
 from merchant_client.retry import AMBIGUOUS, NOT_SENT, Outcome, decide
+from resilience.clock import ManualClock
 
 HALF = 0.5  # the injected random number: full jitter = half its bound
 TOO_LONG = "server_wait_too_long"

@@ -29,14 +29,14 @@ def lint_requirement(name: str) -> str:
 
 
 def test_pre_commit_runs_the_agreed_hooks():
-    """ruff (check and format), django-upgrade, detect-private-key and mypy on gateway_client
-    and merchant_client."""
+    """ruff (check and format), django-upgrade, detect-private-key and mypy on resilience,
+    gateway_client and merchant_client."""
     hooks = pre_commit_hooks()
     assert {"ruff-check", "ruff-format", "django-upgrade", "detect-private-key", "mypy"} <= set(
         hooks
     )
     assert "--target-version 5.2" in hooks["django-upgrade"]["entry"]
-    assert hooks["mypy"]["args"] == ["gateway_client", "merchant_client"]
+    assert hooks["mypy"]["args"] == ["resilience", "gateway_client", "merchant_client"]
 
 
 def test_hooks_call_the_pinned_tools_of_the_lint_extra():
@@ -57,9 +57,10 @@ def test_ci_runs_lint_before_the_tests():
 
 
 def test_mypy_is_strict_on_gateway_client():
-    """gateway_client and merchant_client ship py.typed, so they are type-checked strictly."""
+    """resilience, gateway_client and merchant_client ship py.typed, so they are type-checked
+    strictly."""
     mypy = pyproject()["tool"]["mypy"]
-    for package in ("gateway_client", "merchant_client"):
+    for package in ("resilience", "gateway_client", "merchant_client"):
         assert (ROOT / package / "py.typed").exists()
         assert package in mypy["files"]
         assert "py.typed" in pyproject()["tool"]["setuptools"]["package-data"][package]

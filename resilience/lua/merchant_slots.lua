@@ -1,5 +1,6 @@
--- A merchant's in-flight payments (payments/limits.py; Python twin: limits.slots_twin). Runs
--- after gateway_client's prelude.lua (`now`). A sorted set of leases, id -> expiry: an expired
+-- A merchant's in-flight payments (resilience/limits.py; Python twin: limits.slots_twin;
+-- keyed by merchant in payments/limits.py). Runs
+-- after prelude.lua (`now`). A sorted set of leases, id -> expiry: an expired
 -- lease (a process killed in the middle of a payment) frees its slot by itself.
 -- KEYS[1]: "<namespace>:merchant_slots:<merchant id>". ARGV: [2] op (acquire | release),
 -- [3] lease id, [4] limit (acquire), [5] lease seconds (acquire).

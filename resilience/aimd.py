@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import _twins
-from ._validate import positive_int, positive_seconds
 from .metrics import Metrics, NullMetrics
 from .store import AtomicScript, StateStore
+from .validate import positive_int, positive_seconds
 
 __all__ = [
     "DROP",

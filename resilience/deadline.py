@@ -28,7 +28,7 @@ import httpx
 __all__ = ["attempt_deadline", "install"]
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "gateway_client_deadline", default=None
+    "resilience_deadline", default=None
 )
 
 

@@ -1,5 +1,6 @@
--- A merchant's request rate (payments/limits.py; Python twin: limits.rate_twin). Runs after
--- gateway_client's prelude.lua (`now`). A fixed window of ARGV[3] seconds, shifted by ARGV[4]
+-- A merchant's request rate (resilience/limits.py; Python twin: limits.rate_twin;
+-- keyed by merchant in payments/limits.py). Runs after
+-- prelude.lua (`now`). A fixed window of ARGV[3] seconds, shifted by ARGV[4]
 -- seconds for this merchant (so every merchant's window does not restart at the same second),
 -- allows ARGV[2] requests; a refused request is not counted.
 -- KEYS[1]: the merchant's counter, "<namespace>:merchant_rate:<merchant id>".

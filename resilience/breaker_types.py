@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._validate import positive_int, positive_number, positive_seconds
+from .validate import positive_int, positive_number, positive_seconds
 
 __all__ = [
     "DEFAULT_GROUPS",

@@ -7,7 +7,7 @@ in-memory store (run under a lock). Every script receives the store's clock read
 processes sharing a Redis agree on time (Redis `TIME`) whatever their own clocks say. The rate
 gate (`gate.py`), the retry budget (`budget.py`), the AIMD limiter (`aimd.py`) and the circuit
 breaker (`breaker.py`) are built this way: their Lua programs are package files
-(`gateway_client/lua/*.lua`, loaded with `AtomicScript.packaged`), their Python twins are in
+(`resilience/lua/*.lua`, loaded with `AtomicScript.packaged`), their Python twins are in
 `_twins.py`. A script of your own:
 
     INCREMENT = AtomicScript(
@@ -90,7 +90,7 @@ class AtomicScript:
     `lua` starts with `STORE_NOW` (or reads ARGV[1] itself) and returns a list of numbers as
     strings; `python(space, keys, args, now)` returns the same numbers as a list of floats.
     The package's own scripts are files (`AtomicScript.packaged`, `source` = the file name in
-    gateway_client/lua/), their twins in _twins.py.
+    resilience/lua/), their twins in _twins.py and limits.py.
     """
 
     name: str
