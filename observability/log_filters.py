@@ -99,7 +99,7 @@ _CREDENTIAL = re.compile(
     r"(?i)\b(?P<scheme>bearer|basic)(?P<sep>\s+)(?P<value>[A-Za-z0-9._~+/=\-]+)"
 )
 _KEY = re.compile(
-    "(?P<prefix>" + "|".join(re.escape(prefix) for prefix in KEY_PREFIXES) + r")[A-Za-z0-9_\-]+"
+    "(?P<prefix>" + "|".join(re.escape(prefix) for prefix in KEY_PREFIXES) + r")[A-Za-z0-9_\-+/=]+"
 )
 #: A word holding an encoding that can hide digits or names: %XX, '+', or a JSON escape.
 _ENCODED_WORD = re.compile(
