@@ -56,6 +56,9 @@ MIN_LENGTH, MAX_LENGTH = 13, 19
 MAX_GAP = 3
 #: Longest digit group that can hold a card number: 19 digits and a glued 4-digit code.
 MAX_RUN = MAX_LENGTH + 4
+#: Lengths of a card number found glued to a security code or an expiry date: the lengths of
+#: the cards that carry a printed code (American Express 15, most cards 16, 19).
+GLUED_LENGTHS = frozenset(range(13, 20))
 #: What replaces a card number by default.
 REDACTED_CARD_NUMBER = "[card number redacted]"
 
@@ -101,10 +104,10 @@ ISSUER_RANGES: tuple[tuple[str, str, frozenset[int]], ...] = (
     ("65", "65", frozenset(range(16, 20))),  # Discover, RuPay, Troy
     ("622126", "622925", frozenset(range(16, 20))),  # Discover / UnionPay co-brand
     ("3528", "3589", frozenset(range(16, 20))),  # JCB (LankaPay 357111, RuPay 353/356)
-    ("300", "305", frozenset(range(14, 20))),  # Diners Club (Carte Blanche)
+    ("300", "305", frozenset(range(14, 20))),  # Diners Club (Carte Blanche 14)
     ("3095", "3095", frozenset(range(14, 20))),
-    ("36", "36", frozenset(range(14, 20))),
-    ("38", "39", frozenset(range(14, 20))),
+    ("36", "36", frozenset(range(14, 20))),  # Diners Club International
+    ("38", "39", frozenset(range(16, 20))),  # Diners Club on the Discover network
     ("62", "62", frozenset(range(16, 20))),  # UnionPay
     ("81", "81", frozenset(range(16, 20))),  # UnionPay, RuPay
     ("82", "82", frozenset({16})),  # RuPay
@@ -176,6 +179,10 @@ _UUID = re.compile(
 #: ISO 13616 IBAN, electronic (compact) or print (groups of four) format.
 _IBAN = re.compile(r"(?<![0-9A-Za-z])[A-Z]{2}[0-9]{2}(?: ?[0-9A-Z]){11,30}(?![0-9A-Za-z])")
 
+#: Two capital letters glued to digits (``XY12...``): what is not a valid IBAN is read again
+#: after the two digits that would be its check digits.
+_COUNTRY_CODE = re.compile(r"(?<![0-9A-Za-z])[A-Z]{2}(?=[0-9]{15})")
+
 # A run: (kind, start, end, digits or "", ends with "+", separator count).
 _Run = tuple[int, int, int, str, bool, int]
 # A group: (digits, start, end) in the original text.
@@ -237,8 +244,8 @@ def _excluded_spans(text: str) -> list[tuple[int, int]]:
     spans = [
         match.span()
         for match in _LONG_ALNUM.finditer(text)
-        if _HEX_WITH_A_LETTER.fullmatch(match.group())
-    ]
+        if _HEX_WITH_A_LETTER.fullmatch(match.group()) and not match.group()[2:].isdigit()
+    ]  # two letters then digits only is no hex token but a would-be IBAN (``CA41...``)
     spans.extend(match.span() for match in _UUID.finditer(text))
     for match in _IBAN.finditer(text):
         candidate = match.group()
@@ -391,6 +398,13 @@ def _chains(runs: Iterator[_Run]) -> Iterator[tuple[list[_Group], bool]]:
         yield groups, phone
 
 
+def _gs1_valid(digits: str) -> bool:
+    """True when the last of ``digits`` is their GS1 check digit (EAN-13/GTIN-13: weights 3
+    and 1 from the right, the sum a multiple of 10)."""
+    total = sum((ord(d) - 48) * (1 if i % 2 == 0 else 3) for i, d in enumerate(reversed(digits)))
+    return total % 10 == 0
+
+
 def _code_after(digits: str, number: str) -> bool:
     """True when the 4 ``digits`` glued after ``number`` can be its expiry date (``MMYY`` or
     ``YYMM``, ISO 8583's order) or its American Express 4-digit code."""
@@ -398,9 +412,15 @@ def _code_after(digits: str, number: str) -> bool:
 
 
 def _chain_spans(
-    groups: list[_Group], phone: bool, require_luhn: bool, spans: list[tuple[int, int]]
+    groups: list[_Group],
+    phone: bool,
+    require_luhn: bool,
+    spans: list[tuple[int, int]],
+    check_digits: frozenset[int] = frozenset(),
 ) -> None:
-    """Append the span of every card-number window of one chain to ``spans``."""
+    """Append the span of every card-number window of one chain to ``spans``; a group starting
+    at a text position of ``check_digits`` (right after two capital letters) is also read from
+    its third digit."""
     digits = "".join(group[0] for group in groups)
     if len(digits) < MIN_LENGTH:
         return
@@ -415,25 +435,19 @@ def _chain_spans(
         even.append(even[-1] + (doubled if index % 2 == 0 else value))
         odd.append(odd[-1] + (value if index % 2 == 0 else doubled))
 
+    def _ean13(x: int, y: int) -> bool:
+        """An EAN-13 of GS1 400-499 (Germany, Japan, Russia ...), not a retired Visa 13."""
+        return digits[x] == "4" and _gs1_valid(digits[x:y])
+
     def card(x: int, y: int, whole: bool) -> bool:
         """Whether digits[x:y] is a card number (``whole``: a window of whole groups)."""
         if require_luhn and ((even[y] - even[x]) if y % 2 == 0 else (odd[y] - odd[x])) % 10:
             return False
         return (whole and not require_luhn) or issuer_allows(digits[x:y])
 
-    for first in range(len(groups)):
-        x = offsets[first]
-        if digits[x] == "0":
-            # ISO 8583 pads the PAN with zeros on the left to 19 digits: one group only.
-            size = offsets[first + 1] - x
-            core = x + size - len(groups[first][0].lstrip("0"))
-            if (
-                size == MAX_LENGTH
-                and offsets[first + 1] - core >= MIN_LENGTH
-                and card(core, offsets[first + 1], False)
-            ):
-                spans.append((groups[first][1], groups[first][2]))
-            continue
+    def windows(first: int, x: int) -> None:
+        """The windows starting at digit ``x`` of group ``first``: whole groups, then less a
+        security code or an expiry glued to the last group."""
         single_digits, long_inner = True, True
         for last in range(first, len(groups)):
             y = offsets[last + 1]
@@ -444,26 +458,42 @@ def _chain_spans(
             long_inner = long_inner and (last == first or offsets[last] - offsets[last - 1] >= 3)
             if not (single_digits or long_inner):
                 break
-            # The whole window, then less a security code or expiry glued to its last group.
             for cut in (0, 3, 4):
                 end = y - cut
                 if end - x < MIN_LENGTH or (cut and size <= cut):
                     break
                 if end - x > MAX_LENGTH or (phone and first == 0 and end - x <= 15):
                     continue
+                if cut and end - x not in GLUED_LENGTHS:
+                    continue
                 if cut == 4 and not _code_after(digits[end:y], digits[x:end]):
+                    continue
+                if not cut and require_luhn and size == 13 == y - x and _ean13(x, y):
                     continue
                 if card(x, end, cut == 0):
                     spans.append((groups[first][1], groups[last][2]))
-                    break
+                    return
+
+    for first in range(len(groups)):
+        x = offsets[first]
+        if digits[x] != "0":
+            windows(first, x)
+        elif offsets[first + 1] - x == MAX_LENGTH:
+            # ISO 8583 pads the PAN with zeros on the left to 19 digits: one group only.
+            core = offsets[first + 1] - len(groups[first][0].lstrip("0"))
+            if offsets[first + 1] - core >= MIN_LENGTH and card(core, offsets[first + 1], False):
+                spans.append((groups[first][1], groups[first][2]))
+        if groups[first][1] in check_digits and offsets[first + 1] - x >= 2 + MIN_LENGTH:
+            windows(first, x + 2)  # after the check digits of a would-be IBAN: ``XY12`` + PAN
 
 
 def _find(text: str, require_luhn: bool) -> list[tuple[int, int]]:
     if text.isascii() and sum(text.count(d) for d in "0123456789") < MIN_LENGTH:
         return []  # every digit of an ASCII text, escaped or not, holds an ASCII digit
     spans: list[tuple[int, int]] = []
+    check_digits = frozenset(match.end() for match in _COUNTRY_CODE.finditer(text))
     for groups, phone in _chains(_runs(text, _excluded_spans(text))):
-        _chain_spans(groups, phone, require_luhn, spans)
+        _chain_spans(groups, phone, require_luhn, spans, check_digits)
     return _merged(spans)
 
 
