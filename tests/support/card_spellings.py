@@ -26,7 +26,7 @@ from tests.support.card_corpus import BRANDS, luhn_complete
 PER_CLASS = 100
 
 
-def _pan(rnd: random.Random) -> str:
+def _draw_pan(rnd: random.Random) -> str:
     _brand, prefixes, lengths = rnd.choice(BRANDS)
     prefix, length = rnd.choice(prefixes), rnd.choice(lengths)
     return luhn_complete(prefix + "".join(rnd.choices("0123456789", k=length - len(prefix) - 1)))
@@ -71,7 +71,21 @@ def _iban_check(country: str, bban: str) -> str:
 def spellings(seed: int = 34) -> dict[str, list[str]]:
     """Class -> :data:`PER_CLASS` texts, each holding one card number spelled in that class's
     ways (seeded: the same texts every run)."""
+    return {
+        name: [text for _, text in entries] for name, entries in spellings_with_pans(seed).items()
+    }
+
+
+def spellings_with_pans(seed: int = 34) -> dict[str, list[tuple[str, str]]]:
+    """Class -> (card number in ASCII digits, its spelling) pairs: :func:`spellings` with the
+    number each text spells."""
     rnd = random.Random(seed)
+    drawn: list[str] = []
+
+    def _pan(rnd: random.Random) -> str:
+        drawn.append(_draw_pan(rnd))
+        return drawn[-1]
+
     ignorables = _ignorables()
     separators = _characters(_is_separator) + sorted(EXTRA_SEPARATORS)
     marks = _characters(lambda c: unicodedata.category(c) in {"Mn", "Mc", "Me"})
@@ -168,7 +182,10 @@ def spellings(seed: int = 34) -> dict[str, list[str]]:
         "IBAN dress": iban_dress,
         "punctuation between groups": punctuation_between_groups,
     }
-    return {name: [make() for _ in range(PER_CLASS)] for name, make in classes.items()}
+    return {
+        name: [(text, drawn[-1])[::-1] for text in (make() for _ in range(PER_CLASS))]
+        for name, make in classes.items()
+    }
 
 
 # --- Ordinary identifiers -------------------------------------------------------------------
