@@ -23,13 +23,17 @@ How a text is read (``docs/card-data.md`` has the table, the decisions and the m
    least 3 digits (``4-4-4-4``, ``4-6-5``, ``4-6-4``, ``4-4-4-4-3``, one unbroken run), or every
    group is a single digit (a number spelled out). So is such a run less the last 3 or 4
    digits of its last group (a card number glued to a security code, or to an expiry date
-   ``MMYY``/``YYMM``, or to the 4-digit code of American Express), and the digits after the
-   leading zeros of a group of exactly 19 digits (ISO 8583 left-pads the PAN to 19).
+   ``MMYY``/``YYMM``, or to the 4-digit code of American Express), the digits after the
+   leading zeros of a group of exactly 19 digits (ISO 8583 left-pads the PAN to 19), and a
+   group glued to two capital letters read from its third digit (``XY12`` + a card number,
+   when the whole is no valid IBAN).
 4. **Issuers.** A candidate is a card number when it passes the Luhn check (ISO/IEC 7812-1
    annex B) and its issuer identification number is one of :data:`ISSUER_RANGES` at one of
    that issuer's lengths (Visa 4 at 13, 16 or 19; Mastercard 51-55 and 2221-2720 at 16; ...).
-   With ``require_luhn=False`` (the log redaction) a whole-group candidate needs only a first
-   digit that is not 0, as before; the glued and zero-padded ones need the issuer check.
+   An unbroken run of 13 digits starting with 4 whose last digit is also its GS1 check digit
+   is an EAN-13 (GS1 400-499), not a Visa number of that retired length. With
+   ``require_luhn=False`` (the log redaction) a whole-group candidate needs only a first digit
+   that is not 0, as before; the glued, zero-padded and would-be IBAN ones need the issuer.
 5. **Not card numbers.** Digits inside a UUID (``8-4-4-4-12`` hex), inside a hex token of 20
    or more characters holding a letter (``pay_`` + 24 hex, digests), inside an IBAN of a
    country of the ISO 13616 registry at that country's length with right check digits
@@ -56,9 +60,6 @@ MIN_LENGTH, MAX_LENGTH = 13, 19
 MAX_GAP = 3
 #: Longest digit group that can hold a card number: 19 digits and a glued 4-digit code.
 MAX_RUN = MAX_LENGTH + 4
-#: Lengths of a card number found glued to a security code or an expiry date: the lengths of
-#: the cards that carry a printed code (American Express 15, most cards 16, 19).
-GLUED_LENGTHS = frozenset(range(13, 20))
 #: What replaces a card number by default.
 REDACTED_CARD_NUMBER = "[card number redacted]"
 
@@ -464,15 +465,13 @@ def _chain_spans(
                     break
                 if end - x > MAX_LENGTH or (phone and first == 0 and end - x <= 15):
                     continue
-                if cut and end - x not in GLUED_LENGTHS:
-                    continue
                 if cut == 4 and not _code_after(digits[end:y], digits[x:end]):
                     continue
                 if not cut and require_luhn and size == 13 == y - x and _ean13(x, y):
                     continue
                 if card(x, end, cut == 0):
                     spans.append((groups[first][1], groups[last][2]))
-                    return
+                    break  # a longer window of the same start may be one too
 
     for first in range(len(groups)):
         x = offsets[first]
