@@ -64,7 +64,7 @@ MAX_RUN = MAX_LENGTH + 4
 REDACTED_CARD_NUMBER = "[card number redacted]"
 
 #: ASCII separators people and programs put between digit groups (``+`` is a space in a query).
-#: The log redaction's fast path (``config/log_filters.py``) relies on this exact set.
+#: The log redaction's fast path (``observability/log_filters.py``) relies on this exact set.
 ASCII_SEPARATORS = " \t\n\r\v\f-./_+"
 #: Non-ASCII separators outside the categories below: dots, bullets and middle dots of every
 #: script (middle dot, Greek ano teleia, bullet, triangular bullet, one dot leader, hyphenation

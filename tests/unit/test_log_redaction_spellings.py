@@ -1,4 +1,4 @@
-"""The log redaction (config/log_filters.py) on the audit's card-number spellings
+"""The log redaction (observability/log_filters.py) on the audit's card-number spellings
 (``tests/support/card_spellings.py``): every line holding one is redacted, and the fast path
 gives what the reference implementation gives (no database)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from card_data import contains_card_number
-from config.log_filters import redact
+from observability.log_filters import redact
 from tests.support import log_redaction_reference as reference
 from tests.support.card_spellings import spellings
 
