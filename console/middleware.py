@@ -26,17 +26,22 @@ call outside ``__call__`` (``tests/integration/test_console_middleware.py`` keep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
+from django.urls import reverse
 from django_otp.middleware import OTPMiddleware
+
+from card_data import redact_card_numbers
 
 __all__ = [
     "CONSOLE_PATH_PREFIX",
     "ConsoleAuthenticationMiddleware",
+    "ConsoleLoginRedactionMiddleware",
     "ConsoleMessageMiddleware",
     "ConsoleOTPMiddleware",
     "ConsoleOnlyMixin",
@@ -83,3 +88,51 @@ class ConsoleOTPMiddleware(ConsoleOnlyMixin, OTPMiddleware):
 
 class ConsoleMessageMiddleware(ConsoleOnlyMixin, MessageMiddleware):
     """Django's ``MessageMiddleware`` (the admin's flash messages), on console paths only."""
+
+
+#: The request headers a client sets that django-axes copies into its tables.
+RECORDED_HEADERS = ("HTTP_USER_AGENT", "HTTP_ACCEPT")
+#: The form fields never rewritten: a password is not a card number, and axes masks it.
+UNTOUCHED_FIELDS = frozenset({"password"})
+
+
+class ConsoleLoginRedactionMiddleware:
+    """On console paths, replace card numbers (``card_data.redact_card_numbers`` without the
+    Luhn check, as the log redaction does) in the headers django-axes copies into its tables
+    (:data:`RECORDED_HEADERS`); on the login page, also in the query string and the form's
+    fields but the password. Axes records every login attempt (``AccessAttempt``,
+    ``AccessFailureLog``, ``AccessLog``: user name, user agent, ``Accept``, query and form
+    data), so a card number typed into the login form or sent in a header would otherwise be
+    stored, shown in the admin and logged. Other console pages keep what was sent: their forms
+    refuse card data with an error (``console/forms.py``), which a rewrite would hide."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if is_console_path(request):
+            for name in RECORDED_HEADERS:
+                value = request.META.get(name)
+                if isinstance(value, str):
+                    request.META[name] = redact_card_numbers(value, require_luhn=False)
+            if request.path_info == reverse("admin:login"):
+                request.GET = _redacted(request.GET)
+                if request.method == "POST":
+                    request.POST = _redacted(request.POST)
+        return self.get_response(request)
+
+
+def _redacted(query: QueryDict) -> QueryDict:
+    """A copy of ``query`` with card numbers replaced in its names and values, the fields of
+    :data:`UNTOUCHED_FIELDS` as they were."""
+    copy = QueryDict(mutable=True)
+    for name, values in query.lists():
+        if name in UNTOUCHED_FIELDS:
+            copy.setlist(name, values)
+        else:
+            copy.setlist(
+                redact_card_numbers(name, require_luhn=False),
+                [redact_card_numbers(value, require_luhn=False) for value in values],
+            )
+    copy._mutable = False
+    return copy

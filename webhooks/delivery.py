@@ -44,6 +44,7 @@ from django.db import connection, connections, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from observability.log_filters import redact
 from resilience import (
     FAILURE,
     SUCCESS,
@@ -290,6 +291,15 @@ class _Answer:
     duration: float
 
 
+def stored_answer_body(raw: bytes) -> str:
+    """The text kept of a merchant's answer body (at most ``MAX_RESPONSE_BYTES`` bytes, shown
+    to support users in the admin): UTF-8 with bad bytes replaced, NUL (which PostgreSQL text
+    cannot hold) as U+FFFD, and card numbers, keys and secrets replaced as the log redaction
+    replaces them (``observability.log_filters.redact``: the answer is the merchant's text,
+    not ours to refuse, and must not put card data into our tables)."""
+    return redact(raw.decode("utf-8", errors="replace").replace("\x00", "\ufffd"))
+
+
 def _pinned(url: str, address: str) -> tuple[str, str, str]:
     """``url`` aimed at ``address`` (the checked one), the ``Host`` header, the TLS name."""
     parts = urlsplit(url)
@@ -344,7 +354,7 @@ def _post(
                 _classify(response.status_code, answered, policy.timeout),
                 response.status_code,
                 None,
-                read.decode("utf-8", errors="replace"),
+                stored_answer_body(bytes(read)),
                 truncated,
                 monotonic() - started,
             )

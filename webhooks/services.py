@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from card_data import contains_card_number
 from idempotency.fingerprint import request_fingerprint
 from idempotency.models import IdempotencyKey
 from idempotency.services import ClaimOutcome, idempotency_key_claim, idempotency_key_complete
@@ -225,6 +226,8 @@ def _note(operator: str, note: str) -> str:
     note = (note or "").strip()
     if not operator or not note:
         raise ActionRefused("The operator and a note are required.")
+    if contains_card_number(note):
+        raise ActionRefused("A note must not hold a card number.")
     return note[:1000]
 
 

@@ -63,6 +63,8 @@ MIDDLEWARE = [
     "console.middleware.ConsoleAuthenticationMiddleware",
     "console.middleware.ConsoleOTPMiddleware",
     "console.middleware.ConsoleMessageMiddleware",
+    # What django-axes records of a login attempt, card numbers replaced (console/middleware.py).
+    "console.middleware.ConsoleLoginRedactionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
     "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503

@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 from prometheus_client import REGISTRY
 
+from card_data import contains_card_number
 from gateway_client import BreakerConfig, MemoryStore
 from merchants.models import Merchant
 from tests.support.fake_time import FakeClock
@@ -272,3 +273,26 @@ def test_after_a_rotation_both_secrets_sign_for_24_hours(receiver):
     got = receiver.at("/rotate")[-1]
     assert len(got.headers["webhook-signature"].split(" ")) == 1
     assert verify(new, got, now=h.clock.now)["data"]["object"]["id"] == "pay_2"
+
+
+def test_a_merchants_answer_is_stored_without_card_numbers_secrets_or_nul(receiver):
+    """The answer body is the merchant's text, kept for support: card numbers (spelled as the
+    audit spelled them), keys and signing secrets are replaced before it is stored, and a NUL
+    byte, which PostgreSQL text cannot hold, does not fail the attempt."""
+    from tests.support.card_spellings import spellings_with_pans
+    from webhooks.signing import new_secret
+
+    leaked_secret = new_secret()
+    pairs = [pair for entries in spellings_with_pans().values() for pair in entries[::10]]
+    answer = json.dumps({"echo": [text for _, text in pairs], "secret": leaked_secret})
+    h = Harness(receiver)
+    h.endpoint("/echo", [answer.encode() + b"\x00tail"])
+    h.event()
+    assert h.deliver() == [AttemptOutcome.DELIVERED]
+    (attempt,) = DeliveryAttempt.objects.all()
+    stored = attempt.response_body
+    assert stored.endswith("\ufffdtail") and "[card number redacted]" in stored
+    assert leaked_secret[len("whsec_") :] not in stored
+    assert [pan for pan, _ in pairs if pan in stored] == []
+    assert not contains_card_number(stored)
+    assert len(pairs) >= 70

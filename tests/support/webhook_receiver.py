@@ -23,7 +23,7 @@ from unittest import mock
 import standardwebhooks
 from standardwebhooks import webhooks as standardwebhooks_module
 
-Behaviour = int | str
+Behaviour = int | str | bytes  # bytes: answer 200 with exactly these bytes
 
 
 @dataclass
@@ -81,7 +81,10 @@ class Receiver:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                payload = b'{"ok": true}' if behaviour == 200 else b"no"
+                if isinstance(behaviour, bytes):
+                    payload, behaviour = behaviour, 200
+                else:
+                    payload = b'{"ok": true}' if behaviour == 200 else b"no"
                 self.send_response(int(behaviour))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
