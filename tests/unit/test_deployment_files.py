@@ -14,7 +14,7 @@ from gunicorn.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Services that run until stopped (migrate runs once and exits).
-LONG_RUNNING = {"db", "redis", "web", "worker", "beat", "sandbox", "sandbox-beta"}
+LONG_RUNNING = {"db", "redis", "web", "proxy", "worker", "beat", "sandbox", "sandbox-beta"}
 SECRETS = ("DJANGO_SECRET_KEY", "METRICS_BEARER_TOKEN")
 
 
@@ -180,3 +180,20 @@ def test_every_worker_command_runs_without_mingle_and_gossip():
     assert len(commands) == 3, commands
     for command in commands:
         assert {"--without-mingle", "--without-gossip"} <= set(command.split()), command
+
+
+def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
+    """The API's port is published by the proxy alone, which runs the server block that
+    tests/e2e/test_slow_clients.py runs (deploy/nginx/), pointed at web; web publishes none."""
+    services = compose()["services"]
+    published = {
+        name for name, service in services.items() if "8000:8000" in service.get("ports", [])
+    }
+    assert published == {"proxy"}
+    proxy = services["proxy"]
+    assert proxy["environment"]["WEB_UPSTREAM"] == "web:8000"
+    (mount,) = proxy["volumes"]
+    source, target, _ = mount.split(":")
+    assert (ROOT / source).resolve() == ROOT / "deploy/nginx/payments.conf.template"
+    assert target.startswith("/etc/nginx/templates/") and target.endswith(".template")
+    assert "ports" not in services["web"]
