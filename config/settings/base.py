@@ -12,7 +12,7 @@ import environ
 
 from config.acquirers import parse_acquirers
 from config.log_config import logging_config, structlog_configure
-from payments.money import CURRENCY_EXPONENTS
+from payments.core.money import CURRENCY_EXPONENTS
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -62,8 +62,8 @@ MIDDLEWARE = [
     "config.console_middleware.ConsoleMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
-    "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
-    "payments.problems.NulInPathMiddleware",  # /payments/pay_%00: 404, not a 500
+    "payments.api.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
+    "payments.api.problems.NulInPathMiddleware",  # /payments/pay_%00: 404, not a 500
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -109,9 +109,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("API_MAX_BODY_BYTES", default=16 * 1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["merchants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["payments.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["payments.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "payments.problems.problem_exception_handler",
+    "EXCEPTION_HANDLER": "payments.api.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -136,7 +136,8 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- Metrics (payments/metrics_views.py): when set, /metrics requires "Authorization: Bearer ...".
+# --- Metrics (payments/monitoring/views.py): when set, /metrics requires "Authorization: Bearer
+# ...".
 METRICS_BEARER_TOKEN = env("METRICS_BEARER_TOKEN", default="")
 
 # --- Idempotency keys (idempotency/) ---------------------------------------------------------
@@ -219,7 +220,7 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
 
-# --- Per-merchant limits (payments/limits.py, ADR 0018); a merchant's own values in the admin
+# --- Per-merchant limits (payments/api/limits.py, ADR 0018); a merchant's own values in the admin
 # override them, 0 is no limit. The state is in the acquirer state store (ACQUIRER_STATE_*).
 MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=600)
 MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=60)
@@ -257,10 +258,11 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked_out.html"
 
-# Test-only crash injection for fault campaigns (payments/crashpoints.py); empty: off.
+# Test-only crash injection for fault campaigns (payments/core/crashpoints.py); empty: off.
 PAYMENTS_CRASH_POINT = env("PAYMENTS_CRASH_POINT", default="")
 
-# --- Reconciliation (payments/reconciliation.py) ------------------------------------------
+# --- Reconciliation (payments/reconciliation/payments.py)
+# ------------------------------------------
 RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float(
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0
 )
@@ -278,7 +280,8 @@ RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
 )
 RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
-# --- Deferred submission (payments/deferred.py; ADR 0024) -----------------------------------
+# --- Deferred submission (payments/authorization/deferred_sweep.py; ADR 0024)
+# -----------------------------------
 # An allow_deferred payment no acquirer can take now waits as `deferred`; beat's sweep submits
 # the due ones at the acquirer's pace. After the maximum age it fails acquirer_unavailable: 4 h
 # outlasts most acquirer outages, gives a renewal its final answer the same day (the merchant's
@@ -373,9 +376,9 @@ CELERY_TIMEZONE = "UTC"
 # Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
 HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
 CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
-# Task modules autodiscovery (``<app>.tasks``) does not find: the deferred sweep's task stands
-# on the create flow, which payments.tasks must not import (tests/unit/test_layout.py).
-CELERY_IMPORTS = ["payments.deferred_tasks"]
+# Task modules autodiscovery (``<app>.tasks``) does not find: payments keeps its tasks in the
+# rooms they belong to (docs/adr/0037-rooms-inside-payments.md), task names unchanged.
+CELERY_IMPORTS = ["payments.authorization.deferred_tasks", "payments.reconciliation.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",

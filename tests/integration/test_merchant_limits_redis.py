@@ -1,4 +1,4 @@
-"""Per-merchant limits (payments/limits.py) on a real Redis: the Lua programs mean what their
+"""Per-merchant limits (payments/api/limits.py) on a real Redis: the Lua programs mean what their
 Python twins mean, and the API answers a merchant over its rate with 429 and the IETF
 RateLimit fields that gateway_client's own reader understands."""
 
@@ -16,7 +16,7 @@ from gateway_client.quota import quota_profile
 from gateway_client.store import MemoryStore, RedisStore
 from gateway_client.structured_fields import parse_list
 from idempotency.models import IdempotencyKey
-from payments.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
+from payments.api.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
 from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
 from tests.support.redis import suite_redis_url

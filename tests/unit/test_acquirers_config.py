@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config.acquirers import POLICY_OVERRIDES, AcquirerSpec, parse_acquirers
-from payments.money import CURRENCY_EXPONENTS
+from payments.core.money import CURRENCY_EXPONENTS
 
 SECRET = "sk_live_Sup3rSecretValue_9f2c"
 KNOWN = frozenset(CURRENCY_EXPONENTS)

@@ -14,7 +14,7 @@ from config.request_context import current_request_id
 from gateway_client import GatewayError
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
     reconciliation_run,
