@@ -2,14 +2,12 @@
 
 The service's own pieces minus the idempotency key: the same request checks
 (``payments.api.parsers.request_json``, then ``payments.api.serializers.payment_create_validated``:
-the
-plain checks, or the strict serializer that also refuses card data), the same payment row and
+the plain checks, or the strict serializer that also refuses card data), the same payment row and
 events (``payments.authorization.phase_one.payment_record_create``), the same acquirer call
 (``payments.acquirer.authorize.payment_authorize``, with the payment's own acquirer idempotency
 key), the same phase 2 (``payments.authorization.create.payment_authorization_record``) and the
-same answer
-(``payments.api.responses.create_answer``). No claim, no stored answer, no completion: the payment
-has no key. Two transactions, the acquirer called between them, as in the service.
+same answer (``payments.api.responses.create_answer``). No claim, no stored answer, no completion:
+the payment has no key. Two transactions, the acquirer called between them, as in the service.
 
 It is what the idempotency layer's cost is measured against, and the view the
 django-idempotency-key middleware wraps in the peer comparison.

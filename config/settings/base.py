@@ -136,8 +136,8 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- Metrics (payments/monitoring/views.py): when set, /metrics requires "Authorization: Bearer
-# ...".
+# --- Metrics (payments/monitoring/views.py): when set, /metrics requires "Authorization:
+# Bearer ...".
 METRICS_BEARER_TOKEN = env("METRICS_BEARER_TOKEN", default="")
 
 # --- Idempotency keys (idempotency/) ---------------------------------------------------------
@@ -261,8 +261,7 @@ AXES_LOCKOUT_TEMPLATE = "admin/login_locked_out.html"
 # Test-only crash injection for fault campaigns (payments/core/crashpoints.py); empty: off.
 PAYMENTS_CRASH_POINT = env("PAYMENTS_CRASH_POINT", default="")
 
-# --- Reconciliation (payments/reconciliation/payments.py)
-# ------------------------------------------
+# --- Reconciliation (payments/reconciliation/payments.py) ----------------------------------
 RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float(
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0
 )
@@ -280,8 +279,7 @@ RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
 )
 RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
-# --- Deferred submission (payments/authorization/deferred_sweep.py; ADR 0024)
-# -----------------------------------
+# --- Deferred submission (payments/authorization/deferred_sweep.py; ADR 0024) --------------
 # An allow_deferred payment no acquirer can take now waits as `deferred`; beat's sweep submits
 # the due ones at the acquirer's pace. After the maximum age it fails acquirer_unavailable: 4 h
 # outlasts most acquirer outages, gives a renewal its final answer the same day (the merchant's
