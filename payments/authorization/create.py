@@ -14,7 +14,7 @@ The protocol (Brandur Leach's rocket-rides, adapted):
   and complete the key; or, when the request was certainly not applied, mark the payment
   ``failed`` and release the key so the merchant can retry with the same key. An unknown
   outcome is the one case that schedules reconciliation. A known outcome of a payment still
-  ``processing`` is one statement (``payments.core.payment_outcome.payment_outcome_record``).
+  ``processing`` is one statement (``payments.core.payment_states.payment_outcome_record``).
 
 The answer is rendered once, in phase 2 (``payments.core.payment_states.payment_answer_store``), and
 stored with the key, so every replay is byte-identical; ``payments.api.responses.create_answer``
@@ -49,11 +49,11 @@ from payments.authorization.phase_one import PAYMENTS_ROUTE, payment_claim
 from payments.core.answers import Answered, CreateResult, Replayed, Unavailable
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.core.crashpoints import crash_point
-from payments.core.payment_outcome import payment_outcome_record
 from payments.core.payment_states import (
     payment_answer_store,
     payment_event_record,
     payment_lock_with_key,
+    payment_outcome_record,
     payment_transition,
 )
 from payments.models import (
@@ -255,7 +255,7 @@ def payment_authorization_record(
 
     ``payment``: the payment as phase 1 left it, when the caller has it. Then an approval, a
     decline or a rejection is recorded in one statement while the payment is still
-    ``processing`` (``payments.core.payment_outcome.payment_outcome_record``); any other case, or a
+    ``processing`` (``payments.core.payment_states.payment_outcome_record``); any other case, or a
     payment resolved meanwhile, takes the locks and reads the rows as above.
     """
     outcome = attempt.outcome

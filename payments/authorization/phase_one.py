@@ -73,7 +73,7 @@ def payment_claim(
             retention=timedelta(seconds=settings.IDEMPOTENCY_KEY_RETENTION_SECONDS),
             lock_timeout=lock_timeout,
             then=_creation_inserts(payment, now=now, source="claimed_key"),
-            rows_table=Payment._meta.db_table,
+            rows_model=Payment,
             pending_status=PaymentStatus.PROCESSING,
         )
     except (IdempotencyKeyInUse, IdempotencyKeyReused) as exc:

@@ -1,9 +1,9 @@
 """The payment state machine: transitions, events, the stored answer, and the row locks.
 
 Every write that changes a payment stands on this module: the create flow
-(``payments.authorization.create``), reconciliation (``payments.reconciliation.payments``) and the
-operators'
-actions (``payments.admin.operator_actions``). Nothing here calls the acquirer or enqueues a task.
+(``payments.authorization.create``), reconciliation (``payments.reconciliation.payments``) and
+the operators' actions (``payments.admin.operator_actions``). Nothing here calls the acquirer or
+enqueues a task.
 
 * :data:`ALLOWED_TRANSITIONS` and :func:`payment_transition`: the only way a status changes,
   each change with its :class:`~payments.models.PaymentEvent`.
@@ -16,15 +16,13 @@ actions (``payments.admin.operator_actions``). Nothing here calls the acquirer o
   rendered from what is true now and stored with the key.
 * :func:`payment_outcome_record`: the create flow's phase 2 for a known outcome in one
   statement (the payment's update, both events, the key's answer), taking the same locks in
-  the same order as :func:`payment_lock_with_key` (ADR 0026).
+  the same order as :func:`payment_lock_with_key` (ADR 0026): the SQL form of
+  :func:`payment_transition` and :func:`payment_answer_store`, beside them, so one module
+  writes the rule both ways (the key's columns through ``idempotency_key_complete_sql``).
 * :func:`payment_lock` and :func:`payment_lock_with_key`: the only row locks taken on
   ``Payment`` (besides reconciliation's ``SKIP LOCKED`` claims).
-* The operations after the authorization (captures, voids, refunds:
-  :class:`~payments.models.PaymentOperation`): the amount rules (:func:`capturable_amount`,
-  :func:`refundable_amount`, :func:`operation_check`), :func:`operation_open` (phase 1's row),
-  :data:`OPERATION_OUTCOMES` and :func:`operation_attempt_record` (phase 2's one table),
-  :func:`operation_settle` (every final outcome of an operation, from phase 2, reconciliation
-  or the beat), and :func:`operation_lock_with_key`, the only row lock on an operation.
+* The operations after the authorization (captures, voids, refunds) have their own state
+  machine: :mod:`payments.core.operation_states`.
 
 Lock order, everywhere: **the payment, then its idempotency key** (for an operation: **the
 payment, then the operation, then the operation's idempotency key**). The payment row is locked
@@ -42,12 +40,15 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from config.request_context import current_request_id
 from idempotency.models import IdempotencyKey
+from idempotency.prepared_cursor import prepared_cursor
 from idempotency.services import (
     idempotency_key_complete,
+    idempotency_key_complete_sql,
+    insert_row_parts,
 )
 from payments.core.answers import (
     StoredResponse,
@@ -73,6 +74,7 @@ __all__ = [
     "payment_event_record",
     "payment_lock",
     "payment_lock_with_key",
+    "payment_outcome_record",
     "payment_transition",
     "payment_webhook_record",
     "resolved_status",
@@ -285,3 +287,90 @@ def payment_answer_store(
             now=now,
         )
     return answer
+
+
+def payment_outcome_record(
+    payment: Payment,
+    *,
+    attempt_data: dict,
+    to_status: str,
+    event_type: PaymentEventType,
+    now: datetime,
+    changes: dict[str, Any],
+) -> tuple[Payment, StoredResponse] | None:
+    """Phase 2 of the create flow in one statement, for ``payment`` as phase 1 left it (a
+    ``processing`` payment, changed here in memory: pass a copy). The one-statement SQL form of
+    :func:`payment_transition` (with :func:`payment_event_record` of the attempt before it)
+    followed by :func:`payment_answer_store`, for this one case; the key's columns are
+    written by the idempotency app (``idempotency_key_complete_sql``, the SQL form of
+    ``idempotency_key_complete``).
+
+    While the row is still ``processing``: the transition to ``to_status`` with ``changes``
+    (:func:`payment_transition`'s rules), the ``acquirer_attempt`` event (``attempt_data``)
+    and the transition's ``event_type``, in that order, and the answer stored for the
+    payment's idempotency key, all in one ``UPDATE ... RETURNING`` with data-modifying CTEs:
+    the key's update reads the payment's returned row, so the payment row is locked before
+    the key's, the lock order of :func:`payment_lock_with_key`. Then the webhook outbox event.
+    Returns the payment and its stored answer, or None when the row was no longer
+    ``processing`` (resolved meanwhile: nothing written; take the locks and read it). Inside
+    the caller's transaction; raises :class:`InvalidTransition` as
+    :func:`payment_transition` does.
+    """
+    assert_in_transaction()
+    db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
+    from_status = payment.status
+    to_status = resolved_status(payment, to_status, changes)
+    payment.status = to_status
+    for name, value in changes.items():
+        setattr(payment, name, value)
+    payment.updated_at = now
+    answer = render_payment_answer(payment)
+    qn = db.ops.quote_name
+    fields = [Payment._meta.get_field(name) for name in ("status", "updated_at", *changes)]
+    assignments = ", ".join(f"{qn(field.column)} = %s" for field in fields)
+    params: list[object] = [
+        field.get_db_prep_save(getattr(payment, field.attname), db) for field in fields
+    ]
+    params += [payment.pk, from_status]
+    request_id = current_request_id()
+    rows, names = [], ""
+    for n, (kind, data, status_before) in enumerate(
+        ((PaymentEventType.ACQUIRER_ATTEMPT, attempt_data, from_status), (event_type, {}, None))
+    ):
+        event = {
+            "payment_id": payment.pk,
+            "type": kind,
+            "from_status": status_before or from_status,
+            "to_status": from_status if status_before else to_status,
+            "data": data,
+            "created_at": now,
+            "request_id": request_id,
+        }
+        columns, values, event_params = insert_row_parts(PaymentEvent, event)
+        rows.append(f"({n}, {values})")
+        params += event_params
+        names = columns
+    aliases = ", ".join(f"c{i}" for i in range(names.count(",") + 1))
+    key_sql, key_params = idempotency_key_complete_sql(
+        key_id="SELECT idempotency_key_id FROM updated_payment",
+        status_code=answer.status_code,
+        headers=answer.headers,
+        body=answer.body,
+        now=now,
+    )
+    params += key_params
+    sql = (
+        f"WITH updated_payment AS (UPDATE {qn(Payment._meta.db_table)} SET {assignments} "  # noqa: S608
+        "WHERE id = %s AND status = %s RETURNING id, idempotency_key_id), "
+        f"events AS (INSERT INTO {qn(PaymentEvent._meta.db_table)} ({names}) "
+        f"SELECT {aliases} FROM (VALUES {', '.join(rows)}) AS v(n, {aliases}) "
+        "CROSS JOIN updated_payment ORDER BY v.n), "
+        f"completed_key AS ({key_sql}) "
+        "SELECT id FROM updated_payment"
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.fetchone() is None:
+            return None
+    payment_webhook_record(payment, now)
+    return payment, answer
