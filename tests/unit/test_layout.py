@@ -352,3 +352,15 @@ def test_the_flows_do_not_stand_on_each_other_backwards():
             assert not any(t.startswith(("authorization", "operations")) for t in targets), name
         if room == "core":
             assert not any(t.startswith("acquirer") for t in targets), name
+
+
+def test_no_payments_module_writes_an_idempotency_keys_columns():
+    """The idempotency app owns its table: payments reaches a key's columns only through its
+    functions (``idempotency_key_complete`` and its one-statement form), never through the
+    model's table or fields (``IdempotencyKey._meta``)."""
+    writers = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "payments").rglob("*.py")
+        if "IdempotencyKey._meta" in path.read_text()
+    ]
+    assert writers == []
