@@ -374,8 +374,8 @@ CELERY_TIMEZONE = "UTC"
 # Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
 HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
 CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
-# Task modules autodiscovery (``<app>.tasks``) does not find: payments keeps its tasks in the
-# rooms they belong to (docs/adr/0037-rooms-inside-payments.md), task names unchanged.
+# The task modules of payments' rooms (docs/adr/0037-rooms-inside-payments.md), also gathered
+# by payments/tasks.py for autodiscovery (``<app>.tasks``); task names unchanged.
 CELERY_IMPORTS = ["payments.authorization.deferred_tasks", "payments.reconciliation.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {

@@ -167,6 +167,8 @@ class UnexpectedStatus(Exception):
 
 
 def assert_in_transaction() -> None:
+    """Raise ``RuntimeError`` outside ``transaction.atomic()``: a row lock or a write of the
+    state machines belongs inside the caller's transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("A row lock must be taken inside transaction.atomic().")
 

@@ -208,7 +208,8 @@ def test_the_cycle_check_finds_a_cycle():
 #: own room or of a room on a lower floor, never of a room above it; rooms on one floor do not
 #: import each other. Every module of payments/ belongs to a room (a new sub-package fails the
 #: test until it is placed). ``payments.models`` stays where Django expects it and belongs to
-#: core; the app's own files (``apps``, ``checks``, the package) and the management commands
+#: core; the app's own files (``apps``, ``checks``, ``tasks`` for Celery's autodiscovery, the
+#: package) and the management commands
 #: stand on the top floor.
 PAYMENTS_FLOORS: list[tuple[str, set[str]]] = [
     ("interfaces: the HTTP API, the admin console, the app and its commands",
@@ -222,7 +223,13 @@ PAYMENTS_FLOORS: list[tuple[str, set[str]]] = [
 ]  # fmt: skip
 
 #: Modules at the top of payments/ and the room each belongs to.
-PAYMENTS_ROOT_MODULES = {"": "app", "apps": "app", "checks": "app", "models": "core"}
+PAYMENTS_ROOT_MODULES = {
+    "": "app",
+    "apps": "app",
+    "checks": "app",
+    "tasks": "app",
+    "models": "core",
+}
 
 #: Django's generated migrations: not part of the rooms.
 PAYMENTS_UNPLACED = ("migrations",)
