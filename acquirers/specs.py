@@ -235,7 +235,7 @@ def parse_acquirers(
     (priority ascending, then the array's order). ``None`` or blank: ``None`` (the single
     acquirer of the ``ACQUIRER_*`` settings). ``known_currencies``: the ISO 4217 codes a
     currency list may name (None: any three capital letters; the settings pass None, and the
-    system check ``payments.E004`` compares each code with the currencies ``payments.money``
+    system check ``payments.E004`` compares each code with the currencies ``payments.core.money``
     supports once the apps are loaded).
 
     Raises ``ImproperlyConfigured`` on a value that is not JSON, not a non-empty array of

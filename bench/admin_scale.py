@@ -265,7 +265,7 @@ def measure_metrics(runs: int) -> dict:
     from django.test import RequestFactory
     from django.test.utils import CaptureQueriesContext
 
-    from payments.metrics_views import metrics_view
+    from payments.monitoring.views import metrics_view
 
     request = RequestFactory().get("/metrics")
     metrics_view(request)

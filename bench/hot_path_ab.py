@@ -23,7 +23,7 @@ block within each round:
 * ``console middleware on the API``: the console's session, authentication, OTP and message
   middleware run on every path again, as before ADR 0029 (``console/middleware.py``);
 * ``input serializer``: the body validated by ``PaymentCreateInputSerializer`` instead of the
-  plain checks (``payments.serializers.payment_create_input``, ADR 0029);
+  plain checks (``payments.api.serializers.payment_create_input``, ADR 0029);
 * ``statements not prepared``: the hot path's statements bound by the server but not prepared
   (the connection's ``prepare_threshold`` None, as behind PgBouncer; ADR 0031).
 
@@ -95,8 +95,11 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
     from django.db import connection
 
     from console import middleware as console_middleware
-    from payments import lifecycle, responses, serializers, services
-    from payments.serializers import PaymentSerializer
+    from payments.api import serializers
+    from payments.authorization import create, phase_one
+    from payments.core import answers as responses
+    from payments.core import payment_states as lifecycle
+    from payments.core.documents import PaymentSerializer
 
     @contextlib.contextmanager
     def nothing() -> Iterator[None]:
@@ -156,11 +159,9 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
         "api key looked up": no_cache,
         "health check": health_check,
         "phase 1 locked": lambda: patched(
-            services, "idempotency_key_claim_at_once", lambda **_: None
+            phase_one, "idempotency_key_claim_at_once", lambda **_: None
         ),
-        "phase 2 locked": lambda: patched(
-            services, "payment_outcome_record", lambda *_, **__: None
-        ),
+        "phase 2 locked": lambda: patched(create, "payment_outcome_record", lambda *_, **__: None),
         "serializer": serializer,
         "console middleware on the API": lambda: patched(
             console_middleware, "is_console_path", lambda request: True
@@ -183,9 +184,9 @@ def parts(number: int, repeat: int) -> dict[str, float]:
     from rest_framework.views import APIView
 
     from merchants.models import Merchant
-    from payments.apis import PaymentListCreateApi
-    from payments.parsers import request_json
-    from payments.serializers import PaymentCreateInputSerializer, payment_create_input
+    from payments.api.parsers import request_json
+    from payments.api.serializers import PaymentCreateInputSerializer, payment_create_input
+    from payments.api.views import PaymentListCreateApi
 
     body = json.dumps(PAYMENT_BODY).encode()
     factory = RequestFactory()

@@ -14,7 +14,7 @@ block within each round:
   outcome, gunicorn's access line skipped for a request the request line covers);
 * ``redaction as before``: the former :func:`~observability.log_filters.redact`
   (tests/support/log_redaction_reference.py) in every formatter;
-* ``outcome line as before``: payments/services.py writes its own INFO outcome line;
+* ``outcome line as before``: payments/authorization/create.py writes its own INFO outcome line;
 * ``access line as before``: gunicorn's access line written for every request;
 * ``before``: all three undone (main before ADR 0028);
 * ``no log lines``: logging disabled and no access line: the floor, so ``variant - floor`` is
@@ -140,7 +140,7 @@ def variants(state: dict[str, Any]) -> dict[str, Callable[[], contextlib.Abstrac
     """Each variant: a context manager that undoes some of ADR 0028 for its block.
     ``state["access"]`` names the gunicorn logger the block uses (None: no access line)."""
     from observability import log_filters, request_context
-    from payments import services
+    from payments.authorization import create as services
     from tests.support import log_redaction_reference as reference
 
     @contextlib.contextmanager

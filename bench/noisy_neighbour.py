@@ -1,5 +1,5 @@
 """Benchmark: a well-behaved merchant's latency beside a noisy neighbour, with and without the
-per-merchant in-flight cap (payments/limits.py, ADR 0018).
+per-merchant in-flight cap (payments/api/limits.py, ADR 0018).
 
 One command (docs/benchmarks.md, "Noisy neighbour")::
 

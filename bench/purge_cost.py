@@ -141,7 +141,7 @@ def measure_delete(db: Database, boundary) -> dict[str, float]:
         "from datetime import datetime\n"
         "from django.conf import settings\n"
         "from idempotency.services import idempotency_keys_purge_expired\n"
-        "from payments.tasks import UNRESOLVED_PAYMENT\n"
+        "from payments.reconciliation.tasks import UNRESOLVED_PAYMENT\n"
         "now = datetime.fromisoformat(sys.argv[1]); t = time.monotonic()\n"
         "n = idempotency_keys_purge_expired(now=now, batch_size=settings."
         "IDEMPOTENCY_KEY_PURGE_BATCH_SIZE, keep=UNRESOLVED_PAYMENT)\n"

@@ -1,7 +1,7 @@
 """Card numbers (primary account numbers, PANs) in free text: find them, test for them, redact them.
 
 Framework-free (standard library only), so every part of the project uses the same detector:
-the API's refusal of card data (``payments.card_data``), the admin forms, merchant names and the
+the API's refusal of card data (``payments.api.card_data``), the admin forms, merchant names and the
 log redaction. The rules, the separators and the known false positives are documented in
 ``docs/card-data.md``; in short, a card number is a run of 13 to 19 digits that passes the Luhn
 check and starts with a card network's issuer identification number at one of its lengths

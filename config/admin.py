@@ -3,12 +3,15 @@
 :class:`PaymentServiceAdminSite` is ``admin.site`` (installed by
 :class:`config.apps.PaymentServiceAdminConfig` through ``default_site``): every app registers
 its models on it as usual (``@admin.register``), and the site adds the acquirer resilience page
-(:class:`payments.resilience_admin.ResilienceAdmin`) to its URLs and to the payments app of its
+(:class:`payments.admin.resilience.ResilienceAdmin`) to its URLs and to the payments app of its
 app list (the index, the app index and the navigation sidebar). Its login is throttled and takes
 a TOTP code, required for staff when ``ADMIN_OTP_REQUIRED`` is on (:mod:`console.two_factor`).
 """
 
 from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
 from django.contrib.auth import REDIRECT_FIELD_NAME
@@ -17,7 +20,9 @@ from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils.http import urlencode
 
 from console.two_factor import AdminLoginForm, needs_second_factor, two_factor_view
-from payments.resilience_admin import ResilienceAdmin
+
+if TYPE_CHECKING:
+    from payments.admin.resilience import ResilienceAdmin
 
 __all__ = ["PaymentServiceAdminSite"]
 
@@ -37,9 +42,13 @@ class PaymentServiceAdminSite(admin.AdminSite):
     # breadcrumbs and the index lead everywhere it did.
     enable_nav_sidebar = False
 
-    def __init__(self, name: str = "admin") -> None:
-        super().__init__(name)
-        self.resilience = ResilienceAdmin(self)
+    @cached_property
+    def resilience(self) -> ResilienceAdmin:
+        """The acquirer resilience page, built on first use: importing ``payments.admin``
+        registers its models on this site, so it cannot be imported while the site is made."""
+        from payments.admin.resilience import ResilienceAdmin
+
+        return ResilienceAdmin(self)
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
         """The resilience page's and the two-factor page's routes first, then the admin's

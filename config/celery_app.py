@@ -149,8 +149,8 @@ def _serve_worker_metrics(**kwargs) -> None:
     port = os.environ.get("CELERY_METRICS_PORT")
     if port:
         # Not at the top: this module is imported with the settings (config/__init__.py), before
-        # Django's app registry is ready, and payments.metrics_views imports models. No cycle.
-        from payments.metrics_views import worker_metrics_server_start
+        # Django's app registry is ready, and payments.monitoring.views imports models. No cycle.
+        from payments.monitoring.views import worker_metrics_server_start
 
         worker_metrics_server_start(
             int(port), addr=os.environ.get("CELERY_METRICS_ADDR", "127.0.0.1")

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
-from payments.apis import (
+from payments.api.views import (
     PaymentCaptureApi,
     PaymentDetailApi,
     PaymentListCreateApi,
@@ -13,15 +13,15 @@ from payments.apis import (
     RefundDetailApi,
     healthz,
 )
-from payments.health import readyz
-from payments.metrics_views import metrics_view
-from payments.webhook_apis import (
+from payments.api.webhook_views import (
     EventDetailApi,
     EventListApi,
     WebhookEndpointDetailApi,
     WebhookEndpointListCreateApi,
     WebhookEndpointRotateSecretApi,
 )
+from payments.monitoring.health import readyz
+from payments.monitoring.views import metrics_view
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),
@@ -51,6 +51,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "payments.problems.bad_request"
-handler404 = "payments.problems.not_found"
-handler500 = "payments.problems.server_error"
+handler400 = "payments.api.problems.bad_request"
+handler404 = "payments.api.problems.not_found"
+handler500 = "payments.api.problems.server_error"

@@ -206,13 +206,13 @@ def idempotency_key_claim_at_once(
     retention: timedelta,
     lock_timeout: timedelta,
     then: Sequence[tuple[str, Sequence[object]]] = (),
-    rows_table: str,
+    rows_model: type[Model],
     pending_status: str,
 ) -> Claim | None:
     """Claim ``key`` in one statement, outside any transaction (autocommit), with the caller's
     ``then``: CTE bodies (``name AS (INSERT ...)``, parameters) that read the new key's id from
     the CTE ``claimed_key(id)`` and so run only when the key is new, in the same atomic
-    statement. ``rows_table``: the table whose ``idempotency_key_id`` row (the payment) tells
+    statement. ``rows_model``: the model whose ``idempotency_key_id`` row (the payment) tells
     whether a completed key's answer is final (its status is not ``pending_status``).
 
     Returns a :class:`Claim`: ``CREATED`` (the record saved, the caller's rows with it) or
@@ -228,6 +228,7 @@ def idempotency_key_claim_at_once(
     record = _new_record(merchant_id, key, method, route, fingerprint, now, retention)
     qn = db.ops.quote_name
     table = qn(IdempotencyKey._meta.db_table)
+    rows_table = qn(rows_model._meta.db_table)
     columns, values, params = insert_parts(record)
     ctes = [
         f"claimed_key AS (INSERT INTO {table} ({columns}) VALUES ({values}) "  # noqa: S608
@@ -244,7 +245,7 @@ def idempotency_key_claim_at_once(
         "NULL::varchar FROM claimed_key UNION ALL "
         "SELECT false, o.id, o.status, o.request_fingerprint, o.method, o.route, o.locked_at, "
         "o.expires_at, o.response_status, o.response_headers, o.response_body, r.status "
-        f"FROM {table} o LEFT JOIN {qn(rows_table)} r ON r.idempotency_key_id = o.id "
+        f"FROM {table} o LEFT JOIN {rows_table} r ON r.idempotency_key_id = o.id "
         "WHERE o.merchant_id = %s AND o.key = %s AND NOT EXISTS (SELECT FROM claimed_key)"
     )
     with prepared_cursor() as cursor:
@@ -362,6 +363,39 @@ def idempotency_key_complete(
             "completed_at",
         ]
     )
+
+
+def idempotency_key_complete_sql(
+    *, key_id: str, status_code: int, headers: Mapping[str, str], body: bytes, now: datetime
+) -> tuple[str, list[object]]:
+    """The one-statement form of :func:`idempotency_key_complete`, for a caller's
+    data-modifying CTE (``completed_key AS (<sql>)``): the ``UPDATE`` of the key whose id the
+    SQL expression ``key_id`` gives (a sub-select of a CTE of the same statement, say), with
+    its parameters. The same columns and values as :func:`idempotency_key_complete`: the
+    response to replay (only :data:`REPLAYED_HEADERS` of ``headers``), ``completed``, the
+    lock cleared. The caller's statement runs inside its transaction, after taking the locks
+    the caller's lock order asks for."""
+    db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
+    qn = db.ops.quote_name
+    values = {
+        "status": IdempotencyKey.Status.COMPLETED,
+        "locked_at": None,
+        "response_status": status_code,
+        "response_headers": {k: v for k, v in headers.items() if k in REPLAYED_HEADERS},
+        "response_body": bytes(body),
+        "completed_at": now,
+    }
+    fields = [IdempotencyKey._meta.get_field(name) for name in values]
+    sql = (
+        f"UPDATE {qn(IdempotencyKey._meta.db_table)} SET "  # noqa: S608
+        + ", ".join(f"{qn(field.column)} = %s" for field in fields)
+        + f" WHERE id = ({key_id})"
+    )
+    params = [
+        field.get_db_prep_save(value, db)
+        for field, value in zip(fields, values.values(), strict=True)
+    ]
+    return sql, params
 
 
 def idempotency_key_release(*, record: IdempotencyKey) -> None:

@@ -10,6 +10,6 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         """Serve the last audit's result at ``/metrics`` (ledger/metrics.py)."""
         from ledger.metrics import LedgerAuditCollector
-        from payments.metrics_views import scrape_collector_register
+        from payments.monitoring.views import scrape_collector_register
 
         scrape_collector_register(LedgerAuditCollector())

@@ -1,6 +1,6 @@
 """The ledger audit's scrape-time gauges (:class:`LedgerAuditCollector`), served at the web's
 ``/metrics`` (registered by :class:`ledger.apps.LedgerConfig` through
-``payments.metrics_views.scrape_collector_register``).
+``payments.monitoring.views.scrape_collector_register``).
 
 Gauges, from the newest :class:`~ledger.models.AuditRun` (one index probe on ``ran_at``):
 

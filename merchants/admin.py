@@ -10,7 +10,7 @@ are recorded in the admin's history with the key's prefix. Each key shows when i
 authenticated a request (to the minute) and when it expires.
 
 The merchant's own limits (``rate_limit_requests``, ``concurrent_payments_limit``; empty: the
-settings' defaults, ``payments.limits``) are edited on its page by whoever may change merchants.
+settings' defaults, ``payments.api.limits``) are edited on its page by whoever may change merchants.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ class Merchant(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # Per-merchant limits (payments/limits.py, ADR 0018); empty: the setting's default.
+    # Per-merchant limits (payments/api/limits.py, ADR 0018); empty: the setting's default.
     rate_limit_requests = models.PositiveIntegerField(
         null=True,
         blank=True,

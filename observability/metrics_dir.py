@@ -2,7 +2,7 @@
 
 prometheus_client keeps each process's counters in memory unless ``PROMETHEUS_MULTIPROC_DIR``
 names a directory when it is imported: then every process writes its values to files there
-and ``/metrics`` (``payments.metrics_views``) adds them up, so one scrape shows the whole
+and ``/metrics`` (``payments.monitoring.views``) adds them up, so one scrape shows the whole
 gunicorn fleet, not the one worker that answered it.
 
 :func:`metrics_dir_prepare` runs in the parent before it forks (gunicorn's ``on_starting``,

@@ -18,7 +18,7 @@ query string), status, duration in milliseconds, and what the request bound on t
 answer's ``bytes``, the peer's ``remote_addr`` (what gunicorn's access line showed: a proxy's
 address behind one), ``path`` (without the query string) only when no route matched, and the
 facts code below adds with :func:`request_line_note` (the payment's ``payment_status`` and
-``authorize_outcome`` after an authorization: payments/services.py). Levels:
+``authorize_outcome`` after an authorization: payments/authorization/create.py). Levels:
 INFO below 500 (a 4xx is the client's expected answer; DEBUG for a successful health check
 or scrape), WARNING for 502 and 503 (expected acquirer answers), ERROR for the rest.
 Django's own ``django.request`` line for the answer is then skipped (the response is marked

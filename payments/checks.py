@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
-from payments.money import CURRENCY_EXPONENTS
+from payments.core.money import CURRENCY_EXPONENTS
 
 
 @register()
@@ -69,7 +69,7 @@ def deferred_payments_expire_before_reconciliation_gives_up(
 @register()
 def acquirer_currencies_are_supported(app_configs=None, **kwargs) -> list[Error]:
     """Every currency an acquirer of ``ACQUIRERS`` lists is one the service supports (an ISO
-    4217 code of ``payments.money.CURRENCY_EXPONENTS``): ``payments.E004`` for each one that is
+    4217 code of ``payments.core.money.CURRENCY_EXPONENTS``): ``payments.E004`` for each one that is
     not, naming the acquirer and the code (never its URL or key). A currency nobody can pay in
     would route no payment to that acquirer, silently.
 

@@ -3,8 +3,8 @@
 State machine (see README): a payment is created ``processing`` in the same transaction that
 claims its idempotency key, then moves once to ``succeeded``, ``declined`` or ``failed``, or
 stays ``processing`` until reconciliation resolves it (``needs_review`` when it cannot).
-``payments.lifecycle.ALLOWED_TRANSITIONS`` is the only place that changes a status, and
-``payments.lifecycle`` takes the only row locks on payments.
+``payments.core.payment_states.ALLOWED_TRANSITIONS`` is the only place that changes a status, and
+``payments.core.payment_states`` takes the only row locks on payments.
 
 Row locks on payments are always ``FOR NO KEY UPDATE`` (``select_for_update(no_key=True)``):
 it conflicts with other updates but not with the ``KEY SHARE`` lock that inserting a
@@ -19,7 +19,7 @@ import secrets
 
 from django.db import models
 
-from payments.money import MAX_AMOUNT, MIN_AMOUNT
+from payments.core.money import MAX_AMOUNT, MIN_AMOUNT
 
 
 def new_payment_id() -> str:
@@ -216,7 +216,8 @@ class Payment(models.Model):
     )
     #: The acquirer that holds the payment, or may: written (with its acquirer idempotency
     #: key) before anything is sent there, and changed only by a failover after the previous
-    #: acquirer certainly did not apply it (payments/failover.py, ADR 0023). Captures, voids,
+    #: acquirer certainly did not apply it (payments/authorization/failover.py, ADR 0023).
+    #: Captures, voids,
     #: refunds, look-ups, re-sends and reconciliation all go to it.
     acquirer = models.CharField(
         max_length=32,
@@ -224,7 +225,8 @@ class Payment(models.Model):
     )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
-    # Reconciliation of unresolved payments (payments/reconciliation.py). The schedule lives
+    # Reconciliation of unresolved payments (payments/reconciliation/payments.py). The schedule
+    # lives
     # here, in PostgreSQL, not in broker countdowns.
     next_check_at = models.DateTimeField(
         null=True, blank=True, help_text="When reconciliation looks at this payment next."
@@ -233,7 +235,8 @@ class Payment(models.Model):
     reconciliation_lease_until = models.DateTimeField(
         null=True, blank=True, help_text="A reconciliation worker owns the payment until then."
     )
-    # Deferred submission (payments/deferred.py): the merchant's consent, and the schedule of a
+    # Deferred submission (payments/authorization/deferred_sweep.py): the merchant's consent, and
+    # the schedule of a
     # deferred payment, in PostgreSQL like reconciliation's.
     allow_deferred = models.BooleanField(
         default=False,
@@ -268,7 +271,7 @@ class Payment(models.Model):
                 name="payment_reconciliation_due",
                 condition=models.Q(status="processing"),
             ),
-            # The operations console (payments/admin.py): its ordering, filters and exact
+            # The operations console (payments/admin/payment.py): its ordering, filters and exact
             # searches at millions of rows (migration 0003).
             models.Index(fields=["-created_at", "-id"], name="payment_created"),
             models.Index(fields=["status", "-created_at", "-id"], name="payment_status_created"),
@@ -323,7 +326,7 @@ class PaymentOperation(models.Model):
     amount). ``acquirer_idempotency_key`` (``capture-<id>``, ``void-<id>``, ``refund-<id>``) is
     fixed when the row is created and sent on every attempt, re-send and reconciliation. A
     refund's id is its public id (``re_`` + 24 hex); captures and voids are ``op_`` + 24 hex.
-    Status and amounts change only through ``payments.lifecycle``.
+    Status and amounts change only through ``payments.core.payment_states``.
     """
 
     id = models.CharField(primary_key=True, max_length=32, editable=False)
@@ -365,7 +368,7 @@ class PaymentOperation(models.Model):
                 condition=models.Q(status="pending"),
             ),
             models.Index(fields=["acquirer_reference"], name="operation_acquirer_reference"),
-            # The operations console's refunds list (payments/admin.py, migration 0007): its
+            # The operations console's refunds list (payments/admin/payment.py, migration 0007): its
             # ordering, its status filter, and the needs_review banner and filter.
             models.Index(fields=["kind", "-created_at", "-id"], name="operation_kind_created"),
             models.Index(
@@ -405,7 +408,7 @@ class RefundManager(models.Manager):
 class Refund(PaymentOperation):
     """A refund: the ``refund`` rows of :class:`PaymentOperation` (a proxy, no table of its
     own), for the operations console's refunds list. Created only by
-    ``payments.lifecycle_services.refund_create``."""
+    ``payments.operations.flows.refund_create``."""
 
     objects = RefundManager()
 
@@ -445,7 +448,7 @@ class PaymentEvent(models.Model):
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(fields=["payment", "created_at"], name="payment_event_timeline"),
-            # The admin's search by request id (payments/admin.py).
+            # The admin's search by request id (payments/admin/payment.py).
             models.Index(
                 fields=["request_id"],
                 name="payment_event_request_id",

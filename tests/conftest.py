@@ -105,7 +105,7 @@ def single_attempt(settings) -> None:
 def enqueued(monkeypatch) -> list[str]:
     """Payment ids an operator's action passed to ``payment_reconcile_task.delay`` (replaced
     here, so nothing reaches a broker); each must be marked ``operator_requested``."""
-    from payments import tasks
+    from payments.reconciliation import tasks
 
     sent: list[str] = []
 

@@ -1,6 +1,7 @@
 """The outbox: :func:`event_record`, called in the transaction of the state change.
 
-The caller (``payments.lifecycle``) holds the row lock of what changed and passes the object as
+The caller (``payments.core.payment_states``) holds the row lock of what changed and passes the
+object as
 its API shows it now; the event and one :class:`~webhooks.models.Delivery` per endpoint of the
 merchant subscribed to the type are inserted in the caller's transaction, so a change without
 its event, or an event without its change, cannot exist. When the transaction commits, the

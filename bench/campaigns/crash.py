@@ -1,5 +1,5 @@
 """Crash injection: the web process SIGKILLs itself at each crash point (``PAYMENTS_CRASH_POINT``,
-payments/crashpoints.py), N requests per point; reconciliation (the Celery worker, beat's
+payments/core/crashpoints.py), N requests per point; reconciliation (the Celery worker, beat's
 sweep) must resolve every payment and every capture, void and refund left behind, once.
 
 One gunicorn per point (two workers for the authorization's points, one for each operation's:
@@ -41,7 +41,7 @@ from bench.campaigns.harness import (
     wait_until,
 )
 
-#: The three phases (payments/crashpoints.py); the authorization's points are their names.
+#: The three phases (payments/core/crashpoints.py); the authorization's points are their names.
 CRASH_POINTS = ("after_phase1_commit", "after_acquirer_answer", "before_phase2_commit")
 TOKENS = {"tok_visa": "succeeded", "tok_decline": "declined", "tok_lookup_lag_4": "succeeded"}
 #: Each operation's points: ``<operation>_<phase>``.

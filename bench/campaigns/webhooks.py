@@ -28,7 +28,8 @@ from bench.campaigns import matrix
 from bench.campaigns.harness import CampaignResult, Stack
 from webhooks.receiver import VerifyingReceiver, register
 
-#: Payment statuses whose change writes an event (payments.lifecycle.PAYMENT_WEBHOOK_EVENTS).
+#: Payment statuses whose change writes an event
+#: (payments.core.payment_states.PAYMENT_WEBHOOK_EVENTS).
 EVENT_STATUSES = (
     "succeeded", "requires_capture", "declined", "failed", "canceled", "needs_review",
 )  # fmt: skip

@@ -1,13 +1,13 @@
 """``POST /payments`` without the service's idempotency layer (bench only).
 
 The service's own pieces minus the idempotency key: the same request checks
-(``payments.parsers.request_json``, then ``payments.serializers.payment_create_validated``: the
-plain checks, or the strict serializer that also refuses card data), the same payment row and
-events (``payments.services.payment_record_create``), the same acquirer call
+(``payments.api.parsers.request_json``, then ``payments.api.serializers.payment_create_validated``:
+the plain checks, or the strict serializer that also refuses card data), the same payment row and
+events (``payments.authorization.phase_one.payment_record_create``), the same acquirer call
 (``payments.acquirer.authorize.payment_authorize``, with the payment's own acquirer idempotency
-key), the same phase 2 (``payments.services.payment_authorization_record``) and the same answer
-(``payments.responses.create_answer``). No claim, no stored answer, no completion: the payment
-has no key. Two transactions, the acquirer called between them, as in the service.
+key), the same phase 2 (``payments.authorization.create.payment_authorization_record``) and the
+same answer (``payments.api.responses.create_answer``). No claim, no stored answer, no completion:
+the payment has no key. Two transactions, the acquirer called between them, as in the service.
 
 It is what the idempotency layer's cost is measured against, and the view the
 django-idempotency-key middleware wraps in the peer comparison.
@@ -29,10 +29,12 @@ from rest_framework.views import APIView
 from merchants.models import Merchant
 from payments.acquirer.authorize import payment_authorize
 from payments.acquirer.client import acquirer_client
-from payments.parsers import request_json
-from payments.responses import Answered, Unavailable, create_answer
-from payments.serializers import payment_create_validated
-from payments.services import payment_authorization_record, payment_record_create
+from payments.api.parsers import request_json
+from payments.api.responses import create_answer
+from payments.api.serializers import payment_create_validated
+from payments.authorization.create import payment_authorization_record
+from payments.authorization.phase_one import payment_record_create
+from payments.core.answers import Answered, Unavailable
 
 
 def payment_create_without_key(

@@ -50,8 +50,8 @@ MIDDLEWARE = [
     # (observability/request_context.py).
     "observability.request_context.RequestContextMiddleware",
     # Second: a body that cannot be read in full (chunked, cut short) is refused before
-    # anything reads it as empty (payments/problems.py, body_framing_problem).
-    "payments.problems.RequestBodyMiddleware",
+    # anything reads it as empty (payments/api/problems.py, body_framing_problem).
+    "payments.api.problems.RequestBodyMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -67,8 +67,8 @@ MIDDLEWARE = [
     "console.middleware.ConsoleLoginRedactionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
-    "payments.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
-    "payments.problems.NulInPathMiddleware",  # /payments/pay_%00: 404, not a 500
+    "payments.api.problems.DatabaseUnavailableMiddleware",  # a database outage answers 503
+    "payments.api.problems.NulInPathMiddleware",  # /payments/pay_%00: 404, not a 500
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -114,9 +114,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("API_MAX_BODY_BYTES", default=16 * 1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["merchants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["payments.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["payments.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "payments.problems.problem_exception_handler",
+    "EXCEPTION_HANDLER": "payments.api.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -141,7 +141,8 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- Metrics (payments/metrics_views.py): when set, /metrics requires "Authorization: Bearer ...".
+# --- Metrics (payments/monitoring/views.py): when set, /metrics requires "Authorization:
+# Bearer ...".
 METRICS_BEARER_TOKEN = env("METRICS_BEARER_TOKEN", default="")
 
 # --- Idempotency keys (idempotency/) ---------------------------------------------------------
@@ -224,7 +225,7 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
     "PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS", default=10
 )
 
-# --- Per-merchant limits (payments/limits.py, ADR 0018); a merchant's own values in the admin
+# --- Per-merchant limits (payments/api/limits.py, ADR 0018); a merchant's own values in the admin
 # override them, 0 is no limit. The state is in the acquirer state store (ACQUIRER_STATE_*).
 MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=600)
 MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=60)
@@ -262,10 +263,10 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked_out.html"
 
-# Test-only crash injection for fault campaigns (payments/crashpoints.py); empty: off.
+# Test-only crash injection for fault campaigns (payments/core/crashpoints.py); empty: off.
 PAYMENTS_CRASH_POINT = env("PAYMENTS_CRASH_POINT", default="")
 
-# --- Reconciliation (payments/reconciliation.py) ------------------------------------------
+# --- Reconciliation (payments/reconciliation/payments.py) ----------------------------------
 RECONCILIATION_SWEEP_INTERVAL_SECONDS = env.float(
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS", default=30.0
 )
@@ -283,7 +284,7 @@ RECONCILIATION_ACQUIRER_DEADLINE_SECONDS = env.float(
 )
 RECONCILIATION_BATCH_SIZE = env.int("RECONCILIATION_BATCH_SIZE", default=5)
 RECONCILIATION_LEASE_SECONDS = env.float("RECONCILIATION_LEASE_SECONDS", default=300.0)
-# --- Deferred submission (payments/deferred.py; ADR 0024) -----------------------------------
+# --- Deferred submission (payments/authorization/deferred_sweep.py; ADR 0024) --------------
 # An allow_deferred payment no acquirer can take now waits as `deferred`; beat's sweep submits
 # the due ones at the acquirer's pace. After the maximum age it fails acquirer_unavailable: 4 h
 # outlasts most acquirer outages, gives a renewal its final answer the same day (the merchant's
@@ -378,9 +379,9 @@ CELERY_TIMEZONE = "UTC"
 # Heartbeats of every worker and beat (heartbeats/): payments_process_heartbeat_age_seconds.
 HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.0)
 CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
-# Task modules autodiscovery (``<app>.tasks``) does not find: the deferred sweep's task stands
-# on the create flow, which payments.tasks must not import (tests/unit/test_layout.py).
-CELERY_IMPORTS = ["payments.deferred_tasks"]
+# The task modules of payments' rooms (docs/adr/0037-rooms-inside-payments.md), also gathered
+# by payments/tasks.py for autodiscovery (``<app>.tasks``); task names unchanged.
+CELERY_IMPORTS = ["payments.authorization.deferred_tasks", "payments.reconciliation.tasks"]
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",

@@ -161,7 +161,7 @@ def shared_state_store() -> StateStore:
     """The process's state store for the current settings: Redis at
     ``ACQUIRER_STATE_REDIS_URL`` (namespace ``ACQUIRER_STATE_NAMESPACE``) with its in-memory
     fallback, or memory when the URL is empty. The acquirer client's gate, budget, breakers and
-    limits use it, and so do the merchants' limits (``payments.limits``)."""
+    limits use it, and so do the merchants' limits (``payments.api.limits``)."""
     return _state_store(settings.ACQUIRER_STATE_REDIS_URL, settings.ACQUIRER_STATE_NAMESPACE)
 
 

@@ -1,5 +1,5 @@
 """Scrape-time gauges of the acquirer client's shared state (:class:`ResilienceCollector`), served
-at ``/metrics`` by :mod:`payments.metrics_views`. Shared state: three reads of the Redis store,
+at ``/metrics`` by :mod:`payments.monitoring.views`. Shared state: three reads of the Redis store,
 or of memory; nothing is acquired, refused or counted.
 
 Gauges (labels in braces):

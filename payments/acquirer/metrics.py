@@ -6,7 +6,7 @@ An increment only adds to an in-memory value (or to the ``PROMETHEUS_MULTIPROC_D
 several processes share one exposition): no network call, no database write, and an exception
 inside it is logged, never raised, so it can never change the outcome of a payment. The
 scrape-time gauges of the client's shared state are :mod:`payments.acquirer.collectors`; the
-``/metrics`` view is :mod:`payments.metrics_views`.
+``/metrics`` view is :mod:`payments.monitoring.views`.
 
 Counters (labels in braces), by the gateway client's counter name (:data:`GATEWAY_COUNTERS`);
 every one but the state store's also carries ``acquirer``, the configured acquirer's name

@@ -5,7 +5,7 @@ request (:class:`~gateway_client.CaptureRequest`, :class:`~gateway_client.VoidRe
 :class:`~gateway_client.RefundRequest`), always with the operation's own acquirer idempotency
 key and its fixed amount, so every attempt, re-send and reconciliation sends the same request.
 :func:`operation_send` makes the call outside any transaction and classifies it into the
-:class:`~payments.acquirer.authorize.AcquirerAttempt` the authorization uses (``APPROVED`` =
+:class:`~payments.core.attempts.AcquirerAttempt` the authorization uses (``APPROVED`` =
 applied, ``DECLINED`` = a refund the acquirer recorded as failed; the gateway's error tree
 gives not sent / unknown / rejected). :func:`operation_found` reads a look-up's answer.
 
@@ -31,12 +31,8 @@ from gateway_client import (
     VoidRequest,
 )
 from observability.request_context import current_request_id
-from payments.acquirer.authorize import (
-    AcquirerAttempt,
-    AuthorizationOutcome,
-    attempt_log_data,
-    failed_attempt,
-)
+from payments.acquirer.authorize import attempt_log_data, failed_attempt
+from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.models import OperationKind, Payment, PaymentOperation
 
 __all__ = ["Found", "operation_found", "operation_lookup", "operation_request", "operation_send"]

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from gateway_client import AcquirerClient
-from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
 from payments.acquirer.client import acquirer_specs
+from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 
 __all__ = [
     "acquirer_idempotency_key",

@@ -58,7 +58,8 @@ def test_worker_runs_the_purge_task(broker, tmp_path):
     try:
         subprocess.run(
             [sys.executable, "manage.py", "shell", "-c",
-             "from payments.tasks import purge_expired_idempotency_keys as t; t.delay()"],
+             "from payments.reconciliation.tasks import purge_expired_idempotency_keys as t; "
+             "t.delay()"],
             cwd=ROOT, env=broker_env, check=True, timeout=60, capture_output=True,
         )  # fmt: skip
         wait_until(

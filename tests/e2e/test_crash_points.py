@@ -13,10 +13,10 @@ import pytest
 from django.utils import timezone
 
 from payments.acquirer.client import acquirer_client
-from payments.crashpoints import AUTHORIZATION_CRASH_POINTS, OPERATION_CRASH_POINTS
+from payments.core.crashpoints import AUTHORIZATION_CRASH_POINTS, OPERATION_CRASH_POINTS
 from payments.models import Payment, PaymentOperation
-from payments.operation_reconciliation import operation_claim, operation_reconcile
-from payments.reconciliation import (
+from payments.reconciliation.operations import operation_claim, operation_reconcile
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
     payment_reconcile,

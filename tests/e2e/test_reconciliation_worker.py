@@ -124,7 +124,8 @@ def test_worker_killed_mid_task_resolves_the_payment_exactly_once(
         worker = stack.enter_context(process(worker_command, env, tmp_path / "worker.log"))
         subprocess.run(
             [sys.executable, "manage.py", "shell", "-c",
-             f"from payments.tasks import payment_reconcile_task as t; t.delay({payment.id!r})"],
+             "from payments.reconciliation.tasks import payment_reconcile_task as t; "
+             f"t.delay({payment.id!r})"],
             cwd=ROOT, env=env, check=True, timeout=60, capture_output=True,
         )  # fmt: skip
         wait_until(

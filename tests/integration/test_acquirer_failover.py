@@ -20,20 +20,20 @@ from django.utils import timezone
 from acquirers.specs import parse_acquirers
 from idempotency.models import IdempotencyKey
 from ledger.services import audit_acquirer
-from payments import failover
 from payments.acquirer.authorize import authorization_request
 from payments.acquirer.client import acquirer_client
-from payments.deferral import DeferralPolicy
-from payments.deferred import deferred_sweep
+from payments.authorization import failover
+from payments.authorization.create import payment_create
+from payments.authorization.deferral import DeferralPolicy
+from payments.authorization.deferred_sweep import deferred_sweep
+from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment, PaymentEvent
-from payments.money import CURRENCY_EXPONENTS
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
     payment_reconcile,
     reconciliation_claim_payment,
 )
-from payments.services import payment_create
 from tests.conftest import PAYMENT_BODY
 from tests.support.sandbox import SandboxProcess
 

@@ -450,7 +450,7 @@ def test_search_finds_a_payment_or_refund_by_its_id_in_any_case(support):
 
 
 def test_reconcile_now_on_needs_review_says_what_the_task_does(operator):
-    """The task looks a needs_review payment up again (payments.reconciliation,
+    """The task looks a needs_review payment up again (payments.reconciliation.payments,
     _look_up_for_review): the action's page and docs/operations.md say so."""
     payment = needs_review_payment()
     page = operator.get(f"{LIST_URL}{quote(payment.pk)}/reconcile/").content.decode()

@@ -1,4 +1,5 @@
-"""payments.operations: the operators' actions as services (state machine, audit, replay)."""
+"""payments.admin.operator_actions: the operators' actions as services (state machine, audit,
+replay)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import pytest
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
+from payments.admin.operator_actions import (
+    OperationRefused,
+    payment_reconcile_request,
+    payment_resolve,
+)
 from payments.models import Payment
-from payments.operations import OperationRefused, payment_reconcile_request, payment_resolve
 from tests.factories import MerchantFactory, PaymentFactory
 
 pytestmark = pytest.mark.django_db

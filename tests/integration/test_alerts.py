@@ -17,7 +17,7 @@ from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
 import config.urls
-from payments import metrics_views
+from payments.monitoring import views as metrics_views
 from tests.support.processes import ROOT
 
 urlpatterns = [

@@ -9,8 +9,8 @@ from django.db import connection
 from rest_framework.exceptions import UnsupportedMediaType
 
 from idempotency.models import IdempotencyKey
+from payments.api.problems import problem_exception_handler
 from payments.models import Payment, PaymentEvent
-from payments.problems import problem_exception_handler
 from tests.conftest import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)

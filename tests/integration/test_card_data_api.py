@@ -20,9 +20,9 @@ from console.forms import CARD_DATA_MESSAGE
 from idempotency.models import IdempotencyKey
 from merchants.models import Merchant
 from merchants.services import MerchantNameRefused, merchant_create
-from payments.forms import NoteForm, RefundForm
+from payments.admin.forms import NoteForm, RefundForm
+from payments.admin.operator_actions import OperationRefused, payment_resolve
 from payments.models import Payment, PaymentEvent
-from payments.operations import OperationRefused, payment_resolve
 from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
 from tests.integration.test_admin import LIST_URL, needs_review_payment, staff_client

@@ -17,9 +17,9 @@ from console.middleware import (
     ConsoleOTPMiddleware,
     ConsoleSessionMiddleware,
 )
-from payments.apis import healthz
-from payments.health import readyz
-from payments.metrics_views import metrics_view
+from payments.api.views import healthz
+from payments.monitoring.health import readyz
+from payments.monitoring.views import metrics_view
 from tests.conftest import PAYMENT_BODY
 
 PASSWORD = "correct horse battery staple"

@@ -18,10 +18,10 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
-from payments import services
 from payments.acquirer.client import acquirer_client
+from payments.authorization import create as services
 from payments.models import Payment
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     payment_reconcile,
     reconciliation_claim_payment,

@@ -1,4 +1,5 @@
-"""Deferred submission over real HTTP with the sandbox (payments/deferral.py, deferred.py).
+"""Deferred submission over real HTTP with the sandbox (payments/authorization/deferral.py,
+deferred.py).
 
 ``"allow_deferred": true`` and no acquirer able to take the payment now: ``202 deferred`` with a
 ``not_before``, nothing sent; the key answers its current state; the sweep submits it once when
@@ -27,12 +28,12 @@ from config.celery_app import app
 from idempotency.models import IdempotencyKey
 from merchant_client import MerchantClient, Pending, ServiceUnavailable
 from payments.acquirer.client import acquirer_client
-from payments.crashpoints import DEFERRED_CRASH_POINTS
-from payments.deferral import DeferralPolicy
-from payments.deferred import deferred_sweep
-from payments.deferred_tasks import submit_due_deferred_payments
+from payments.authorization.deferral import DeferralPolicy
+from payments.authorization.deferred_sweep import deferred_sweep
+from payments.authorization.deferred_tasks import submit_due_deferred_payments
+from payments.core.crashpoints import DEFERRED_CRASH_POINTS
 from payments.models import Payment, PaymentEventType
-from payments.reconciliation import ReconciliationPolicy, reconciliation_sweep
+from payments.reconciliation.payments import ReconciliationPolicy, reconciliation_sweep
 from tests.conftest import PAYMENT_BODY
 from tests.support.processes import ROOT, service_env, wait_until
 from webhooks.models import Event

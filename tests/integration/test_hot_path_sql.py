@@ -17,9 +17,9 @@ from django.utils import timezone
 from bench.throughput import EXPECTED_FRESH, captured_shapes, pgbench_script, script_shapes
 from idempotency.fingerprint import request_fingerprint
 from idempotency.services import idempotency_key_claim
+from payments.core.answers import payment_document
+from payments.core.documents import PaymentSerializer
 from payments.models import Payment, PaymentStatus
-from payments.responses import payment_document
-from payments.serializers import PaymentSerializer
 from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
 

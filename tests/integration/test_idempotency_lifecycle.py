@@ -12,7 +12,7 @@ from idempotency.errors import IdempotencyKeyInUse
 from idempotency.models import IdempotencyKey
 from idempotency.services import ClaimOutcome, idempotency_key_claim
 from payments.models import Payment
-from payments.tasks import purge_expired_idempotency_keys
+from payments.reconciliation.tasks import purge_expired_idempotency_keys
 from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
 

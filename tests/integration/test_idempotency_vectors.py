@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
+from payments.authorization.create import payment_create
+from payments.core.answers import Answered, Replayed
 from payments.models import Payment
-from payments.responses import Answered, Replayed
-from payments.services import payment_create
 from tests.conftest import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency.services import idempotency_keys_purge_expired
-from payments.selectors import payment_list
+from payments.core.selectors import payment_list
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db

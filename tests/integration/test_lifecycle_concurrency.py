@@ -15,12 +15,12 @@ from django.utils import timezone
 
 from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentOperation
-from payments.operation_reconciliation import (
+from payments.reconciliation.operations import (
     authorization_holds_expire,
     operation_reconciliation_run,
     operation_reconciliation_sweep,
 )
-from payments.reconciliation import ReconciliationPolicy, ReconciliationResult
+from payments.reconciliation.payments import ReconciliationPolicy, ReconciliationResult
 from tests.conftest import PAYMENT_BODY
 from tests.integration.test_lifecycle_api import captured_payment, manual_payment, post
 

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from payments.serializers import PaymentListQuerySerializer, RefundListQuerySerializer
+from payments.api.serializers import PaymentListQuerySerializer, RefundListQuerySerializer
 from tests.factories import PaymentFactory
 from webhooks.events import EVENT_TYPES
 from webhooks.serializers import EventListQuerySerializer

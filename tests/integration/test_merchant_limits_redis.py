@@ -1,4 +1,4 @@
-"""Per-merchant limits (payments/limits.py) on a real Redis: the Lua programs mean what their
+"""Per-merchant limits (payments/api/limits.py) on a real Redis: the Lua programs mean what their
 Python twins mean, and the API answers a merchant over its rate with 429 and the IETF
 RateLimit fields that gateway_client's own reader understands."""
 
@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from idempotency.models import IdempotencyKey
-from payments.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
+from payments.api.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
 from resilience.clock import ManualClock
 from resilience.quota import quota_profile
 from resilience.store import MemoryStore, RedisStore

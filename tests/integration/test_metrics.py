@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import config.urls
 from ledger.models import AuditRun
-from payments import health, metrics, metrics_views
 from payments.acquirer.metrics import GatewayMetrics
 from payments.models import Payment
+from payments.monitoring import health, metrics
+from payments.monitoring import views as metrics_views
 from tests.factories import PaymentFactory
 
 # This module is the urlconf of its tests: the project's routes plus the two new ones.

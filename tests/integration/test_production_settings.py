@@ -23,8 +23,8 @@ from config.checks import (
     REQUIRED_IN_PRODUCTION,
     production_settings_are_set,
 )
-from payments import metrics_views
 from payments.acquirer.client import acquirer_client
+from payments.monitoring import views as metrics_views
 from tests.support.processes import CELERY_WORKER, GUNICORN
 
 ROOT = Path(__file__).resolve().parents[2]

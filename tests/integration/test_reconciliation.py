@@ -14,7 +14,7 @@ from django.utils import timezone
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
 from payments.models import Payment, PaymentEvent
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
     payment_reconcile,

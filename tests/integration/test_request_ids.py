@@ -160,7 +160,7 @@ def test_the_request_line_and_the_attempt_line_carry_the_request(merchant_a, san
     assert "path" not in request  # a routed request names its route, never its raw path
     # The outcome is a field of the request line, not a line of its own (ADR 0028); the
     # request line marks the WSGI environ so gunicorn writes no access line for it.
-    assert not [line for line in lines if line["logger"] == "payments.services"]
+    assert not [line for line in lines if line["logger"] == "payments.authorization.create"]
     assert answer.wsgi_request.META[REQUEST_LINE_WRITTEN] is True
     attempts = [line for line in lines if line.get("gateway_operation") == "authorize"]
     assert [(a["request_id"], a["gateway_request_id"]) for a in attempts] == [("trace-1",) * 2]
@@ -182,14 +182,14 @@ def test_request_line_note_outside_a_request_adds_nothing(caplog):
     authorization's outcome gets its own INFO line there."""
     from types import SimpleNamespace
 
-    from payments.acquirer.authorize import AuthorizationOutcome
-    from payments.services import _authorize_outcome_log
+    from payments.authorization.create import _authorize_outcome_log
+    from payments.core.attempts import AuthorizationOutcome
 
     assert request_line_note(payment_status="succeeded") is False
-    caplog.set_level(logging.INFO, logger="payments.services")
+    caplog.set_level(logging.INFO, logger="payments.authorization.create")
     payment = SimpleNamespace(id="pay_0123456789abcdef01234567", status="succeeded")
     _authorize_outcome_log(payment, AuthorizationOutcome.APPROVED)  # type: ignore[arg-type]
-    (record,) = [r for r in caplog.records if r.name == "payments.services"]
+    (record,) = [r for r in caplog.records if r.name == "payments.authorization.create"]
     assert record.getMessage() == (
         "payment pay_0123456789abcdef01234567 authorize outcome=approved status=succeeded"
     )

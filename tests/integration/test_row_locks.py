@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from payments.lifecycle import payment_event_record, payment_lock
+from payments.core.payment_states import payment_event_record, payment_lock
 from payments.models import PaymentEventType
 from tests.factories import PaymentFactory
 

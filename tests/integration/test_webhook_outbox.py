@@ -13,18 +13,20 @@ from django.db import transaction
 from django.utils import timezone
 
 from payments.acquirer.client import acquirer_client
-from payments.lifecycle import (
-    ALLOWED_TRANSITIONS,
-    PAYMENT_WEBHOOK_EVENTS,
+from payments.admin.operator_actions import payment_resolve
+from payments.core.operation_states import (
     operation_escalate,
     operation_lock_with_key,
     operation_open,
+)
+from payments.core.payment_states import (
+    ALLOWED_TRANSITIONS,
+    PAYMENT_WEBHOOK_EVENTS,
     payment_lock,
     payment_transition,
 )
 from payments.models import OperationKind, Payment, PaymentEventType
-from payments.operations import payment_resolve
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     payment_reconcile,
     reconciliation_claim_payment,

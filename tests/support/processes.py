@@ -60,7 +60,7 @@ def service_env(**overrides: str | None) -> dict[str, str]:
         "CELERY_BROKER_URL": suite_broker_url(suite_redis_url()),
         "CELERY_DEFAULT_QUEUE": f"test-{uuid.uuid4().hex}",
         "ACQUIRER_STATE_REDIS_URL": "",
-        # No per-merchant limits (payments/limits.py) unless a test sets them: the storms and
+        # No per-merchant limits (payments/api/limits.py) unless a test sets them: the storms and
         # campaigns send one merchant's requests faster and more at once than the defaults.
         "MERCHANT_RATE_LIMIT_REQUESTS": "0",
         "MERCHANT_CONCURRENT_PAYMENTS": "0",

@@ -10,7 +10,7 @@ from dataclasses import asdict, fields
 
 import pytest
 
-from payments.acquirer.authorize import AcquirerAttempt, AuthorizationOutcome
+from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 
 #: A value for each optional field (None is the other choice).
 SET = {

@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from acquirers.specs import POLICY_OVERRIDES, AcquirerSpec, parse_acquirers
-from payments.money import CURRENCY_EXPONENTS
+from payments.core.money import CURRENCY_EXPONENTS
 
 SECRET = "sk_live_Sup3rSecretValue_9f2c"
 KNOWN = frozenset(CURRENCY_EXPONENTS)
@@ -120,7 +120,7 @@ def test_the_corpus_covers_every_field_and_override():
 
 
 def test_a_currency_the_service_does_not_support_fails_the_payments_system_check(settings):
-    """The settings parse ACQUIRERS without payments.money (they import no app: any three
+    """The settings parse ACQUIRERS without payments.core.money (they import no app: any three
     capital letters pass); the system check payments.E004 then names the acquirer and the
     unsupported code, never the key, and is silent on supported codes (ADR 0036)."""
     from django.core.checks import run_checks

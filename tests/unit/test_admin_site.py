@@ -24,8 +24,8 @@ ADMIN_MODULES = (
     "config/admin.py",
     "idempotency/admin.py",
     "merchants/admin.py",
-    "payments/admin.py",
-    "payments/resilience_admin.py",
+    "payments/admin/payment.py",
+    "payments/admin/resilience.py",
 )
 
 

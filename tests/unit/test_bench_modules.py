@@ -231,7 +231,7 @@ def test_statement_shapes_of_django_sql():
     assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x LIMIT 21 FOR UPDATE') == (
         "SELECT payments_payment FOR UPDATE"
     )
-    # The payment row lock (payments/lifecycle.py) is told apart from a plain FOR UPDATE.
+    # The payment row lock (payments/core/payment_states.py) is told apart from a plain FOR UPDATE.
     assert shape('SELECT "a"."id" FROM "payments_payment" WHERE x FOR NO KEY UPDATE') == (
         "SELECT payments_payment FOR NO KEY UPDATE"
     )
@@ -253,11 +253,11 @@ def test_profile_layers():
     request = "handle (gunicorn/workers/gthread.py);handle_request (gunicorn/workers/gthread.py)"
     drf = "dispatch (rest_framework/views.py)"
     lines = [
-        f"{request};post (payments/apis.py);execute (psycopg/cursor.py) 60",
-        f"{request};post (payments/apis.py);as_sql (django/db/models/sql/compiler.py) 25",
-        f"{request};post (payments/apis.py);send (httpx/_client.py) 10",
-        f"{request};post (payments/apis.py) 5",
-        f"{request};{drf};post (payments/apis.py);asdict (dataclasses.py) 7",
+        f"{request};post (payments/api/views.py);execute (psycopg/cursor.py) 60",
+        f"{request};post (payments/api/views.py);as_sql (django/db/models/sql/compiler.py) 25",
+        f"{request};post (payments/api/views.py);send (httpx/_client.py) 10",
+        f"{request};post (payments/api/views.py) 5",
+        f"{request};{drf};post (payments/api/views.py);asdict (dataclasses.py) 7",
         f"{request};{drf};render (rest_framework/renderers.py) 3",
         "run (gunicorn/workers/gthread.py);select (selectors.py) 300",
         "garbage line",
@@ -272,7 +272,7 @@ def test_profile_layers():
     # Beneath DRF's dispatch, the innermost layer's frame names the code running.
     assert shares["service code (payments, idempotency, merchants)"] == 12 / 110
     assert shares["DRF (request parsing, serializers, renderers)"] == 3 / 110
-    top = {"function": "post (payments/apis.py)", "share": 107 / 110}
+    top = {"function": "post (payments/api/views.py)", "share": 107 / 110}
     assert summary["top_functions"][0] == top
     assert "54.5%" in profile_stacks.format_summary("t", summary)
 

@@ -18,7 +18,7 @@ from card_data import (
     luhn_valid,
     redact_card_numbers,
 )
-from payments.card_data import (
+from payments.api.card_data import (
     card_data_fields,
     is_card_number,
     looks_like_card_number,
@@ -163,7 +163,7 @@ def test_long_hostile_inputs_are_scanned_in_one_pass(hostile):
         assert spans == [(0, len(hostile) - 1)]  # 4242 x 4 passes: windows overlap all along
 
 
-# --- payments.card_data, on top of the detector ---------------------------------------------
+# --- payments.api.card_data, on top of the detector ---------------------------------------------
 
 
 def test_payments_card_data_functions():

@@ -1,12 +1,14 @@
-"""payments.responses.create_answer: every byte of the POST /payments answer, made in one place."""
+"""payments.api.responses.create_answer: every byte of the POST /payments answer, made in one
+place."""
 
 from __future__ import annotations
 
 import pytest
 from django.conf import settings
 
-from payments.problems import Problem, problem_exception_handler
-from payments.responses import Answered, StoredResponse, Unavailable, create_answer
+from payments.api.problems import Problem, problem_exception_handler
+from payments.api.responses import create_answer
+from payments.core.answers import Answered, StoredResponse, Unavailable
 
 UNAVAILABLE = (
     "The acquirer could not be reached; the payment was not sent and nothing was charged. "

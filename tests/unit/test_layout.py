@@ -335,106 +335,167 @@ def test_no_file_of_gateway_client_or_resilience_is_over_600_lines():
     assert long == {}
 
 
-# --- The floor plan of payments/ ----------------------------------------------------------------
+# --- The rooms of payments/ (docs/adr/0037-rooms-inside-payments.md) -----------------------------
 
-#: The layers of ``payments/``, top first: a module imports modules of its own layer or below,
-#: never above. Every module must be listed (a new module fails the test until it is placed).
-#: Names are relative to ``payments``; modules another step creates may be absent.
-PAYMENTS_LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "interfaces: call services, build nothing",
-        {
-            "apis", "admin", "operations", "tasks", "health", "apps", "forms", "metrics_views",
-            "resilience_admin", "webhook_apis", "management.commands.demo_setup",
-            "management.commands.reconcile_payments", "deferred_tasks",
-            "management.commands.submit_deferred_payments",
-        },
-    ),
-    (
-        "services: the create flow, the operations after it, reconciliation",
-        {
-            "services", "lifecycle_services", "reconciliation", "operation_reconciliation",
-            "reconciliation_schedule", "deferral", "deferred", "failover",
-        },
-    ),
-    (
-        "primitives: the state machine, the acquirer boundary, the answers",
-        {
-            "lifecycle", "responses", "crashpoints", "limits", "acquirer", "acquirer.client",
-            "acquirer.authorize", "acquirer.metrics", "acquirer.collectors",
-            "acquirer.selectors", "acquirer.services", "acquirer.operations", "acquirer.routing",
-        },
-    ),
-    (
-        "reads and shapes: queries, serializers, counters, input checks",
-        {"selectors", "serializers", "metrics", "card_data", "parsers", "webhook_serializers"},
-    ),
-    ("models and values", {"models", "money", "problems", "checks"}),
+#: The sub-packages ("rooms") of ``payments/``, top floor first: a module imports modules of its
+#: own room or of a room on a lower floor, never of a room above it; rooms on one floor do not
+#: import each other. Every module of payments/ belongs to a room (a new sub-package fails the
+#: test until it is placed). ``payments.models`` stays where Django expects it and belongs to
+#: core; the app's own files (``apps``, ``checks``, ``tasks`` for Celery's autodiscovery, the
+#: package) and the management commands
+#: stand on the top floor.
+PAYMENTS_FLOORS: list[tuple[str, set[str]]] = [
+    ("interfaces: the HTTP API, the admin console, the app and its commands",
+     {"api", "admin", "management", "app"}),
+    ("the flows after the authorization: capture, void, refund", {"operations"}),
+    ("the create flow: key claim, phase 1, failover, deferral", {"authorization"}),
+    ("reconciliation: the schedule, payments, operations, the beat tasks", {"reconciliation"}),
+    ("monitoring: counters, /metrics, health", {"monitoring"}),
+    ("the acquirer boundary: the only calls out", {"acquirer"}),
+    ("core: both state machines, every write, money, the stored answers", {"core"}),
 ]  # fmt: skip
 
-#: Package markers without code, and Django's generated migrations: not part of the layers.
-PAYMENTS_UNLAYERED = {"", "management", "management.commands", "migrations"}
-
-#: Upward imports allowed, each with its reason.
-PAYMENTS_UPWARD_ALLOWED = {
-    # A Celery task is enqueued by importing its task object (``.apply_async`` after a 202).
-    ("services", "tasks"),
-    ("lifecycle_services", "tasks"),
+#: Modules at the top of payments/ and the room each belongs to.
+PAYMENTS_ROOT_MODULES = {
+    "": "app",
+    "apps": "app",
+    "checks": "app",
+    "tasks": "app",
+    "models": "core",
 }
 
+#: Django's generated migrations: not part of the rooms.
+PAYMENTS_UNPLACED = ("migrations",)
 
-def payments_layer(name: str) -> int | None:
-    """The index of ``name``'s layer in :data:`PAYMENTS_LAYERS` (0 = top), or None."""
-    return next((i for i, (_, names) in enumerate(PAYMENTS_LAYERS) if name in names), None)
+
+def payments_room(name: str) -> str | None:
+    """The room of a payments module (``name`` relative to ``payments``), or None for one
+    outside the rooms (migrations) or not placed."""
+    if name in PAYMENTS_ROOT_MODULES:
+        return PAYMENTS_ROOT_MODULES[name]
+    first = name.split(".")[0]
+    if first in PAYMENTS_UNPLACED:
+        return None
+    return first if any(first in rooms for _, rooms in PAYMENTS_FLOORS) else None
+
+
+def payments_floor(room: str) -> int:
+    """The index of ``room``'s floor in :data:`PAYMENTS_FLOORS` (0 = top)."""
+    return next(i for i, (_, rooms) in enumerate(PAYMENTS_FLOORS) if room in rooms)
 
 
 def payments_modules(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The payments modules (relative names) and the payments modules each imports."""
-    relative = {
+    """The payments modules (relative names, ``""`` for the package) and the payments modules
+    each imports, migrations left out."""
+    return {
         name.removeprefix("payments").removeprefix("."): {
-            target.removeprefix("payments.") for target in targets if target.startswith("payments.")
+            target.removeprefix("payments").removeprefix(".")
+            for target in targets
+            if target == "payments" or target.startswith("payments.")
         }
         for name, targets in graph.items()
-        if name == "payments" or name.startswith("payments.")
-    }
-    return {
-        name: targets
-        for name, targets in relative.items()
-        if name not in PAYMENTS_UNLAYERED and not name.startswith("migrations.")
+        if (name == "payments" or name.startswith("payments."))
+        and not name.startswith("payments.migrations")
     }
 
 
-def test_every_payments_module_has_a_layer():
-    """A new module in payments/ is placed in PAYMENTS_LAYERS (or the test fails)."""
-    unlisted = sorted(m for m in payments_modules(import_graph()) if payments_layer(m) is None)
-    assert unlisted == [], f"add to PAYMENTS_LAYERS: {unlisted}"
+def test_every_payments_module_is_in_a_room():
+    """A module of payments/ sits in a room of PAYMENTS_FLOORS (or the test fails)."""
+    unplaced = sorted(m for m in payments_modules(import_graph()) if payments_room(m) is None)
+    assert unplaced == [], f"place in PAYMENTS_FLOORS or PAYMENTS_ROOT_MODULES: {unplaced}"
 
 
-def test_payments_modules_import_only_their_layer_or_below():
-    """Interfaces -> services -> primitives -> reads and shapes -> models: no upward import,
-    at module level or inside a function, except the listed ones."""
-    upward = []
+#: Imports against the direction, each with its reason and the step that removes it (not a
+#: licence: a new one fails the test, and an entry is deleted when its import is gone).
+PAYMENTS_AGAINST_THE_DIRECTION: set[tuple[str, str]] = set()
+
+
+def test_payments_rooms_import_only_their_floor_or_below():
+    """api and admin -> operations -> authorization -> reconciliation -> monitoring -> acquirer
+    -> core: no import upward and none sideways between two rooms of one floor, at module
+    level or inside a function, except the listed ones."""
+    wrong = []
     for name, targets in payments_modules(import_graph()).items():
+        room = payments_room(name)
         for target in sorted(targets):
-            layer, target_layer = payments_layer(name), payments_layer(target)
-            if layer is None or target_layer is None:
-                continue  # reported by test_every_payments_module_has_a_layer
-            if target_layer < layer and (name, target) not in PAYMENTS_UPWARD_ALLOWED:
-                upward.append(f"payments.{name} imports payments.{target}")
-    assert upward == []
+            target_room = payments_room(target)
+            if room is None or target_room is None or target_room == room:
+                continue
+            if (name, target) in PAYMENTS_AGAINST_THE_DIRECTION:
+                continue
+            if payments_floor(target_room) <= payments_floor(room):
+                wrong.append(f"payments.{name} ({room}) imports payments.{target} ({target_room})")
+    assert wrong == []
 
 
-def test_reconciliation_and_operations_do_not_stand_on_the_create_flow():
-    """reconciliation (its shared schedule too) and operations use lifecycle and acquirer,
-    never services; tasks use reconciliation, never services."""
+def test_no_room_imports_another_rooms_private_modules():
+    """A module named ``_name`` is its sub-package's own: nothing outside that sub-package
+    imports it."""
+    wrong = []
+    for name, targets in import_graph().items():
+        for target in targets:
+            package, _, leaf = target.rpartition(".")
+            if (
+                leaf.startswith("_")
+                and not leaf.startswith("__")
+                and not (name == package or name.startswith(package + "."))
+            ):
+                wrong.append(f"{name} imports {target}")
+    assert wrong == []
+
+
+def test_the_listed_exceptions_still_exist():
+    """An exception whose import is gone is deleted from the list."""
     modules = payments_modules(import_graph())
-    for name in (
-        "reconciliation",
-        "operation_reconciliation",
-        "reconciliation_schedule",
-        "failover",
-        "operations",
-        "tasks",
-    ):
-        assert "services" not in modules[name], name
-        assert "lifecycle_services" not in modules[name], name
+    gone = [(a, b) for a, b in PAYMENTS_AGAINST_THE_DIRECTION if b not in modules.get(a, set())]
+    assert gone == []
+
+
+def test_each_room_says_what_it_holds_and_may_import():
+    """Every sub-package's ``__init__.py`` has a docstring naming what the room holds and what it
+    may import."""
+    for _, rooms in PAYMENTS_FLOORS:
+        for room in rooms - {"app"}:
+            init = ROOT / "payments" / room / "__init__.py"
+            doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+            if room == "management":
+                continue  # Django's commands folder: command names are the interface
+            assert "May import" in doc, room
+
+
+#: The longest a module of payments/ may be.
+PAYMENTS_MAX_LINES = 600
+
+
+def test_no_payments_file_is_above_600_lines():
+    """A module over 600 lines holds more than one thing: split it."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in (ROOT / "payments").rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > PAYMENTS_MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_flows_do_not_stand_on_each_other_backwards():
+    """reconciliation and the acquirer never use the create flow or the operation flows; core
+    never imports the acquirer (it records what a call established, it makes none)."""
+    modules = payments_modules(import_graph())
+    for name, targets in modules.items():
+        room = payments_room(name)
+        if room in {"reconciliation", "acquirer", "core", "monitoring"}:
+            assert not any(t.startswith(("authorization", "operations")) for t in targets), name
+        if room == "core":
+            assert not any(t.startswith("acquirer") for t in targets), name
+
+
+def test_no_payments_module_writes_an_idempotency_keys_columns():
+    """The idempotency app owns its table: payments reaches a key's columns only through its
+    functions (``idempotency_key_complete`` and its one-statement form), never through the
+    model's table or fields (``IdempotencyKey._meta``)."""
+    writers = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "payments").rglob("*.py")
+        if "IdempotencyKey._meta" in path.read_text()
+    ]
+    assert writers == []

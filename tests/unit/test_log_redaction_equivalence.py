@@ -130,7 +130,7 @@ def _records(rnd: random.Random) -> Iterator[logging.LogRecord]:
         gateway_rate_headers={"x-ratelimit-remaining": str(rnd.randint(0, 10**5))},
         gateway_request_id=req, gateway_budget_retries=rnd.randint(0, 200),
     )  # fmt: skip
-    yield record("payments.services", "payment %s authorize outcome=%s status=%s",
+    yield record("payments.authorization.create", "payment %s authorize outcome=%s status=%s",
                  (pay, "approved", "succeeded"))  # fmt: skip
     yield record(
         "gunicorn.access", '%s "%s %s %s" %s %s %sms request_id=%s',
@@ -139,7 +139,7 @@ def _records(rnd: random.Random) -> Iterator[logging.LogRecord]:
     )  # fmt: skip
     card = luhn_complete("4" + "".join(rnd.choices("0123456789", k=14)))
     amount = f"{rnd.randint(0, 10**7)}.{rnd.randint(0, 99):02d}"
-    yield record("payments.failover", "payment %s amount %s card %s token=%s", (
+    yield record("payments.authorization.failover", "payment %s amount %s card %s token=%s", (
         pay, amount, rnd.choice([card, " ".join(card[i:i + 4] for i in range(0, 16, 4)), "-"]),
         rnd.choice([SECRET, "-"]),
     ))  # fmt: skip

@@ -48,8 +48,9 @@ CODE_PATTERN = re.compile(
 
 def problem_codes_in_service() -> set[str]:
     """Every `code="..."` and `default_code = "..."` of the service's problem sources."""
-    sources = ["payments/problems.py", "payments/apis.py", "idempotency/errors.py",
-               "payments/card_data.py", "payments/responses.py", "payments/parsers.py"]  # fmt: skip
+    sources = ["payments/api/problems.py", "payments/api/views.py", "idempotency/errors.py",
+               "payments/api/card_data.py", "payments/core/answers.py", "payments/api/parsers.py",
+               "payments/api/responses.py", "payments/core/problem_format.py"]  # fmt: skip
     codes: set[str] = set()
     for source in sources:
         text = (ROOT / source).read_text()

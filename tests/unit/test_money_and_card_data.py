@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from payments.money import CURRENCY_EXPONENTS, format_minor_units
+from payments.core.money import CURRENCY_EXPONENTS, format_minor_units
 
 
 @pytest.mark.parametrize(

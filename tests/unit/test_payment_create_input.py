@@ -1,4 +1,4 @@
-"""The plain validator of ``POST /payments`` (``payments.serializers.payment_create_input``,
+"""The plain validator of ``POST /payments`` (``payments.api.serializers.payment_create_input``,
 ADR 0029) against ``PaymentCreateInputSerializer``, on a generated corpus of bodies: valid
 ones and hostile ones (wrong types, bools for ints, huge ints, floats, unicode, NUL, extra
 and nested fields, card numbers anywhere, unknown currencies and capture methods). For every
@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from payments.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
-from payments.problems import Problem
-from payments.serializers import (
+from payments.api.problems import Problem
+from payments.api.serializers import (
     CREATE_FIELDS,
     CREATE_MAX_LENGTHS,
     CREATE_REQUIRED_FIELDS,
     PaymentCreateInputSerializer,
     payment_create_input,
 )
+from payments.core.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
 
 CARD = "4242424242424242"
 VALID: dict[str, Any] = {

@@ -14,7 +14,7 @@ from gateway_client import GatewayError
 from observability.request_context import current_request_id
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import Payment, PaymentStatus
-from payments.reconciliation import (
+from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
     reconciliation_run,

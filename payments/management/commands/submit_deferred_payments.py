@@ -1,14 +1,15 @@
 """``python manage.py submit_deferred_payments``: one deferred sweep by hand.
 
-The same code as beat's task (``payments.deferred.deferred_sweep``): expires the deferred
+The same code as beat's task (``payments.authorization.deferred_sweep.deferred_sweep``): expires
+the deferred
 payments past ``DEFERRED_MAX_AGE_SECONDS`` and submits up to ``DEFERRED_BATCH_SIZE`` due ones,
 stopping when the breaker or the rate gate refuses; prints what it did.
 """
 
 from django.core.management.base import BaseCommand
 
-from payments.deferral import DeferralPolicy
-from payments.deferred import deferred_sweep
+from payments.authorization.deferral import DeferralPolicy
+from payments.authorization.deferred_sweep import deferred_sweep
 
 
 class Command(BaseCommand):

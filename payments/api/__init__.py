@@ -1,0 +1,9 @@
+"""payments.api: the HTTP interface. Views (:mod:`.views`, :mod:`.webhook_views`), the strict
+JSON parser (:mod:`.parsers`), the inputs (:mod:`.serializers`, :mod:`.webhook_serializers`),
+the per-merchant limits (:mod:`.limits`), the card-data refusal (:mod:`.card_data`), the HTTP
+answers (:mod:`.responses`) and the problem details (:mod:`.problems`).
+
+May import every room below it: payments.operations, payments.authorization,
+payments.reconciliation, payments.monitoring, payments.acquirer, payments.core. Never
+payments.admin.
+"""

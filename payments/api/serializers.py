@@ -1,0 +1,351 @@
+"""Input and output shapes of the payments API.
+
+Input fields are strict: JSON types are not coerced (``"1000"`` and ``1000.0`` are not
+integers, ``true`` is not a number, ``123`` is not a string), unknown fields are refused, and no
+error message echoes the value it refuses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from payments.api.card_data import card_data_fields, card_data_refusal
+from payments.core.documents import PaymentSerializer, RefundSerializer
+from payments.core.money import CURRENCY_EXPONENTS, MAX_AMOUNT, MIN_AMOUNT
+from payments.models import (
+    CaptureMethod,
+    PaymentStatus,
+    RefundReason,
+)
+
+PAYMENT_METHOD_PATTERN = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
+#: The longest value of each string field of ``POST /payments`` (characters).
+CREATE_MAX_LENGTHS = {
+    "currency": 3,
+    "payment_method": 68,
+    "reference": 128,
+    "description": 255,
+    "capture_method": 16,
+}
+
+
+@extend_schema_field({"type": "integer", "minimum": MIN_AMOUNT, "maximum": MAX_AMOUNT})
+class StrictIntegerField(serializers.Field):
+    """A JSON integer (not a float, string or boolean) within [min_value, max_value]."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON integer.",
+        "min_value": "Must be at least {min_value}.",
+        "max_value": "Must be at most {max_value}.",
+    }
+
+    def __init__(self, *, min_value: int, max_value: int, **kwargs: Any) -> None:
+        self.min_value, self.max_value = min_value, max_value
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if type(data) is not int:
+            self.fail("invalid")
+        if data < self.min_value:
+            self.fail("min_value", min_value=self.min_value)
+        if data > self.max_value:
+            self.fail("max_value", max_value=self.max_value)
+        return data
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+@extend_schema_field({"type": "string"})
+class StrictStringField(serializers.Field):
+    """A JSON string of 1..max_length printable characters, optionally matching ``pattern``."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON string.",
+        "blank": "Must not be empty.",
+        "max_length": "Must be at most {max_length} characters.",
+        "not_printable": "Must contain printable characters only.",
+        "pattern": "Has an invalid format.",
+    }
+
+    def __init__(self, *, max_length: int, pattern: re.Pattern[str] | None = None, **kwargs: Any):
+        self.max_length, self.pattern = max_length, pattern
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if not data:
+            self.fail("blank")
+        if len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        if not data.isprintable():
+            self.fail("not_printable")
+        if self.pattern is not None and not self.pattern.fullmatch(data):
+            self.fail("pattern")
+        return data
+
+    def to_representation(self, value: str) -> str:
+        return value
+
+
+@extend_schema_field({"type": "boolean"})
+class StrictBooleanField(serializers.Field):
+    """A JSON boolean: ``true`` or ``false`` only (not ``1``, ``"true"``, ``"yes"`` or ``null``)."""
+
+    default_error_messages = {"invalid": "Must be a JSON boolean."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if type(data) is not bool:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: bool) -> bool:
+        return value
+
+
+class StrictBodySerializer(serializers.Serializer):
+    """A strict JSON object body: card data anywhere (a 13-19 digit run in any value or key)
+    is refused first, with the 400 problem ``card_data_not_accepted`` (``payments.api.card_data``),
+    before any other check can echo a field's name next to its value; then anything but a JSON
+    object, and unknown fields, are refused."""
+
+    default_error_messages = {"unknown_field": "Unknown field."}
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        card_fields = card_data_fields(data)
+        if card_fields:
+            raise card_data_refusal(card_fields)
+        if not isinstance(data, dict) or hasattr(data, "getlist"):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["The body must be a JSON object."]}, code="invalid"
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {
+                    name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")]
+                    for name in unknown
+                }
+            )
+        return super().to_internal_value(data)
+
+
+def _one_of(value: str, choices: list[str], what: str) -> str:
+    if value not in choices:
+        raise serializers.ValidationError(
+            f"Must be one of the {what}: {', '.join(choices)}.", code="invalid_choice"
+        )
+    return value
+
+
+class PaymentCreateInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments`` (strict, see :class:`StrictBodySerializer`)."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        help_text="Amount in minor units of the currency (1999 EUR = 19.99 EUR).",
+    )
+    currency = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["currency"],
+        help_text="ISO 4217 alphabetic code, upper case, for example EUR or JPY.",
+    )
+    payment_method = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["payment_method"],
+        pattern=PAYMENT_METHOD_PATTERN,
+        help_text="A payment method token: 'tok_' + 1-64 of [A-Za-z0-9_]. "
+        "Card numbers are refused.",
+    )
+    reference = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["reference"],
+        required=False,
+        help_text="Your order reference (printable, <= 128).",
+    )
+    description = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["description"],
+        required=False,
+        help_text="Free text (printable, <= 255).",
+    )
+    capture_method = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["capture_method"],
+        required=False,
+        help_text="'automatic' (default: authorize and capture in one call) or 'manual' "
+        "(authorize only: capture or void later).",
+    )
+    allow_deferred = StrictBooleanField(
+        required=False,
+        help_text="true: when no acquirer can take the payment now, answer 202 with the payment "
+        "'deferred' (not sent anywhere yet, sent at not_before or later) instead of 503. For "
+        "merchant-initiated payments nobody waits for (renewals). Default false.",
+    )
+
+    def validate_currency(self, value: str) -> str:
+        if value not in CURRENCY_EXPONENTS:
+            raise serializers.ValidationError(
+                "Must be a supported ISO 4217 currency code in upper case.", code="unknown_currency"
+            )
+        return value
+
+    def validate_capture_method(self, value: str) -> str:
+        return _one_of(value, CaptureMethod.values, "capture methods")
+
+
+#: The fields of ``POST /payments``: the ones it needs, and all it knows.
+CREATE_REQUIRED_FIELDS = frozenset({"amount", "currency", "payment_method"})
+CREATE_FIELDS = frozenset(PaymentCreateInputSerializer._declared_fields)
+_CAPTURE_METHODS = frozenset(CaptureMethod.values)
+
+
+def _plain_text(value: Any, field: str) -> bool:
+    """A :class:`StrictStringField` value of ``field``: a JSON string, 1 to its maximum length,
+    printable."""
+    return (
+        type(value) is str and 0 < len(value) <= CREATE_MAX_LENGTHS[field] and value.isprintable()
+    )
+
+
+def payment_create_input(data: Any) -> dict[str, Any] | None:
+    """The validated body of ``POST /payments`` when :class:`PaymentCreateInputSerializer`
+    certainly accepts ``data`` (the parsed JSON body), else None.
+
+    Plain checks, no DRF: the hot path of a fresh payment (ADR 0029). The dict returned equals
+    the serializer's ``validated_data`` (the fields sent, values unchanged: ``amount`` an int,
+    ``allow_deferred`` a bool, the others str). None says nothing about why: the caller then
+    runs the serializer, whose answer (the card-data refusal, the field errors) is the one
+    the merchant gets, so this function may refuse more than the serializer, never less
+    (``tests/unit/test_payment_create_input.py`` proves both on a generated corpus).
+    """
+    if type(data) is not dict or not CREATE_REQUIRED_FIELDS <= data.keys() <= CREATE_FIELDS:
+        return None
+    amount = data["amount"]
+    if type(amount) is not int or not MIN_AMOUNT <= amount <= MAX_AMOUNT:
+        return None
+    currency = data["currency"]
+    if not _plain_text(currency, "currency") or currency not in CURRENCY_EXPONENTS:
+        return None
+    method = data["payment_method"]
+    if not _plain_text(method, "payment_method") or not PAYMENT_METHOD_PATTERN.fullmatch(method):
+        return None
+    for field in ("reference", "description"):
+        if field in data and not _plain_text(data[field], field):
+            return None
+    if "capture_method" in data and (
+        not _plain_text(data["capture_method"], "capture_method")
+        or data["capture_method"] not in _CAPTURE_METHODS
+    ):
+        return None
+    if "allow_deferred" in data and type(data["allow_deferred"]) is not bool:
+        return None
+    if card_data_fields(data):  # last: the dearest check, on a body valid in every other way
+        return None
+    return dict(data)
+
+
+def payment_create_validated(data: Any) -> dict[str, Any]:
+    """The validated body of ``POST /payments`` (``data``: the parsed JSON body): the plain
+    checks of :func:`payment_create_input` for a valid body, else
+    :class:`PaymentCreateInputSerializer`, which refuses it. Raises DRF's ``ValidationError``
+    (the 400 problem with its field errors, or the card-data refusal)."""
+    fields = payment_create_input(data)
+    if fields is None:
+        body = PaymentCreateInputSerializer(data=data)
+        body.is_valid(raise_exception=True)
+        fields = dict(body.validated_data)
+    return fields
+
+
+class CaptureInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/capture``: ``{}`` or ``{"amount": N}``."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        required=False,
+        help_text="Minor units to capture (default the authorized amount; at most it). "
+        "One capture per payment: a partial capture releases the rest.",
+    )
+
+
+class VoidInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/void``: ``{}``."""
+
+
+class RefundInputSerializer(StrictBodySerializer):
+    """Body of ``POST /payments/{id}/refunds``: ``amount`` and ``reason``, both optional."""
+
+    amount = StrictIntegerField(
+        min_value=MIN_AMOUNT,
+        max_value=MAX_AMOUNT,
+        required=False,
+        help_text="Minor units to refund (default what remains refundable).",
+    )
+    reason = StrictStringField(
+        max_length=32,
+        required=False,
+        help_text="requested_by_customer, duplicate or fraudulent.",
+    )
+
+    def validate_reason(self, value: str) -> str:
+        return _one_of(value, RefundReason.values, "refund reasons")
+
+
+class RefundListQuerySerializer(serializers.Serializer):
+    """Query parameters of ``GET /payments/{id}/refunds``."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    starting_after = serializers.CharField(max_length=32, required=False)
+
+
+class RefundListSerializer(serializers.Serializer):
+    """``{"object": "list", "data": [refund, ...], "has_more": bool}``."""
+
+    object = serializers.CharField(default="list")
+    data = RefundSerializer(many=True)
+    has_more = serializers.BooleanField()
+
+
+class PaymentListQuerySerializer(serializers.Serializer):
+    """Query parameters of ``GET /payments``."""
+
+    status = serializers.ChoiceField(
+        choices=PaymentStatus.choices,
+        required=False,
+        error_messages={"invalid_choice": "Must be one of the payment statuses."},
+    )
+    reference = serializers.CharField(max_length=128, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    starting_after = serializers.CharField(max_length=32, required=False)
+
+
+class PaymentListSerializer(serializers.Serializer):
+    """``{"object": "list", "data": [...], "has_more": bool}``."""
+
+    object = serializers.CharField(default="list")
+    data = PaymentSerializer(many=True)
+    has_more = serializers.BooleanField()
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    """One field error of a problem document."""
+
+    field = serializers.CharField()
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ProblemSerializer(serializers.Serializer):
+    """An RFC 9457 problem document (for the OpenAPI schema; errors are built in problems.py)."""
+
+    type = serializers.CharField(help_text="A relative URI reference: /problems/<code>.")
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.CharField(
+        help_text="Stable machine-readable code, e.g. idempotency_key_in_use."
+    )
+    errors = FieldErrorSerializer(many=True, required=False)

@@ -1,0 +1,10 @@
+"""payments.reconciliation: finding out what the acquirer did with a payment or an operation
+whose outcome is unknown.
+
+Holds the shared schedule (:mod:`.schedule`: leases, back-off, the due queries), payments
+(:mod:`.payments`), operations (:mod:`.operations`) and the Celery tasks of beat
+(:mod:`.tasks`; task names unchanged, ``payments.reconciliation.tasks.*``).
+
+May import: payments.monitoring, payments.acquirer, payments.core, payments.models. Never
+payments.authorization, payments.operations, payments.api or payments.admin.
+"""
