@@ -252,7 +252,8 @@ class AttemptRecord:
     `succeeded` ...) or the error's class name, which `error` repeats for an error.
     `decision`: `return`, `retry` or `raise`, with `stop_reason` for a raise (`permanent`,
     `ambiguous`, `max_attempts`, `budget`, `gate`, `circuit_open`, `concurrency`, `deadline`,
-    `server_wait_too_long`). `wait` (seconds) and `wait_source` (`retry-after`,
+    `server_wait_too_long`, `provider_no_retry`: the provider said not to, e.g.
+    `Stripe-Should-Retry: false`). `wait` (seconds) and `wait_source` (`retry-after`,
     `quota-header`, `gate`, `backoff`): the sleep chosen before the next attempt;
     `server_wait`: the acquirer's own wait. `budget_retries`: the retry budget's retries
     available at that moment; `gate_remaining`: the rate gate's remaining closed time

@@ -156,7 +156,10 @@ def test_a_decline_is_a_result_with_its_code(merchant_a, localstripe, proxy):
     created = merchant_a.create_payment({**BODY, "payment_method": "pm_card_chargeCustomerFail"})
     assert created.status_code == 201, created.content
     assert created.json()["status"] == "declined"
-    assert len(ours(localstripe, created.json()["id"])) == 1
+    assert created.json()["decline_code"] == "card_declined"  # localstripe's code, no decline_code
+    (pi,) = ours(localstripe, created.json()["id"])
+    assert (pi["status"], pi["amount"]) == ("requires_payment_method", 1000)  # nothing charged
+    assert Payment.objects.get(pk=created.json()["id"]).amount_captured == 0
     assert proxy.forwarded == 1
 
 
@@ -197,7 +200,7 @@ def test_every_authorization_fault_ends_with_exactly_one_payment_intent(
     else:
         payment_id = first.json()["id"]
     payment = Payment.objects.get(pk=payment_id)
-    assert (payment.status, payment.amount) == ("succeeded", 1000)
+    assert (payment.status, payment.amount, payment.amount_captured) == ("succeeded", 1000, 1000)
     (pi,) = ours(localstripe, payment_id)
     assert (pi["status"], pi["amount"], pi["currency"]) == ("succeeded", 1000, "eur")
     assert len(localstripe.payment_intents()) == 1

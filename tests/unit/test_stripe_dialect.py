@@ -475,3 +475,13 @@ def test_a_jpy_authorization_is_sent_in_yen() -> None:
 def test_api_version_is_validated() -> None:
     with pytest.raises(ValueError, match="api_version"):
         StripeDialect(api_version="latest")
+
+
+def test_should_retry_false_stops_the_call_and_says_why() -> None:
+    answer = stripe_error(429, {"type": "rate_limit_error"}, **{"Stripe-Should-Retry": "false"})
+    built, sent, slept = client([answer, OK])
+    with pytest.raises(RateLimitedError) as raised:
+        built.authorize(request())
+    assert raised.value.provider_retry is False
+    assert raised.value.attempt_log[-1].stop_reason == "provider_no_retry"
+    assert (len(sent), slept) == (1, [])
