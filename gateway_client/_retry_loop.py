@@ -13,6 +13,7 @@ operation sends and how its answer is decoded.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -62,6 +63,8 @@ from .types import AcquirerConfig, Authorization, Refund
 from .wire import MalformedBody
 
 __all__ = ["RetryLoop"]
+
+logger = logging.getLogger("gateway_client")
 
 T = TypeVar("T")
 
@@ -369,6 +372,8 @@ class RetryLoop:
                     )
                 error = self._exchange.status_error(call, answer, server_wait)
                 error.provider_retry = self._dialect.retry_hint(answer)
+                if isinstance(error, PermanentError) and self._dialect.misuse(error.code):
+                    self._misuse(progress, error)
                 if (
                     isinstance(error, RateLimitedError | AcquirerUnavailableError)
                     and server_wait is not None
@@ -410,6 +415,19 @@ class RetryLoop:
             result,
             close_gate=close_gate,
             provider_request_id=provider_request_id,
+        )
+
+    def _misuse(self, progress: Progress, error: GatewayError) -> None:
+        """The provider says our request misused its API (the dialect's `misuse`): count it
+        and log at ERROR, naming the operation, the acquirer and the code (an alert)."""
+        self.metrics.increment("idempotency_misuse", operation=progress.operation)
+        logger.error(
+            "acquirer %s refused %s with %s: a bug of ours (the idempotency key was reused "
+            "with other parameters); not retried",
+            self._config.name,
+            progress.operation,
+            error.code,
+            extra={"gateway_acquirer": self._config.name, "gateway_code": error.code},
         )
 
     def _refusal_result(

@@ -177,6 +177,13 @@ class Dialect(ABC):
         documents a status otherwise."""
         return classify_status(status_code, headers=headers, code=code)
 
+    def misuse(self, code: str | None) -> bool:
+        """True when a refusal's code says our own request was wrong in a way only a bug of
+        ours causes (Stripe's `idempotency_error`: a key reused with other parameters). The
+        client then counts `idempotency_misuse` and logs at ERROR (an alert); the error stays
+        permanent, never retried under another key. Default: False."""
+        return False
+
     def retry_hint(self, answer: Answer) -> bool | None:
         """The provider's own word on retrying this answer, overriding the status's default:
         True (retry, with the same key, within the policy's limits), False (never retry), or

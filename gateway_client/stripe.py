@@ -309,6 +309,10 @@ class StripeDialect(Dialect):
             return InvalidRequestError
         return Dialect.error_class(self, status_code, headers, code)  # slots: no super()
 
+    def misuse(self, code: str | None) -> bool:
+        """`idempotency_error`: the same key with other parameters, a bug of ours."""
+        return code == "idempotency_error"
+
     def retry_hint(self, answer: Answer) -> bool | None:
         """`Stripe-Should-Retry: true` or `false` (case-insensitive); absent or other: None."""
         value = answer.headers.get("stripe-should-retry", "").strip().lower()

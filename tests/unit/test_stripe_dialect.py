@@ -485,3 +485,14 @@ def test_should_retry_false_stops_the_call_and_says_why() -> None:
     assert raised.value.provider_retry is False
     assert raised.value.attempt_log[-1].stop_reason == "provider_no_retry"
     assert (len(sent), slept) == (1, [])
+
+
+def test_idempotency_error_is_counted_and_logged_as_an_alert(caplog) -> None:
+    built, sent, _ = client([stripe_error(400, {"type": "idempotency_error"})])
+    with caplog.at_level("ERROR", logger="gateway_client"), pytest.raises(InvalidRequestError):
+        built.authorize(request())
+    assert len(sent) == 1
+    assert built.metrics.get("idempotency_misuse", operation="authorize") == 1
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "idempotency_error" in record.getMessage()
+    assert SECRET not in record.getMessage()
