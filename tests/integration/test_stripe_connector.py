@@ -211,7 +211,11 @@ def ours_count(localstripe: LocalStripe) -> int:
     return len(localstripe.payment_intents())
 
 
-@pytest.mark.parametrize("fault", ["drop", HTML_502], ids=["drop", "502-html"])
+@pytest.mark.parametrize(
+    "fault",
+    ["drop", "reset", "hang", error(500, "api_error"), HTML_502],
+    ids=["drop", "reset", "hang", "500", "502-html"],
+)
 def test_a_lost_capture_and_a_lost_refund_are_reconciled_to_exactly_one(
     merchant_a, localstripe, proxy, fault
 ):
