@@ -35,21 +35,28 @@ lock: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
 	$(BIN)/python scripts/lock.py $(if $(UPGRADE),--upgrade)
 
-## make run: migrate, create a demo merchant, then the API, worker, beat and two sandbox acquirers.
+## make run: migrate, create a demo merchant, then the API, worker, beat, two sandbox acquirers
+## and localstripe (a Stripe-compatible fake, the stripe connector's acquirer, on :8092).
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
 ## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md).
-# Two acquirers for make run, the Procfile's sandboxes: alpha (:8090, first by priority) and beta
-# (:8091), each with its own API key, unless ACQUIRERS is set (docs/configuration.md).
-run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:8090", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:8091", "api_key": "sandbox_sk_beta", "priority": 20}]
+# Three acquirers for make run, the Procfile's: the sandboxes alpha (:8090, first by priority) and
+# beta (:8091), each with its own API key, and stripe (:8092, localstripe: a Stripe-compatible
+# fake, its secret key from LOCALSTRIPE_SECRET_KEY), which takes JPY only and so every JPY
+# payment; unless ACQUIRERS is set (docs/configuration.md, docs/connectors.md). localstripe
+# ignores Idempotency-Key: keys are not relied on there (honours_idempotency_keys false).
+run: export LOCALSTRIPE_SECRET_KEY ?= sk_test_localstripe_make_run
+run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:8090", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:8091", "api_key": "sandbox_sk_beta", "priority": 20}, {"name": "stripe", "type": "stripe", "base_url": "http://127.0.0.1:8092", "api_key_env": "LOCALSTRIPE_SECRET_KEY", "api_version": "2024-06-20", "currencies": ["JPY"], "priority": 5, "policy": {"honours_idempotency_keys": false}}]
 run: $(VENV)/.local-installed
 	@mkdir -p .celery
+	@# The Procfile's processes (docker-compose runs the same) and make run's connector fakes.
+	@cat Procfile Procfile.connectors > .celery/Procfile.make-run
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py demo_setup
 	@# gunicorn and Celery default to the production settings; make run's are the local ones.
 	@DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
 	  PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
-	  $(BIN)/honcho start -f Procfile; rc=$$?; \
+	  $(BIN)/honcho start -d "$(CURDIR)" -f .celery/Procfile.make-run; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 130 ] && [ $$rc -ne 143 ]; then \
 	    echo "*** make run: a process exited (rc=$$rc; its 'stopped (rc=...)' line is above)," \
 	         "so honcho stopped all the others. Nothing restarts it here; see" \
@@ -85,8 +92,8 @@ db-stop: $(VENV)/.local-installed
 clean:
 	rm -rf $(VENV) .celery staticfiles
 
-## make demo: real requests through the API against a failing sandbox acquirer; needs `make run`
-## running in another terminal. DEMO_ARGS="--api URL --sandbox URL --api-key KEY" to point it
+## make demo: real requests through the API against a failing sandbox acquirer, then one payment
+## through the stripe connector (localstripe); needs `make run` running in another terminal. DEMO_ARGS="--api URL --sandbox URL --api-key KEY" to point it
 ## elsewhere.
 .PHONY: demo
 demo: $(VENV)/.local-installed

@@ -17,6 +17,16 @@ every currency. ``capture_methods``: ``automatic`` and/or ``manual``, omitted = 
 ``policy``: overrides of the ``ACQUIRER_*`` policy settings for this acquirer only, by the
 setting's name without the ``ACQUIRER_`` prefix in lower case (:data:`POLICY_OVERRIDES`).
 
+``type``: the connector (its wire format, ``gateway_client``'s dialect): ``sandbox`` (the
+default: our sandbox acquirer), ``stripe`` (PaymentIntents) or ``adyen`` (not available yet:
+refused with an error saying so). ``api_key_env``: the name of the environment variable that
+holds the secret (read once, here; then ``api_key`` must be absent): a ``stripe`` acquirer's
+secret key comes only from the environment (``sk_...`` or ``rk_...``). A ``stripe`` acquirer
+also takes ``api_version`` (required: the ``Stripe-Version`` pinned, ``YYYY-MM-DD``) and
+``base_url`` may be omitted (``https://api.stripe.com``); its ``currencies`` may not name ISK
+or UGX (Stripe's amounts for them differ from ISO 4217's minor units in a capture or a refund,
+which carry no currency), and it never supports them.
+
 Unset or empty: ``None``, and one acquirer is built from the ``ACQUIRER_*`` settings at call
 time (``payments.acquirer.client``), as before this setting existed. Bad values raise
 ``django.core.exceptions.ImproperlyConfigured`` naming the acquirer (by index and name) and
@@ -26,6 +36,7 @@ the field, never the value of ``api_key``.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +46,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
+    "ACQUIRER_TYPES",
     "CAPTURE_METHODS",
     "DEFAULT_PRIORITY",
     "POLICY_OVERRIDES",
@@ -50,7 +62,18 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _FIELDS = frozenset(
     {"name", "base_url", "api_key", "currencies", "capture_methods", "priority", "policy"}
+    | {"type", "api_key_env", "api_version"}
 )
+#: The connector types ``type`` may name; ``adyen`` is reserved (no connector yet).
+ACQUIRER_TYPES = ("sandbox", "stripe", "adyen")
+#: Fields only one type takes.
+_TYPE_FIELDS = {"api_version": "stripe"}
+_STRIPE_BASE_URL = "https://api.stripe.com"
+_STRIPE_API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?")
+_STRIPE_SECRET = re.compile(r"(sk|rk)_[A-Za-z0-9_]{3,}")
+#: Zero-decimal in ISO 4217, two-decimal on Stripe: never routed to a Stripe acquirer.
+STRIPE_EXCLUDED_CURRENCIES = frozenset({"ISK", "UGX"})
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 
 
 def _seconds(value: object) -> bool:
@@ -109,7 +132,9 @@ _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
 class AcquirerSpec:
     """One configured acquirer (see the module docstring). ``currencies`` None: every ISO 4217
     currency. ``policy``: ``(setting name, value)`` pairs overriding ``ACQUIRER_*`` settings,
-    e.g. ``(("ACQUIRER_READ_TIMEOUT_SECONDS", 2.0),)``. ``api_key`` is kept out of repr()."""
+    e.g. ``(("ACQUIRER_READ_TIMEOUT_SECONDS", 2.0),)``. ``api_key`` is kept out of repr().
+    ``type``: the connector (``sandbox`` or ``stripe``); ``api_version``: a ``stripe``
+    acquirer's pinned ``Stripe-Version`` (None for the others)."""
 
     name: str
     base_url: str
@@ -118,10 +143,15 @@ class AcquirerSpec:
     capture_methods: frozenset[str] = frozenset(CAPTURE_METHODS)
     priority: int = DEFAULT_PRIORITY
     policy: tuple[tuple[str, Any], ...] = ()
+    type: str = "sandbox"
+    api_version: str | None = None
 
     def supports(self, currency: str, capture_method: str) -> bool:
         """Whether this acquirer takes a payment in ``currency`` (ISO 4217) with
-        ``capture_method`` (``automatic`` or ``manual``)."""
+        ``capture_method`` (``automatic`` or ``manual``); a ``stripe`` acquirer never takes
+        ISK or UGX."""
+        if self.type == "stripe" and currency in STRIPE_EXCLUDED_CURRENCIES:
+            return False
         return capture_method in self.capture_methods and (
             self.currencies is None or currency in self.currencies
         )
@@ -180,7 +210,36 @@ def _currencies(where: str, value: object, known: frozenset[str] | None) -> froz
     return frozenset(codes)
 
 
-def _spec(index: int, item: object, known: frozenset[str] | None) -> AcquirerSpec:
+def _secret(where: str, item: Mapping[str, Any], kind: str, environ: Mapping[str, str]) -> str:
+    """The acquirer's secret: ``api_key``, or the variable ``api_key_env`` names (a stripe
+    acquirer's only from there). Errors name the field or the variable, never a value."""
+    if "api_key_env" in item:
+        if "api_key" in item:
+            raise _fail(where, "give api_key or api_key_env, not both")
+        variable = item["api_key_env"]
+        if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
+            raise _fail(where, "api_key_env must name an environment variable (A-Z, 0-9, _)")
+        api_key = environ.get(variable)
+        if not api_key:
+            raise _fail(where, f"api_key_env: the environment variable {variable} is not set")
+        source = f"the environment variable {variable}"
+    elif kind == "stripe":
+        raise _fail(
+            where, "api_key_env is required: a stripe secret key comes from the environment"
+        )
+    else:
+        api_key = item.get("api_key")
+        source = "api_key"
+    if not isinstance(api_key, str) or not _VISIBLE_ASCII.fullmatch(api_key):
+        raise _fail(where, f"{source} must be a non-empty string of printable ASCII (no spaces)")
+    if kind == "stripe" and not _STRIPE_SECRET.fullmatch(api_key):
+        raise _fail(where, f"{source} must hold a Stripe secret key (sk_... or rk_...)")
+    return api_key
+
+
+def _spec(
+    index: int, item: object, known: frozenset[str] | None, environ: Mapping[str, str]
+) -> AcquirerSpec:
     where = f"acquirer {index}"
     if not isinstance(item, Mapping):
         raise _fail(where, "must be a JSON object")
@@ -195,18 +254,31 @@ def _spec(index: int, item: object, known: frozenset[str] | None) -> AcquirerSpe
             where, "name must be 1-24 of a-z, 0-9, _ and -, starting with a letter or digit"
         )
     where = f"acquirer {index} ({name})"
-    base_url = item.get("base_url")
+    kind = item.get("type", "sandbox")
+    if kind not in ACQUIRER_TYPES:
+        raise _fail(where, f"type must be one of {', '.join(ACQUIRER_TYPES)}")
+    if kind == "adyen":
+        raise _fail(where, "type 'adyen' has no connector yet (docs/connectors.md)")
+    for field_name, only in _TYPE_FIELDS.items():
+        if field_name in item and kind != only:
+            raise _fail(where, f"{field_name} is a field of type {only!r} only")
+    base_url = item.get("base_url", _STRIPE_BASE_URL if kind == "stripe" else None)
     parts = urlsplit(base_url) if isinstance(base_url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise _fail(where, "base_url must be an http:// or https:// URL with a host")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise _fail(where, "base_url must have no credentials, query or fragment")
-    api_key = item.get("api_key")
-    if not isinstance(api_key, str) or not _VISIBLE_ASCII.fullmatch(api_key):
-        raise _fail(where, "api_key must be a non-empty string of printable ASCII (no spaces)")
+    api_key = _secret(where, item, kind, environ)
+    api_version = None
+    if kind == "stripe":
+        api_version = item.get("api_version")
+        if not isinstance(api_version, str) or not _STRIPE_API_VERSION.fullmatch(api_version):
+            raise _fail(where, "api_version must be the pinned Stripe-Version, like 2024-06-20")
     currencies = None
     if "currencies" in item:
         currencies = _currencies(where, item["currencies"], known)
+        if kind == "stripe" and currencies & STRIPE_EXCLUDED_CURRENCIES:
+            raise _fail(f"{where}.currencies", "a stripe acquirer cannot take ISK or UGX")
     capture_methods = frozenset(CAPTURE_METHODS)
     if "capture_methods" in item:
         methods = _string_list(f"{where}.capture_methods", item["capture_methods"], "strings")
@@ -219,24 +291,30 @@ def _spec(index: int, item: object, known: frozenset[str] | None) -> AcquirerSpe
     policy = _policy(where, item["policy"]) if "policy" in item else ()
     return AcquirerSpec(
         name=name,
-        base_url=base_url.rstrip("/"),  # type: ignore[union-attr]
+        base_url=base_url.rstrip("/"),
         api_key=api_key,
         currencies=currencies,
         capture_methods=capture_methods,
         priority=priority,
         policy=policy,
+        type=kind,
+        api_version=api_version,
     )
 
 
 def parse_acquirers(
-    raw: str | None, *, known_currencies: frozenset[str] | None = None
+    raw: str | None,
+    *,
+    known_currencies: frozenset[str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[AcquirerSpec, ...] | None:
     """Parse the ``ACQUIRERS`` JSON value into :class:`AcquirerSpec` s in routing order
     (priority ascending, then the array's order). ``None`` or blank: ``None`` (the single
     acquirer of the ``ACQUIRER_*`` settings). ``known_currencies``: the ISO 4217 codes a
     currency list may name (None: any three capital letters; the settings pass None, and the
     system check ``payments.E004`` compares each code with the currencies ``payments.core.money``
-    supports once the apps are loaded).
+    supports once the apps are loaded). ``environ``: where ``api_key_env`` is read (None:
+    ``os.environ``).
 
     Raises ``ImproperlyConfigured`` on a value that is not JSON, not a non-empty array of
     objects, an unknown field or policy key, a bad field, or a name used twice; the message
@@ -254,7 +332,8 @@ def parse_acquirers(
         ) from None
     if not isinstance(document, list) or not document:
         raise ImproperlyConfigured("ACQUIRERS must be a non-empty JSON array of objects")
-    specs = [_spec(index, item, known_currencies) for index, item in enumerate(document)]
+    env = os.environ if environ is None else environ
+    specs = [_spec(index, item, known_currencies, env) for index, item in enumerate(document)]
     names = [spec.name for spec in specs]
     for name in names:
         if names.count(name) > 1:

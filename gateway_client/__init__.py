@@ -50,6 +50,7 @@ from resilience import (
 
 from .classify import classify_exception
 from .client import AcquirerClient
+from .dialect import Dialect, WireRequest
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -70,6 +71,8 @@ from .errors import (
     UpstreamServerError,
 )
 from .policy import RetryPolicy
+from .sandbox_dialect import SandboxDialect
+from .stripe import StripeDialect
 from .types import (
     AcquirerConfig,
     AttemptRecord,
@@ -103,6 +106,11 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "StateStore",
     "VoidRequest",
     "classify_exception",
+    # the connector seam (dialect.py) and its dialects
+    "Dialect",
+    "SandboxDialect",
+    "StripeDialect",
+    "WireRequest",
     # the error tree (errors.py)
     "GatewayError",
     "RetryableError",

@@ -54,6 +54,7 @@ class AttemptLog:
             "rate_headers": dict(server.seen) if server is not None else {},
             "started_at": self._clock.time() - (now - attempt.started),
             "error": type(attempt.error).__name__ if attempt.error is not None else None,
+            "provider_request_id": attempt.provider_request_id,
         }
         self._emit(progress, fields, decision, reason)
 
@@ -69,6 +70,7 @@ class AttemptLog:
             "rate_headers": {},
             "started_at": None,
             "error": type(error).__name__,
+            "provider_request_id": None,
         }
         self._emit(progress, fields, "raise", stop.reason)
 
@@ -100,6 +102,7 @@ class AttemptLog:
                 gate_remaining=_ms(gate),
                 gate_waited=round(progress.gate_waited, 3),
                 breaker_state=progress.log.get("breaker"),
+                provider_request_id=fields["provider_request_id"],
             )
         )
         if not logger.isEnabledFor(level):
@@ -143,6 +146,7 @@ class AttemptLog:
                 "gateway_max_attempts": progress.policy.max_attempts,
                 "gateway_breaker_state": progress.log.get("breaker"),
                 "gateway_request_id": progress.request_id,
+                "gateway_provider_request_id": fields["provider_request_id"],
             },
         )
 

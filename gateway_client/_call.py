@@ -88,6 +88,7 @@ class Attempt:
     close_gate: float | None = None
     gate: float | None = None
     retry_budget: tuple[bool, BudgetState | None] = (True, None)
+    provider_request_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,7 +27,7 @@ from resilience.quota import QUOTA_HEADER, ServerWait, quota_profile
 from resilience.retry_after import parse_delay_seconds
 
 from ._call import Answer, CallLabel
-from .classify import classify_exception, classify_status, error_code
+from .classify import classify_exception
 from .errors import (
     AcquirerUnavailableError,
     AuthenticationError,
@@ -37,6 +37,9 @@ from .errors import (
     ResponseTimeoutError,
 )
 from .types import AcquirerConfig
+
+if TYPE_CHECKING:
+    from .dialect import Dialect
 
 __all__ = ["MAX_BODY_BYTES", "Exchange"]
 
@@ -64,7 +67,8 @@ class _DeadlineReached(Exception):  # internal signal
 
 class Exchange:
     """
-    Sends requests on `transport` for the acquirer of `config` and maps their failures.
+    Sends requests on `transport` for the acquirer of `config` and maps their failures;
+    `dialect` classifies the provider's error answers and reads their error codes.
 
     `clock` reads the deadline and the wall clock (for `not_before`); `metrics` counts the
     invalid rate headers; `deadline_sockets` says whether `transport` has the deadline-aware
@@ -75,6 +79,7 @@ class Exchange:
         self,
         transport: httpx.BaseTransport,
         config: AcquirerConfig,
+        dialect: Dialect,
         *,
         clock: Clock,
         metrics: Metrics,
@@ -83,6 +88,7 @@ class Exchange:
         self._transport = transport
         self._closed = False
         self._config = config
+        self._dialect = dialect
         self._clock = clock
         self._metrics = metrics
         self._deadline_sockets = deadline_sockets
@@ -201,7 +207,7 @@ class Exchange:
         profile's wait also `not_before` and `wait_source`.
         """
         code = self._sanitised_code(answer.body)
-        error_class = classify_status(answer.status_code, headers=answer.headers, code=code)
+        error_class = self._dialect.error_class(answer.status_code, answer.headers, code)
         assert error_class is not None  # 2xx never gets here
         if answer.status_code == 403 and error_class is RateLimitedError:
             confirmed = self._profile.confirms_rate_limit(answer.headers, now=self._clock.time())
@@ -257,7 +263,7 @@ class Exchange:
         return datetime.fromtimestamp(self._clock.time() + seconds, tz=UTC)
 
     def _sanitised_code(self, body: bytes | None) -> str | None:
-        code = error_code(body)
+        code = self._dialect.error_code(body)
         if code is not None and self._config.api_key in code:
             return None
         return code

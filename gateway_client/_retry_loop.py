@@ -13,6 +13,7 @@ operation sends and how its answer is decoded.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -47,6 +48,7 @@ from ._call import (
 from ._exchange import Exchange
 from ._validate import check_request_id
 from .classify import breaker_outcome, limiter_outcome
+from .dialect import Dialect
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -61,6 +63,8 @@ from .types import AcquirerConfig, Authorization, Refund
 from .wire import MalformedBody
 
 __all__ = ["RetryLoop"]
+
+logger = logging.getLogger("gateway_client")
 
 T = TypeVar("T")
 
@@ -98,6 +102,7 @@ class RetryLoop:
     _sleep: Callable[[float], None]
     _random: Callable[[], float]
     _exchange: Exchange
+    _dialect: Dialect
     _log: AttemptLog
     metrics: Metrics
     budget: RetryBudget
@@ -142,12 +147,16 @@ class RetryLoop:
         build: Callable[[httpx.Timeout], httpx.Request],
         decode: Callable[[Answer], T],
         outcome: Callable[[T], str],
+        refusal: Callable[[Answer], object] | None = None,
     ) -> T:
+        """One call: attempts until a result, a permanent or final error, or a stop.
+        `decode` reads a 2xx answer; `refusal` (a write's) turns an error answer that the
+        dialect counts as a result (a decline) into it, else returns None."""
         last: GatewayError | None = None
         try:
             while True:
                 progress.log = {}
-                attempt = self._guarded_attempt(progress, build, decode, last)
+                attempt = self._guarded_attempt(progress, build, decode, refusal, last)
                 if attempt.error is None:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
@@ -198,6 +207,7 @@ class RetryLoop:
         progress: Progress,
         build: Callable[[httpx.Timeout], httpx.Request],
         decode: Callable[[Answer], Any],
+        refusal: Callable[[Answer], object] | None,
         last: GatewayError | None,
     ) -> Attempt:
         """Admission (breaker, gate, slot, budget: one store round trip), one attempt, and
@@ -208,7 +218,7 @@ class RetryLoop:
             self._settle(progress, breaker, admitted, None)  # a slow sleep: give it all back
             raise Stop(final_error(progress, last), "deadline")
         try:
-            attempt = self._attempt(progress, build, decode)
+            attempt = self._attempt(progress, build, decode, refusal)
         except BaseException:
             self._settle(progress, breaker, admitted, None)  # cancelled or a bug: no verdict
             raise
@@ -327,6 +337,7 @@ class RetryLoop:
         progress: Progress,
         build: Callable[[httpx.Timeout], httpx.Request],
         decode: Callable[[Answer], Any],
+        refusal: Callable[[Answer], object] | None = None,
     ) -> Attempt:
         progress.attempts += 1
         call = CallLabel(
@@ -339,14 +350,30 @@ class RetryLoop:
         left = max(0.0, progress.deadline - started)
         timeout = _attempt_timeout(progress.policy, left)
         status_code: int | None = None
+        provider_request_id: str | None = None
         server_wait: ServerWait | None = None
         close_gate: float | None = None  # closed for every process by the outcome's script
         try:
             answer = self._exchange.send(call, build(timeout), progress.deadline)
             status_code = answer.status_code
+            provider_request_id = self._dialect.provider_request_id(answer.headers)
             server_wait = self._exchange.server_wait(answer)
             if not 200 <= status_code <= 299:
+                refused = self._refusal_result(call, answer, refusal)
+                if refused is not None:
+                    self.metrics.increment("attempts", operation=progress.operation, outcome="ok")
+                    return Attempt(
+                        None,
+                        status_code,
+                        started,
+                        server_wait,
+                        refused,
+                        provider_request_id=provider_request_id,
+                    )
                 error = self._exchange.status_error(call, answer, server_wait)
+                error.provider_retry = self._dialect.retry_hint(answer)
+                if isinstance(error, PermanentError) and self._dialect.misuse(error.code):
+                    self._misuse(progress, error)
                 if (
                     isinstance(error, RateLimitedError | AcquirerUnavailableError)
                     and server_wait is not None
@@ -367,16 +394,68 @@ class RetryLoop:
             self.metrics.increment(
                 "attempts", operation=progress.operation, outcome=type(error).__name__
             )
-            return Attempt(error, error.status_code, started, server_wait, close_gate=close_gate)
+            error.provider_request_id = provider_request_id
+            return Attempt(
+                error,
+                error.status_code,
+                started,
+                server_wait,
+                close_gate=close_gate,
+                provider_request_id=provider_request_id,
+            )
         self.metrics.increment("attempts", operation=progress.operation, outcome="ok")
         if server_wait is not None and server_wait.source == QUOTA_HEADER and server_wait.seconds:
             # The answer spent the last of the quota: close the gate before anyone gets a 429.
             close_gate = server_wait.seconds
-        return Attempt(None, status_code, started, server_wait, result, close_gate=close_gate)
+        return Attempt(
+            None,
+            status_code,
+            started,
+            server_wait,
+            result,
+            close_gate=close_gate,
+            provider_request_id=provider_request_id,
+        )
+
+    def _misuse(self, progress: Progress, error: GatewayError) -> None:
+        """The provider says our request misused its API (the dialect's `misuse`): count it
+        and log at ERROR, naming the operation, the acquirer and the code (an alert)."""
+        self.metrics.increment("idempotency_misuse", operation=progress.operation)
+        logger.error(
+            "acquirer %s refused %s with %s: a bug of ours (the idempotency key was reused "
+            "with other parameters); not retried",
+            self._config.name,
+            progress.operation,
+            error.code,
+            extra={"gateway_acquirer": self._config.name, "gateway_code": error.code},
+        )
+
+    def _refusal_result(
+        self, call: CallLabel, answer: Answer, refusal: Callable[[Answer], object] | None
+    ) -> object:
+        """The result an error answer stands for (the dialect's `refusal_result`: a decline
+        answered as an error), or None; a result that is not the documented one raises the
+        MalformedResponseError of a garbled answer."""
+        if refusal is None:
+            return None
+        try:
+            return refusal(answer)
+        except MalformedBody as exc:
+            raise self._exchange.error(
+                MalformedResponseError,
+                call,
+                f"HTTP {answer.status_code} with a body that is not the documented JSON: {exc}",
+                status_code=answer.status_code,
+            ) from None
 
     def _stop_reason(self, progress: Progress, error: GatewayError) -> str | None:
-        """Why the call ends after this error, or None to try again."""
-        if isinstance(error, PermanentError):
+        """Why the call ends after this error, or None to try again. The provider's own word
+        (`provider_retry`, the dialect's `retry_hint`) overrides the status: False never
+        retries; True retries a refusal, but an ambiguous outcome still only with a key the
+        acquirer honours."""
+        if error.provider_retry is False:
+            return "provider_no_retry"
+        if isinstance(error, PermanentError) and error.provider_retry is not True:
             return "permanent"
         if isinstance(error, AmbiguousOutcomeError) and not self._may_resend_ambiguous(progress):
             return "ambiguous"

@@ -63,7 +63,6 @@ import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import NamedTuple, TypeVar
-from urllib.parse import quote
 
 import httpx
 
@@ -90,7 +89,9 @@ from ._attempt_state import AttemptState, aimd_limiter, breaker_set
 from ._call import Answer, Progress
 from ._exchange import Exchange
 from ._retry_loop import RetryLoop
+from .dialect import Dialect, Operation, WireRequest
 from .policy import RetryPolicy
+from .sandbox_dialect import SandboxDialect
 from .types import (
     AcquirerConfig,
     Authorization,
@@ -100,25 +101,13 @@ from .types import (
     RefundRequest,
     VoidRequest,
 )
-from .wire import (
-    REQUEST_ID_HEADER,
-    MalformedBody,
-    decode_charge,
-    decode_charge_list,
-    decode_operated,
-    decode_refund,
-    decode_refund_list,
-    encode_authorization,
-    encode_capture,
-    encode_refund,
-    encode_void,
-    is_replayed,
-)
+from .wire import REQUEST_ID_HEADER
 
 __all__ = ["AcquirerClient", "Admits"]
 
 T = TypeVar("T")
 V = TypeVar("V")
+W = TypeVar("W", AuthorizationRequest, CaptureRequest, VoidRequest, RefundRequest)
 
 USER_AGENT = "payment-service-gateway-client/0.2"
 
@@ -156,6 +145,10 @@ class AcquirerClient(RetryLoop):
             `refund` and `lookup` with the production default `BreakerConfig()`, in `store`.
         limiter: the AIMD concurrency limiter of the quota scope (aimd.py): an AimdLimiter,
             or an AimdConfig for one in `store`; None: `AimdConfig()` in `store`.
+        dialect: the provider's wire format (dialect.py): how each request is built, each
+            answer decoded and each error answer classified; None: `SandboxDialect()`, our
+            sandbox acquirer's. The retry loop, deadline, budget, breakers, gate, limiter and
+            attempt records are the same whatever the dialect.
 
     Thread-safe: one `httpx.HTTPTransport` (with its connection pool) is shared by concurrent
     calls; each attempt is sent on it directly (ADR 0033).
@@ -176,6 +169,7 @@ class AcquirerClient(RetryLoop):
         metrics: Metrics | None = None,
         breakers: BreakerSet | Mapping[str, BreakerConfig | None] | None = None,
         limiter: AimdLimiter | AimdConfig | None = None,
+        dialect: Dialect | None = None,
     ) -> None:
         if not isinstance(config, AcquirerConfig):
             raise TypeError("config must be an AcquirerConfig")
@@ -204,8 +198,8 @@ class AcquirerClient(RetryLoop):
         self._state = AttemptState(
             self.store, gate=self.gate, budget=self.budget, limiter=self.limiter, scope=self.scope
         )
-        self._charges_url = config.base_url.rstrip("/") + "/charges"
-        self._refunds_url = config.base_url.rstrip("/") + "/refunds"
+        self._dialect: Dialect = dialect if dialect is not None else SandboxDialect()
+        self._base_url = config.base_url.rstrip("/")
         deadline_sockets = False
         if transport is None:
             # Handed its config: no proxies, certificates or .netrc from the environment.
@@ -219,12 +213,12 @@ class AcquirerClient(RetryLoop):
         self._headers: dict[str, str] = {
             "Accept": "application/json",
             "Accept-Encoding": "gzip, deflate",
-            "Authorization": f"Bearer {config.api_key}",
             "User-Agent": USER_AGENT,
-        }
+        } | self._dialect.auth_headers(config.api_key)
         self._exchange = Exchange(
             transport,
             config,
+            self._dialect,
             clock=self._clock,
             metrics=self.metrics,
             deadline_sockets=deadline_sockets,
@@ -235,6 +229,11 @@ class AcquirerClient(RetryLoop):
     def config(self) -> AcquirerConfig:
         """The configuration this client was built with."""
         return self._config
+
+    @property
+    def dialect(self) -> Dialect:
+        """The provider's wire format this client speaks (dialect.py)."""
+        return self._dialect
 
     @property
     def policy(self) -> RetryPolicy:
@@ -289,10 +288,10 @@ class AcquirerClient(RetryLoop):
         request_id: str | None = None,
     ) -> Authorization:
         """
-        Ask the acquirer to authorise `request` (`POST /charges`; captured at once, or held
-        for a capture or a void when `request.capture` is False), retrying under `policy`
-        (default: the client's) with the request's idempotency key on every attempt.
-        Breaker group `authorize`.
+        Ask the acquirer to authorise `request` (the dialect's authorization request; the
+        sandbox's `POST /charges`; captured at once, or held for a capture or a void when
+        `request.capture` is False), retrying under `policy` (default: the client's) with the
+        request's idempotency key on every attempt. Breaker group `authorize`.
 
         `request_id` (every operation takes it): the caller's id of the request behind the
         call, sent as `X-Request-Id` on every attempt and logged (`gateway_request_id`);
@@ -302,31 +301,22 @@ class AcquirerClient(RetryLoop):
         request with its capture state (uncaptured). Raises a GatewayError subclass:
         RetryableError (not applied; `retry_after`/`not_before` when a wait is known;
         RetryBudgetExhaustedError when the budget refused a retry), AmbiguousOutcomeError
-        (maybe applied: reconcile) or PermanentError (refused).
+        (maybe applied: reconcile) or PermanentError (refused). ValueError before sending
+        for an idempotency key longer than the dialect's provider keeps.
         """
         if not isinstance(request, AuthorizationRequest):
             raise TypeError("request must be an AuthorizationRequest")
-
-        def decode(answer: Answer) -> Authorization:
-            authorization = decode_charge(answer.body or b"", replayed=is_replayed(answer.headers))
-            for name in ("amount", "currency", "payment_reference"):
-                if getattr(authorization, name) != getattr(request, name):
-                    raise MalformedBody(f"the charge does not match the request ({name})")
-            if authorization.captured is not None and authorization.captured != (
-                authorization.approved and request.capture
-            ):
-                raise MalformedBody("the charge's capture state does not match the request")
-            return authorization
-
-        progress = self._start(
+        dialect = self._dialect
+        return self._write(
             "authorize",
             request.payment_reference,
-            request.idempotency_key,
+            request,
+            dialect.authorize_request(request),
+            dialect.decode_authorization,
+            _authorization_outcome,
             policy,
-            request_id=request_id,
+            request_id,
         )
-        body = encode_authorization(request)
-        return self._post(progress, self._charges_url, body, decode, _authorization_outcome)
 
     def capture(
         self,
@@ -336,38 +326,32 @@ class AcquirerClient(RetryLoop):
         request_id: str | None = None,
     ) -> Authorization:
         """
-        Capture an authorised, uncaptured charge (`POST /charges/{id}/capture`, body `{}` or
-        `{"amount": N}`), with the same guarantees as `authorize`: the request's idempotency
-        key on every attempt, the same classification and retries. Breaker group `capture`.
+        Capture an authorised, uncaptured charge (the sandbox's `POST /charges/{id}/capture`,
+        body `{}` or `{"amount": N}`), with the same guarantees as `authorize`: the request's
+        idempotency key on every attempt, the same classification and retries. Breaker group
+        `capture`.
 
         Returns the charge with its capture state (`captured` True, `amount_captured` the
         amount asked for, or the whole amount). A replay answers the charge as it was at the
         capture (`replayed` True). Raises the GatewayErrors of `authorize`; the acquirer's
         rule refusals are InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
         "charge_already_captured", "charge_already_voided", "charge_declined" or
-        "amount_exceeds_capturable" (422), never retried.
+        "amount_exceeds_capturable" (422; the sandbox's codes, docs/connectors.md has each
+        provider's), never retried.
         """
         if not isinstance(request, CaptureRequest):
             raise TypeError("request must be a CaptureRequest")
-
-        def decode(answer: Answer) -> Authorization:
-            charge = decode_operated(
-                answer.body or b"", request.acquirer_reference, replayed=is_replayed(answer.headers)
-            )
-            expected = charge.amount if request.amount is None else request.amount
-            if not charge.captured or charge.amount_captured != expected:
-                raise MalformedBody("the charge is not captured for the amount asked")
-            return charge
-
-        progress = self._start(
+        dialect = self._dialect
+        return self._write(
             "capture",
             request.acquirer_reference,
-            request.idempotency_key,
+            request,
+            dialect.capture_request(request),
+            dialect.decode_capture,
+            lambda _: "captured",
             policy,
-            request_id=request_id,
+            request_id,
         )
-        url = self._charge_url(request.acquirer_reference, "capture")
-        return self._post(progress, url, encode_capture(request), decode, lambda _: "captured")
 
     def void(
         self,
@@ -377,8 +361,8 @@ class AcquirerClient(RetryLoop):
         request_id: str | None = None,
     ) -> Authorization:
         """
-        Release an authorised, uncaptured charge (`POST /charges/{id}/void`, body `{}`), with
-        the same guarantees as `authorize`. Breaker group `void`.
+        Release an authorised, uncaptured charge (the sandbox's `POST /charges/{id}/void`,
+        body `{}`), with the same guarantees as `authorize`. Breaker group `void`.
 
         Returns the charge with its capture state (`voided` True). Raises the GatewayErrors
         of `authorize`; rule refusals are InvalidRequestErrors with `acquirer_code`
@@ -387,24 +371,17 @@ class AcquirerClient(RetryLoop):
         """
         if not isinstance(request, VoidRequest):
             raise TypeError("request must be a VoidRequest")
-
-        def decode(answer: Answer) -> Authorization:
-            charge = decode_operated(
-                answer.body or b"", request.acquirer_reference, replayed=is_replayed(answer.headers)
-            )
-            if not charge.voided:
-                raise MalformedBody("the charge is not voided")
-            return charge
-
-        progress = self._start(
+        dialect = self._dialect
+        return self._write(
             "void",
             request.acquirer_reference,
-            request.idempotency_key,
+            request,
+            dialect.void_request(request),
+            dialect.decode_void,
+            lambda _: "voided",
             policy,
-            request_id=request_id,
+            request_id,
         )
-        url = self._charge_url(request.acquirer_reference, "void")
-        return self._post(progress, url, encode_void(), decode, lambda _: "voided")
 
     def refund(
         self,
@@ -414,8 +391,9 @@ class AcquirerClient(RetryLoop):
         request_id: str | None = None,
     ) -> Refund:
         """
-        Refund (part of) a captured charge (`POST /refunds`, body `{"charge", "amount"?,
-        "reference"}`), with the same guarantees as `authorize`. Breaker group `refund`.
+        Refund (part of) a captured charge (the sandbox's `POST /refunds`, body `{"charge",
+        "amount"?, "reference"}`), with the same guarantees as `authorize`. Breaker group
+        `refund`.
 
         Returns the Refund, succeeded or failed (a failed refund is a result, like a
         decline). Raises the GatewayErrors of `authorize`; rule refusals are
@@ -427,26 +405,17 @@ class AcquirerClient(RetryLoop):
         """
         if not isinstance(request, RefundRequest):
             raise TypeError("request must be a RefundRequest")
-
-        def decode(answer: Answer) -> Refund:
-            refund = decode_refund(answer.body or b"", replayed=is_replayed(answer.headers))
-            if refund.charge != request.acquirer_reference:
-                raise MalformedBody("the refund does not match the request (charge)")
-            if refund.refund_reference != request.refund_reference:
-                raise MalformedBody("the refund does not match the request (refund_reference)")
-            if request.amount is not None and refund.amount != request.amount:
-                raise MalformedBody("the refund does not match the request (amount)")
-            return refund
-
-        progress = self._start(
+        dialect = self._dialect
+        return self._write(
             "refund",
             request.refund_reference,
-            request.idempotency_key,
+            request,
+            dialect.refund_request(request),
+            dialect.decode_refund,
+            _refund_outcome,
             policy,
-            request_id=request_id,
+            request_id,
         )
-        body = encode_refund(request)
-        return self._post(progress, self._refunds_url, body, decode, _refund_outcome)
 
     def lookup(
         self,
@@ -456,20 +425,20 @@ class AcquirerClient(RetryLoop):
         request_id: str | None = None,
     ) -> list[Authorization]:
         """
-        Return the acquirer's charges for our `payment_reference` (may be empty; sent as
-        `GET /charges?reference=`), each with its capture state now when the acquirer shows
-        it, retrying under `policy` (a GET: every failure but a permanent one is safe to
-        repeat). Breaker group `lookup`.
+        Return the acquirer's charges for our `payment_reference` (may be empty; the
+        sandbox's `GET /charges?reference=`), each with its capture state now when the
+        acquirer shows it, retrying under `policy` (a GET: every failure but a permanent one
+        is safe to repeat). Breaker group `lookup`.
 
         Raises the same GatewayError subclasses as `authorize`.
         """
-        return self._lookup(
+        _check_reference("payment_reference", payment_reference)
+        dialect = self._dialect
+        return self._read(
             "lookup",
-            self._charges_url,
             payment_reference,
-            "payment_reference",
-            decode_charge_list,
-            lambda charge: charge.payment_reference,
+            dialect.lookup_request(payment_reference),
+            lambda answer: dialect.decode_lookup(answer, payment_reference),
             policy,
             request_id,
         )
@@ -478,23 +447,26 @@ class AcquirerClient(RetryLoop):
         self,
         refund_reference: str,
         *,
+        acquirer_reference: str | None = None,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
     ) -> list[Refund]:
         """
-        Return the acquirer's refunds filed under our `refund_reference` (may be empty; sent
-        as `GET /refunds?reference=`), oldest first: how reconciliation learns what became
-        of a refund whose answer was lost. Retried like `lookup` (a GET), in breaker group
-        `lookup` (the read path reconciliation depends on; an outage of the writes leaves
-        it alone). Raises the same GatewayError subclasses as `authorize`.
+        Return the acquirer's refunds filed under our `refund_reference` (may be empty; the
+        sandbox's `GET /refunds?reference=`), oldest first: how reconciliation learns what
+        became of a refund whose answer was lost. `acquirer_reference`: the refunded charge's
+        id at the provider, which a dialect listing refunds per payment needs (Stripe); the
+        sandbox ignores it. Retried like `lookup` (a GET), in breaker group `lookup` (the
+        read path reconciliation depends on; an outage of the writes leaves it alone).
+        Raises the same GatewayError subclasses as `authorize`.
         """
-        return self._lookup(
+        _check_reference("refund_reference", refund_reference)
+        dialect = self._dialect
+        return self._read(
             "lookup_refunds",
-            self._refunds_url,
             refund_reference,
-            "refund_reference",
-            decode_refund_list,
-            lambda refund: refund.refund_reference,
+            dialect.lookup_refunds_request(refund_reference, acquirer_reference),
+            lambda answer: dialect.decode_lookup_refunds(answer, refund_reference),
             policy,
             request_id,
         )
@@ -517,73 +489,80 @@ class AcquirerClient(RetryLoop):
 
     # -- one request shape per HTTP method ---------------------------------------------------
 
-    def _post(
+    def _write(
         self,
-        progress: Progress,
-        url: str,
-        body: bytes,
-        decode: Callable[[Answer], T],
-        outcome: Callable[[T], str],
-    ) -> T:
-        """A write: `body` as JSON to `url` with the call's idempotency key on every attempt."""
-        key = progress.idempotency_key
-        assert key is not None  # every write carries one
-
-        headers = self._headers | {"Content-Type": "application/json", "Idempotency-Key": key}
-        headers |= _request_id_headers(progress)
-
-        def build(timeout: httpx.Timeout) -> httpx.Request:
-            return httpx.Request(
-                "POST",
-                url,
-                content=body,
-                headers=headers,
-                extensions={"timeout": timeout.as_dict()},
-            )
-
-        return self._call(progress, build, decode, outcome)
-
-    def _lookup(
-        self,
-        operation: str,
-        url: str,
+        operation: Operation,
         reference: str,
-        parameter: str,
-        decode_list: Callable[[bytes], list[V]],
-        echoed: Callable[[V], str],
+        request: W,
+        wire: WireRequest,
+        decode: Callable[[Answer, W], T],
+        outcome: Callable[[T], str],
+        policy: RetryPolicy | None,
+        request_id: str | None,
+    ) -> T:
+        """A write: the dialect's request with the call's idempotency key on every attempt
+        (checked first against the dialect's limit: ValueError before sending)."""
+        key = request.idempotency_key
+        limit = self._dialect.max_idempotency_key_length
+        if len(key) > limit:
+            raise ValueError(
+                f"idempotency_key is longer than the {limit} characters {self._dialect.kind} keeps"
+            )
+        progress = self._start(operation, reference, key, policy, request_id=request_id)
+        headers = self._headers | {self._dialect.idempotency_header: key}
+        dialect = self._dialect
+        return self._call(
+            progress,
+            self._builder(wire, headers, progress),
+            lambda answer: decode(answer, request),
+            outcome,
+            lambda answer: dialect.refusal_result(operation, answer, request),
+        )
+
+    def _read(
+        self,
+        operation: Operation,
+        reference: str,
+        wire: WireRequest,
+        decode: Callable[[Answer], list[V]],
         policy: RetryPolicy | None,
         request_id: str | None,
     ) -> list[V]:
-        """A look-up: `GET url?reference=` (safe to repeat), in breaker group `lookup`; every
-        listed item must carry `reference` back (`echoed`). `parameter` names `reference` in
-        the ValueError raised when it is empty."""
-        if not isinstance(reference, str) or not reference:
-            raise ValueError(f"{parameter} must be a non-empty string")
-
+        """A look-up: the dialect's GET (safe to repeat), in breaker group `lookup`."""
         progress = self._start(
             operation, reference, None, policy, group="lookup", request_id=request_id
         )
-        headers = self._headers | _request_id_headers(progress)
+        build = self._builder(wire, self._headers, progress)
+        return self._call(progress, build, decode, lambda _: "ok")
+
+    def _builder(
+        self, wire: WireRequest, headers: dict[str, str], progress: Progress
+    ) -> Callable[[httpx.Timeout], httpx.Request]:
+        """Builds `wire` as an httpx request for one attempt's timeouts (the same bytes on
+        every attempt)."""
+        headers = headers | _request_id_headers(progress)
+        if wire.content_type is not None:
+            headers["Content-Type"] = wire.content_type
+        url = self._base_url + wire.path
+        params = wire.params or None
 
         def build(timeout: httpx.Timeout) -> httpx.Request:
             return httpx.Request(
-                "GET",
+                wire.method,
                 url,
-                params={"reference": reference},
+                params=params,
+                content=wire.body,
                 headers=headers,
                 extensions={"timeout": timeout.as_dict()},
             )
 
-        def decode(answer: Answer) -> list[V]:
-            items = decode_list(answer.body or b"")
-            if any(echoed(item) != reference for item in items):
-                raise MalformedBody("a listed item has another reference")
-            return items
+        return build
 
-        return self._call(progress, build, decode, lambda _: "ok")
 
-    def _charge_url(self, acquirer_reference: str, action: str) -> str:
-        return f"{self._charges_url}/{quote(acquirer_reference, safe='')}/{action}"
+def _check_reference(parameter: str, reference: object) -> None:
+    """A look-up's reference: a non-empty string, else ValueError naming `parameter`."""
+    if not isinstance(reference, str) or not reference:
+        raise ValueError(f"{parameter} must be a non-empty string")
 
 
 def _request_id_headers(progress: Progress) -> dict[str, str]:

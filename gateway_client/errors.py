@@ -93,6 +93,10 @@ class GatewayError(Exception):
         status_code: the HTTP status of the acquirer's answer, None if there was no answer.
         code: the acquirer's error code from the body, sanitised, or None.
         acquirer: the configured name of the acquirer.
+        provider_retry: the provider's own word on retrying the answer (Stripe's
+            `Stripe-Should-Retry`: True or False), None when it said nothing.
+        provider_request_id: the provider's id of the last request (Stripe's `Request-Id`),
+            None when it sends none or nothing was answered.
     """
 
     def __init__(
@@ -114,6 +118,8 @@ class GatewayError(Exception):
         self.code = code
         self.acquirer = acquirer
         self.attempt_log: tuple[AttemptRecord, ...] = ()
+        self.provider_retry: bool | None = None
+        self.provider_request_id: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The keyword-only constructor cannot be rebuilt from `args` alone; keep errors

@@ -252,12 +252,15 @@ class AttemptRecord:
     `succeeded` ...) or the error's class name, which `error` repeats for an error.
     `decision`: `return`, `retry` or `raise`, with `stop_reason` for a raise (`permanent`,
     `ambiguous`, `max_attempts`, `budget`, `gate`, `circuit_open`, `concurrency`, `deadline`,
-    `server_wait_too_long`). `wait` (seconds) and `wait_source` (`retry-after`,
+    `server_wait_too_long`, `provider_no_retry`: the provider said not to, e.g.
+    `Stripe-Should-Retry: false`). `wait` (seconds) and `wait_source` (`retry-after`,
     `quota-header`, `gate`, `backoff`): the sleep chosen before the next attempt;
     `server_wait`: the acquirer's own wait. `budget_retries`: the retry budget's retries
     available at that moment; `gate_remaining`: the rate gate's remaining closed time
     (seconds); `gate_waited`: seconds the call waited for the gate so far. `breaker_state`: the
-    circuit breaker's state after this step. All seconds rounded to milliseconds.
+    circuit breaker's state after this step. `provider_request_id`: the provider's id of
+    this request from its answer (Stripe's `Request-Id`; None when it sends none). All seconds
+    rounded to milliseconds.
     """
 
     attempt: int
@@ -276,6 +279,7 @@ class AttemptRecord:
     gate_remaining: float | None = None
     gate_waited: float = 0.0
     breaker_state: str | None = None
+    provider_request_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that apply (None left out), JSON-ready."""

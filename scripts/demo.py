@@ -86,6 +86,7 @@ from merchant_client import (  # noqa: E402
 )
 from sandbox_acquirer.faults import PROBLEMS  # noqa: E402
 from sandbox_acquirer.scenarios import ScenarioSettings, resolve_scenario  # noqa: E402
+from scripts.demo_stripe import stripe_payment  # noqa: E402
 from scripts.demo_webhooks import webhook_after_reconciliation  # noqa: E402
 
 #: The README's API contract: what the service answers for each kind of acquirer outcome.
@@ -269,6 +270,7 @@ class Demo:
         read_timeout: float,
         beta: str = "http://127.0.0.1:8091",
         breaker_open_seconds: float = 30.0,
+        localstripe: str = "http://127.0.0.1:8092",
     ) -> None:
         # The merchant side is merchant_client. One attempt per call shows the service's answer
         # to each request (the scenarios compare it with the README's table); the retrying
@@ -280,6 +282,7 @@ class Demo:
         # The second acquirer of make run (beta, :8091): where alpha's certain failures go.
         self.beta = httpx.Client(base_url=beta, timeout=10.0, trust_env=False)
         self.read_timeout = read_timeout
+        self.localstripe = localstripe  # make run's third acquirer, stripe (localstripe)
         self.breaker_open_seconds = breaker_open_seconds
         self.run_id = uuid.uuid4().hex[:6]
         self.results: list[tuple[str, bool]] = []
@@ -916,6 +919,11 @@ class Demo:
         )
         self.verdict(title, ok, expected)
 
+    def stripe_step(self) -> None:
+        """The stripe connector (``scripts/demo_stripe.py``): one payment through localstripe."""
+        self.heading("a payment through the stripe connector")
+        self.verdict(*stripe_payment(self.api_url.rstrip("/"), self.api_key, self.localstripe))
+
     def run(self) -> int:
         self.settle_alpha()
         first = self.acquirer_scenario("approved", "tok_visa")
@@ -939,6 +947,7 @@ class Demo:
         self.webhook_step()
         self.ambiguous_stays()
         self.outage_absorbed()
+        self.stripe_step()
 
         failed = [title for title, ok in self.results if not ok]
         print(
@@ -978,6 +987,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--beta-sandbox", default="http://127.0.0.1:8091", help="the second one, beta"
+    )
+    parser.add_argument(
+        "--localstripe", default="http://127.0.0.1:8092", help="the third acquirer, stripe's"
     )
     parser.add_argument(
         "--api-key",
@@ -1047,6 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
         args.acquirer_read_timeout,
         beta=args.beta_sandbox.rstrip("/"),
         breaker_open_seconds=args.breaker_open_seconds,
+        localstripe=args.localstripe.rstrip("/"),
     )
     return demo.run()
 

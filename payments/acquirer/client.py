@@ -17,7 +17,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from acquirers.specs import AcquirerSpec
-from gateway_client import AcquirerClient, AcquirerConfig, RetryPolicy
+from gateway_client import (
+    AcquirerClient,
+    AcquirerConfig,
+    Dialect,
+    RetryPolicy,
+    SandboxDialect,
+    StripeDialect,
+)
 from payments.acquirer.metrics import GatewayMetrics
 from resilience import (
     DEFAULT_GROUPS,
@@ -94,6 +101,16 @@ def acquirer_config(spec: AcquirerSpec | None = None) -> AcquirerConfig:
         quota_profile=_setting(spec, "ACQUIRER_QUOTA_PROFILE"),
         rate_scope=_setting(spec, "ACQUIRER_RATE_SCOPE"),
     )
+
+
+def acquirer_dialect(spec: AcquirerSpec | None = None) -> Dialect:
+    """The connector's dialect of the acquirer ``spec`` (None: the first configured): its
+    ``type``'s wire format (``sandbox``, or ``stripe`` with its pinned API version)."""
+    spec = spec or acquirer_spec()
+    if spec.type == "stripe":
+        assert spec.api_version is not None  # required by acquirers/specs.py
+        return StripeDialect(api_version=spec.api_version)
+    return SandboxDialect()
 
 
 def api_retry_policy(spec: AcquirerSpec | None = None) -> RetryPolicy:
@@ -201,7 +218,8 @@ def _acquirer_client_built(name: str | None) -> AcquirerClient:
         _setting(spec, "ACQUIRER_RETRY_BUDGET_PERCENT"),
     )
     breaker, limiter = breaker_config(spec), concurrency_config(spec)
-    cache_key = (config, policy, redis_url, namespace, budget_settings, breaker, limiter)
+    dialect = acquirer_dialect(spec)
+    cache_key = (config, policy, redis_url, namespace, budget_settings, breaker, limiter, dialect)
     with _clients_lock:
         client = _clients.get(cache_key)
         if client is None:
@@ -222,6 +240,7 @@ def _acquirer_client_built(name: str | None) -> AcquirerClient:
                 metrics=GatewayMetrics(config.name),
                 breakers=dict.fromkeys(DEFAULT_GROUPS, breaker),  # every group, one config
                 limiter=limiter,
+                dialect=dialect,
             )
             _clients[cache_key] = client
         return client

@@ -160,7 +160,12 @@ def operation_lookup(
     (``GET /refunds?reference=<refund id>``). Outside any transaction. Raises the gateway's
     errors (the caller reschedules)."""
     if operation.kind == OperationKind.REFUND:
-        found = client.lookup_refunds(operation.id, policy=policy, request_id=current_request_id())
+        found = client.lookup_refunds(
+            operation.id,
+            acquirer_reference=payment.acquirer_reference,
+            policy=policy,
+            request_id=current_request_id(),
+        )
         return operation_found(operation, found)
     found_charges = client.lookup(payment.id, policy=policy, request_id=current_request_id())
     return operation_found(operation, found_charges)

@@ -22,7 +22,9 @@ from payments.models import (
     RefundReason,
 )
 
-PAYMENT_METHOD_PATTERN = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
+#: A card token: ours (``tok_...``, the sandbox's) or a Stripe PaymentMethod id (``pm_...``,
+#: made by Stripe.js on the merchant's page) for a ``stripe`` acquirer (docs/connectors.md).
+PAYMENT_METHOD_PATTERN = re.compile(r"(?:tok|pm)_[A-Za-z0-9_]{1,64}")
 #: The longest value of each string field of ``POST /payments`` (characters).
 CREATE_MAX_LENGTHS = {
     "currency": 3,

@@ -84,6 +84,8 @@ PUBLIC = {
     "BreakerConfig", "BreakerSnapshot", "CaptureRequest", "Clock", "LimiterSnapshot",
     "ManualClock", "MemoryStore", "RedisStore", "Refund", "RefundRequest", "RetryPolicy",
     "StateStore", "VoidRequest", "classify_exception",
+    # the connector seam (dialect.py) and its dialects
+    "Dialect", "SandboxDialect", "StripeDialect", "WireRequest",
 }  # fmt: skip
 
 
