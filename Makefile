@@ -56,9 +56,22 @@ run: $(VENV)/.local-installed
 	         "docs/operations.md, 'Supervision and heartbeats'. ***" >&2; fi; exit $$rc
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
-## (REDIS_URL, or the embedded server).
+## (REDIS_URL, or the embedded server), on TEST_WORKERS pytest-xdist workers (default 3; much
+## of the suite waits on subprocesses), each with a database test_<name>_gwN and a Redis
+## database of its own (tests/support/redis.py); the SERIAL tests of tests/conftest.py run one
+## after the other on one worker. A hung test fails after 120 s (pytest-timeout). Prints its time.
+## make test-fast: tests/lib and tests/unit only, no database and no subprocess (refused:
+## tests/support/fast_lane.py), in seconds.
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+.PHONY: test-fast
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); $(BIN)/python -m pytest $(PYTEST_PARALLEL); rc=$$?; \
+	  echo "make test: $$(( $$(date +%s) - start )) s (-n $(TEST_WORKERS), rc=$$rc)"; exit $$rc
+
+test-fast: $(VENV)/.test-installed
+	@start=$$(date +%s); $(BIN)/python -m pytest -p tests.support.fast_lane tests/unit; \
+	  rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 ## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,
 ## detect-private-key, mypy --strict on gateway_client); CI runs it before make test.

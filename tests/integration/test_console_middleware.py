@@ -20,7 +20,7 @@ from config.console_middleware import (
 from payments.apis import healthz
 from payments.health import readyz
 from payments.metrics_views import metrics_view
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 PASSWORD = "correct horse battery staple"
 

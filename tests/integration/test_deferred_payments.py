@@ -33,7 +33,7 @@ from payments.deferred import deferred_sweep
 from payments.deferred_tasks import submit_due_deferred_payments
 from payments.models import Payment, PaymentEventType
 from payments.reconciliation import ReconciliationPolicy, reconciliation_sweep
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import ROOT, service_env, wait_until
 from webhooks.models import Event
 

@@ -13,7 +13,7 @@ from payments.acquirer.client import acquirer_client
 from payments.models import Payment
 from payments.responses import Answered, Replayed
 from payments.services import payment_create
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

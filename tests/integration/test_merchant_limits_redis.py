@@ -17,8 +17,8 @@ from gateway_client.store import MemoryStore, RedisStore
 from gateway_client.structured_fields import parse_list
 from idempotency.models import IdempotencyKey
 from payments.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
+from tests.support.api import PAYMENT_BODY
 from tests.support.redis import suite_redis_url
 
 
