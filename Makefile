@@ -70,7 +70,7 @@ test: $(VENV)/.test-installed
 	  echo "make test: $$(( $$(date +%s) - start )) s (-n $(TEST_WORKERS), rc=$$rc)"; exit $$rc
 
 test-fast: $(VENV)/.test-installed
-	@start=$$(date +%s); $(BIN)/python -m pytest -p tests.support.fast_lane tests/unit; \
+	@start=$$(date +%s); $(BIN)/python -m pytest -p tests.support.fast_lane tests/lib tests/unit; \
 	  rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 ## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,

@@ -32,7 +32,8 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
         out_dir=tmp_path_factory.mktemp("campaigns"),
         redis_url=redis_url,
         drop_database_at_exit=not os.environ.get("CAMPAIGN_KEEP_DATABASE"),
-        env=dict(SHORT["stack"]),
+        # 10 s to connect, not 3: make test's other workers load the machine meanwhile.
+        env={**SHORT["stack"], "DATABASE_CONNECT_TIMEOUT_SECONDS": "10"},
     )
     with Stack.running(options) as running:
         running.prepare_merchants(

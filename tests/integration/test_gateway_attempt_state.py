@@ -29,9 +29,9 @@ from gateway_client.breaker import CircuitBreaker
 from gateway_client.budget import RetryBudget
 from gateway_client.gate import GATE_CLOSE
 from gateway_client.store import MemoryStore
+from tests.lib.test_gateway_breaker_vectors import CONFIG_C
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
-from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ TESTS = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     ("url", "worker", "embedded", "expected"),
     [
-        ("redis://127.0.0.1:6379/8", 0, False, "redis://127.0.0.1:6379/8"),
-        ("redis://127.0.0.1:6379/8", 3, False, "redis://127.0.0.1:6379/11"),
-        ("redis://127.0.0.1:6379", 2, False, "redis://127.0.0.1:6379/2"),
+        ("redis://cache.internal:6379/8", 0, False, "redis://cache.internal:6379/8"),
+        ("redis://cache.internal:6379/8", 3, False, "redis://cache.internal:6379/11"),
+        ("redis://cache.internal:6379", 2, False, "redis://cache.internal:6379/2"),
         ("rediss://:pw@cache:6380/3?ssl_cert_reqs=none", 1, False,
          "rediss://:pw@cache:6380/4?ssl_cert_reqs=none"),
         ("unix:///srv/.redis/redis.sock?db=15", 0, True, "unix:///srv/.redis/redis.sock?db=15"),
