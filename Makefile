@@ -128,10 +128,10 @@ bench: $(VENV)/.bench-installed
 ## minutes, soak 60 s). CAMPAIGN_ARGS="storms crash --out DIR" picks campaigns and options.
 .PHONY: campaign campaign-short
 campaign: $(VENV)/.test-installed
-	$(BIN)/python -m bench.campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+	$(BIN)/python -m campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
 campaign-short: $(VENV)/.test-installed
-	$(BIN)/python -m bench.campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+	$(BIN)/python -m campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
 ## make test-pgbouncer: the concurrency and end-to-end tests and a short throughput run through
 ## a private PgBouncer in transaction pooling mode (docs/scaling.md). Needs Debian's pgbouncer

@@ -1,4 +1,4 @@
-"""The fault campaigns of bench/campaigns, short versions, on one stack started as subprocesses
+"""The fault campaigns of campaigns/, short versions, on one stack started as subprocesses
 (sandbox, gunicorn with 3 workers, a Celery worker on Redis with its own queue, beat sweeping
 every second) over a database of their own (``<DATABASE_URL's name>_campaigns``, dropped
 afterwards unless ``CAMPAIGN_KEEP_DATABASE`` is set). Each test fails with the campaign's
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.campaigns.harness import Stack, StackOptions
-from bench.campaigns.runner import (
+from campaigns.harness import Stack, StackOptions
+from campaigns.runner import (
     MERCHANTS,
     PROFILES,
     campaign_prepare,
