@@ -132,16 +132,31 @@ SLOW = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook, same name)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test as it is collected: before any ``pytest_collection_modifyitems``, where
+    xdist reads the groups (a marker added there can come too late: the group is ignored)."""
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    if path.startswith(SERIAL):
+        item.add_marker(pytest.mark.xdist_group("serial"))
+    for prefix, seconds in SLOW.items():
+        if path.startswith(prefix) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
+    """``--dist loadgroup`` on pytest 9.2: pytest-xdist 3.8 names a test's group by setting
+    ``item._nodeid`` to ``<nodeid>@<group>``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``), so groups were silently ignored and SERIAL tests ran on several workers at
+    once. The same suffix, set where pytest reads it; a no-op once xdist's own takes effect."""
+    if not config.getvalue("loadgroup"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
     for item in items:
-        path = item.path.relative_to(root).as_posix()
-        if path.startswith(SERIAL):
-            item.add_marker(pytest.mark.xdist_group("serial"))
-        for prefix, seconds in SLOW.items():
-            if path.startswith(prefix) and item.get_closest_marker("timeout") is None:
-                item.add_marker(pytest.mark.timeout(seconds))
+        groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if groups and hasattr(item, "_id") and "@" not in item.nodeid.rpartition("]")[2]:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
