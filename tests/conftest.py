@@ -149,7 +149,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``item._nodeid`` to ``<nodeid>@<group>``, which pytest 9.2 no longer reads (a node's id is
     ``item._id``), so groups were silently ignored and SERIAL tests ran on several workers at
     once. The same suffix, set where pytest reads it; a no-op once xdist's own takes effect."""
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
         return
     from _pytest.nodeid import coerce_node_id
 
