@@ -63,9 +63,22 @@ run: $(VENV)/.local-installed
 	         "docs/operations.md, 'Supervision and heartbeats'. ***" >&2; fi; exit $$rc
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
-## (REDIS_URL, or the embedded server).
+## (REDIS_URL, or the embedded server), on TEST_WORKERS pytest-xdist workers (default 3; much
+## of the suite waits on subprocesses), each with a database test_<name>_gwN and a Redis
+## database of its own (tests/support/redis.py); the SERIAL tests of tests/conftest.py run one
+## after the other on one worker. A hung test fails after 120 s (pytest-timeout). Prints its time.
+## make test-fast: tests/lib and tests/unit only, no database and no subprocess (refused:
+## tests/support/fast_lane.py), in seconds.
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+.PHONY: test-fast
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); $(BIN)/python -m pytest $(PYTEST_PARALLEL); rc=$$?; \
+	  echo "make test: $$(( $$(date +%s) - start )) s (-n $(TEST_WORKERS), rc=$$rc)"; exit $$rc
+
+test-fast: $(VENV)/.test-installed
+	@start=$$(date +%s); $(BIN)/python -m pytest -p tests.support.fast_lane tests/lib tests/unit; \
+	  rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 ## make lint: every pre-commit hook on every file (ruff check, ruff format --check, django-upgrade,
 ## detect-private-key, mypy --strict on resilience, gateway_client, merchant_client); CI runs it
@@ -123,10 +136,10 @@ bench: $(VENV)/.bench-installed
 ## minutes, soak 60 s). CAMPAIGN_ARGS="storms crash --out DIR" picks campaigns and options.
 .PHONY: campaign campaign-short
 campaign: $(VENV)/.test-installed
-	$(BIN)/python -m bench.campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+	$(BIN)/python -m campaigns $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
 campaign-short: $(VENV)/.test-installed
-	$(BIN)/python -m bench.campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
+	$(BIN)/python -m campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
 ## make test-pgbouncer: the concurrency and end-to-end tests and a short throughput run through
 ## a private PgBouncer in transaction pooling mode (docs/scaling.md). Needs Debian's pgbouncer

@@ -2,7 +2,7 @@
 A parser for RFC 9651 structured fields (which obsoletes RFC 8941): Lists, Dictionaries and
 Items, with every bare type, enough for the IETF RateLimit headers and checked against the HTTP
 working group's test vectors (tests/data/structured-field-tests, run by
-tests/unit/test_gateway_sf_vectors.py).
+tests/lib/test_gateway_sf_vectors.py).
 
     RateLimit-Policy: "burst";q=100;w=60, "daily";q=1000;w=86400;pk=:cHsxMjM0NTY3ODk=:
     RateLimit: "default";r=0;t=30

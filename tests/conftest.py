@@ -1,8 +1,11 @@
-"""Shared fixtures: merchants with API keys, API clients, and the sandbox acquirer process."""
+"""Shared fixtures: merchants with API keys, API clients, and the sandbox acquirer process.
+
+Nothing imports this module (pytest loads it): what tests import lives in tests/support/.
+It also sorts the suite for ``make test`` and ``make test-fast`` (``pytest_collection_modifyitems``
+below): the ``subprocess``, ``database`` and ``serial`` markers and the slow tests' timeouts."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,15 +16,9 @@ from rest_framework.test import APIClient
 from merchants.models import Merchant
 from merchants.services import merchant_create
 from payments.acquirer.client import acquirer_clients_reset
+from tests.support.keys import idempotency_key
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
-
-PAYMENT_BODY: dict[str, Any] = {
-    "amount": 1999,
-    "currency": "EUR",
-    "payment_method": "tok_visa",
-    "reference": "order-1",
-}
 
 
 @dataclass
@@ -35,7 +32,7 @@ class MerchantClient:
     def create_payment(self, body: Any, key: str | None = "auto", **headers: str):
         """POST /payments with ``body`` as JSON (a dict) or raw bytes/str; ``key`` None omits it."""
         if key == "auto":
-            key = uuid.uuid4().hex
+            key = idempotency_key()
         if key is not None:
             headers["HTTP_IDEMPOTENCY_KEY"] = key
         content_type = headers.pop("content_type", "application/json")
@@ -115,3 +112,57 @@ def enqueued(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(tasks.payment_reconcile_task, "delay", delay)
     return sent
+
+
+# -- how make test runs the suite (pytest-xdist, pytest-timeout) -----------------------------
+
+#: Tests that run one after the other on one xdist worker (``--dist loadgroup``: the
+#: ``xdist_group("serial")`` marker), while the other workers run the rest: each kills a
+#: broker, shares a database or a stack with its neighbours, or measures timing that a
+#: machine's other workers would skew. Listed here, by path prefix, not in the files.
+SERIAL = (
+    "tests/campaigns/",  # one stack per module and one <name>_campaigns database
+    "tests/e2e/test_broker_restart.py",  # kills its broker under a live worker, on a deadline
+)
+
+#: Per-test timeouts above the default (``timeout`` in pyproject.toml's [tool.pytest]), in
+#: seconds, by path prefix; a test's own ``@pytest.mark.timeout`` wins.
+SLOW = {
+    "tests/campaigns/": 900,  # the first test starts the whole stack (module fixture)
+}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test as it is collected: before any ``pytest_collection_modifyitems``, where
+    xdist reads the groups (a marker added there can come too late: the group is ignored)."""
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    if path.startswith(SERIAL):
+        item.add_marker(pytest.mark.xdist_group("serial"))
+    for prefix, seconds in SLOW.items():
+        if path.startswith(prefix) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--dist loadgroup`` on pytest 9.2: pytest-xdist 3.8 names a test's group by setting
+    ``item._nodeid`` to ``<nodeid>@<group>``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``), so groups were silently ignored and SERIAL tests ran on several workers at
+    once. The same suffix, set where pytest reads it; a no-op once xdist's own takes effect."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if groups and hasattr(item, "_id") and "@" not in item.nodeid.rpartition("]")[2]:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    worker = config.getoption("numprocesses", None)
+    timeout = config.getini("timeout")
+    return (
+        f"per-test timeout {timeout} s (longer for tests/conftest.py's SLOW), "
+        f"xdist workers: {worker or 'none'}"
+    )

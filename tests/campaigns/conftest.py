@@ -5,5 +5,5 @@
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "campaign: short fault campaigns (bench/campaigns) against the stack as subprocesses",
+        "campaign: short fault campaigns (campaigns/) against the stack as subprocesses",
     )

@@ -1,4 +1,4 @@
-"""The fault campaigns of bench/campaigns, short versions, on one stack started as subprocesses
+"""The fault campaigns of campaigns/, short versions, on one stack started as subprocesses
 (sandbox, gunicorn with 3 workers, a Celery worker on Redis with its own queue, beat sweeping
 every second) over a database of their own (``<DATABASE_URL's name>_campaigns``, dropped
 afterwards unless ``CAMPAIGN_KEEP_DATABASE`` is set). Each test fails with the campaign's
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.campaigns.harness import Stack, StackOptions
-from bench.campaigns.runner import (
+from campaigns.harness import Stack, StackOptions
+from campaigns.runner import (
     MERCHANTS,
     PROFILES,
     campaign_prepare,
@@ -32,7 +32,8 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
         out_dir=tmp_path_factory.mktemp("campaigns"),
         redis_url=redis_url,
         drop_database_at_exit=not os.environ.get("CAMPAIGN_KEEP_DATABASE"),
-        env=dict(SHORT["stack"]),
+        # 10 s to connect, not 3: make test's other workers load the machine meanwhile.
+        env={**SHORT["stack"], "DATABASE_CONNECT_TIMEOUT_SECONDS": "10"},
     )
     with Stack.running(options) as running:
         running.prepare_merchants(

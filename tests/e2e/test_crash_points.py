@@ -22,8 +22,8 @@ from payments.reconciliation.payments import (
     payment_reconcile,
     reconciliation_claim_payment,
 )
-from tests.conftest import PAYMENT_BODY
 from tests.integration.test_lifecycle_api import post
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import (
     GUNICORN,
     ROOT,

@@ -46,7 +46,7 @@ def celery_logs(tmp_path) -> Iterator[tuple[dict, dict[str, object]]]:
     named after BEAT_CARD); yields the environment and their log paths."""
     env = service_env(
         LOG_FORMAT="json",
-        DJANGO_SETTINGS_MODULE="bench.campaigns.settings",
+        DJANGO_SETTINGS_MODULE="campaigns.settings",
         CAMPAIGN_BEAT_CARD=BEAT_CARD,
     )
     paths = {name: tmp_path / f"{name}.log" for name in ("worker", "beat")}

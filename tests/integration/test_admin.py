@@ -17,8 +17,8 @@ from django.utils import timezone
 from console.admin import CappedCountPaginator
 from idempotency.models import IdempotencyKey
 from payments.models import Payment, PaymentEvent
-from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.django_db

@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from console.admin import CappedCountPaginator
 from payments.models import Payment, PaymentEvent, PaymentOperation
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

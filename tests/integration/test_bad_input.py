@@ -11,7 +11,7 @@ from rest_framework.exceptions import UnsupportedMediaType
 from idempotency.models import IdempotencyKey
 from payments.api.problems import problem_exception_handler
 from payments.models import Payment, PaymentEvent
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

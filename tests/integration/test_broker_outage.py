@@ -14,7 +14,7 @@ from django.utils import timezone
 from config.celery_app import app
 from payments.models import Payment
 from payments.reconciliation.payments import ReconciliationPolicy, reconciliation_claim_due
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

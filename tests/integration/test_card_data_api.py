@@ -23,9 +23,9 @@ from merchants.services import MerchantNameRefused, merchant_create
 from payments.admin.forms import NoteForm, RefundForm
 from payments.admin.operator_actions import OperationRefused, payment_resolve
 from payments.models import Payment, PaymentEvent
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
 from tests.integration.test_admin import LIST_URL, needs_review_payment, staff_client
+from tests.support.api import PAYMENT_BODY
 from tests.support.card_corpus import card_corpus
 
 pytestmark = pytest.mark.django_db

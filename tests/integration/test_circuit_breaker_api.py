@@ -7,7 +7,7 @@ import pytest
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
 from payments.models import Payment
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

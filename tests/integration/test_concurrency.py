@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from idempotency.models import IdempotencyKey
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ from console.middleware import (
 from payments.api.views import healthz
 from payments.monitoring.health import readyz
 from payments.monitoring.views import metrics_view
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 PASSWORD = "correct horse battery staple"
 

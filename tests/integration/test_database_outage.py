@@ -26,7 +26,7 @@ from payments.reconciliation.payments import (
     payment_reconcile,
     reconciliation_claim_payment,
 )
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)

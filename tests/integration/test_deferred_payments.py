@@ -34,7 +34,7 @@ from payments.authorization.deferred_tasks import submit_due_deferred_payments
 from payments.core.crashpoints import DEFERRED_CRASH_POINTS
 from payments.models import Payment, PaymentEventType
 from payments.reconciliation.payments import ReconciliationPolicy, reconciliation_sweep
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import ROOT, service_env, wait_until
 from webhooks.models import Event
 

@@ -30,7 +30,12 @@ from devtools.embedded_redis import (
     stop_embedded_redis,
 )
 from tests.support.processes import ROOT
-from tests.support.redis import configured_redis_url, suite_redis_url
+from tests.support.redis import (
+    configured_redis_url,
+    suite_redis_url,
+    worker_redis_url,
+    xdist_worker_index,
+)
 
 URL_VARIABLES = ("REDIS_URL", "CELERY_BROKER_URL", "ACQUIRER_STATE_REDIS_URL")
 
@@ -188,12 +193,13 @@ def test_production_settings_never_start_it(data_dir):
 
 def test_the_suite_redis_is_the_embedded_server_unless_redis_url_is_set():
     """With REDIS_URL unset, every Redis test of this run talks to the embedded server's socket
-    (never to a machine's 127.0.0.1:6379); with it set, to exactly that URL."""
+    (never to a machine's 127.0.0.1:6379); with it set, to exactly that URL (its database
+    moved by the xdist worker's number: tests/support/redis.py)."""
     url = suite_redis_url()
     if configured_redis_url() is None:
         assert url.startswith(f"unix://{embedded_redis_dir()}/redis.sock")
     else:
-        assert url == os.environ["REDIS_URL"]
+        assert url == worker_redis_url(os.environ["REDIS_URL"], xdist_worker_index())
 
 
 def test_no_test_names_a_redis_host_of_its_own():

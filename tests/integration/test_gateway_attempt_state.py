@@ -29,9 +29,9 @@ from resilience.breaker import CircuitBreaker
 from resilience.budget import RetryBudget
 from resilience.gate import GATE_CLOSE
 from resilience.store import MemoryStore
+from tests.lib.test_gateway_breaker_vectors import CONFIG_C
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
-from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 
 @pytest.fixture

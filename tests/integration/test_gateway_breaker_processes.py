@@ -31,9 +31,9 @@ import redis
 
 from gateway_client import RedisStore
 from resilience.breaker import FAILURE, BreakerSet, CircuitBreaker
+from tests.lib.test_gateway_breaker_vectors import CONFIG_C
 from tests.support.redis import suite_redis_url
 from tests.support.sandbox import SandboxProcess
-from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 ROOT = Path(__file__).resolve().parents[2]
 C_FIELDS = {

@@ -1,9 +1,9 @@
 """
 The circuit breaker and the AIMD limiter on a real Redis (REDIS_URL or the embedded server).
 
-- docs/reference/circuit-breaker.md vectors: the tests of tests/unit/test_gateway_breaker_vectors.py
+- docs/reference/circuit-breaker.md vectors: the tests of tests/lib/test_gateway_breaker_vectors.py
   with the `make_store` fixture overridden to a RedisStore (injected ManualClock), and the AIMD
-  vectors of tests/unit/test_gateway_aimd.py the same way;
+  vectors of tests/lib/test_gateway_aimd.py the same way;
 - the Lua scripts mean what their Python twins mean: the same random operation sequences give
   the same answers on both backends;
 - without an injected clock the breaker runs on the Redis server's TIME;
@@ -43,8 +43,7 @@ from resilience.aimd import DROP, IGNORE, AimdLimiter
 from resilience.aimd import SUCCESS as SLOT_SUCCESS
 from resilience.breaker import FAILURE, IGNORED, SUCCESS, CircuitBreaker
 from resilience.metrics import CounterMetrics
-from tests.support.redis import suite_redis_url
-from tests.unit.test_gateway_aimd import (  # noqa: F401 - collected here, on Redis
+from tests.lib.test_gateway_aimd import (  # noqa: F401 - collected here, on Redis
     test_aimd_slot_of_a_killed_caller_expires_with_its_lease,
     test_aimd_vector_decrease_1_stays_1,
     test_aimd_vector_decrease_2_to_1,
@@ -52,7 +51,7 @@ from tests.unit.test_gateway_aimd import (  # noqa: F401 - collected here, on Re
     test_aimd_vector_increase_9_stays_9_with_4_in_flight,
     test_aimd_vector_increase_9_to_10_with_5_in_flight,
 )
-from tests.unit.test_gateway_breaker_vectors import (  # noqa: F401 - collected here, on Redis
+from tests.lib.test_gateway_breaker_vectors import (  # noqa: F401 - collected here, on Redis
     CONFIG_C,
     harness,
     test_vector_1_four_failures_stay_closed,
@@ -68,6 +67,7 @@ from tests.unit.test_gateway_breaker_vectors import (  # noqa: F401 - collected 
     test_vector_9_lookups_keep_working_while_authorize_is_open,
     test_vector_10_a_refused_call_sends_nothing_and_says_when,
 )
+from tests.support.redis import suite_redis_url
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from gateway_client import (
     RetryPolicy,
 )
 from resilience.metrics import CounterMetrics
+from tests.lib.test_gateway_breaker_vectors import CONFIG_C
 from tests.support.sandbox import SandboxProcess
-from tests.unit.test_gateway_breaker_vectors import CONFIG_C
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 The rate gate's and the retry budget's Lua programs mean what their Python twins mean: the
 same random operation sequences give the same answers on a real Redis and in memory. (The
 breaker's and the limiter's twins: test_gateway_breaker_redis.py; the table of which test
-covers which file: tests/unit/test_gateway_lua_files.py.)
+covers which file: tests/integration/test_gateway_lua_files.py.)
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from idempotency.services import idempotency_key_claim
 from payments.core.answers import payment_document
 from payments.core.documents import PaymentSerializer
 from payments.models import Payment, PaymentStatus
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from idempotency.models import IdempotencyKey
 from idempotency.services import ClaimOutcome, idempotency_key_claim
 from payments.models import Payment
 from payments.reconciliation.tasks import purge_expired_idempotency_keys
-from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

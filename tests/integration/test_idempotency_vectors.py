@@ -13,7 +13,7 @@ from payments.acquirer.client import acquirer_client
 from payments.authorization.create import payment_create
 from payments.core.answers import Answered, Replayed
 from payments.models import Payment
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from ledger.models import AuditRun
 from ledger.services import CSV_COLUMNS, audit_acquirer, audit_acquirer_run
 from payments.models import Payment, PaymentOperation
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

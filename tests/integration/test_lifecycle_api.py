@@ -9,7 +9,7 @@ import pytest
 
 from idempotency.models import IdempotencyKey
 from payments.models import PaymentEvent, PaymentOperation
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,8 +21,8 @@ from payments.reconciliation.operations import (
     operation_reconciliation_sweep,
 )
 from payments.reconciliation.payments import ReconciliationPolicy, ReconciliationResult
-from tests.conftest import PAYMENT_BODY
 from tests.integration.test_lifecycle_api import captured_payment, manual_payment, post
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 from tests.support.processes import wait_until
 from tests.support.redis import suite_redis_url
 

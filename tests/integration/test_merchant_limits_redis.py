@@ -17,8 +17,8 @@ from resilience.clock import ManualClock
 from resilience.quota import quota_profile
 from resilience.store import MemoryStore, RedisStore
 from resilience.structured_fields import parse_list
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
+from tests.support.api import PAYMENT_BODY
 from tests.support.redis import suite_redis_url
 
 

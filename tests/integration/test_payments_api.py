@@ -6,8 +6,8 @@ import pytest
 
 from idempotency.models import IdempotencyKey
 from payments.models import Payment, PaymentEvent
-from tests.conftest import PAYMENT_BODY
 from tests.factories import PaymentFactory
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,8 +24,8 @@ from payments.reconciliation.payments import (
     reconciliation_claim_payment,
     reconciliation_sweep,
 )
-from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
+from tests.support.api import PAYMENT_BODY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

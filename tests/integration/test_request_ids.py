@@ -27,7 +27,7 @@ from observability.request_context import (
     valid_request_id,
 )
 from payments.models import PaymentEvent
-from tests.conftest import PAYMENT_BODY
+from tests.support.api import PAYMENT_BODY
 
 #: The payment flow calls the acquirer outside any transaction: no test-wide transaction.
 in_database = pytest.mark.django_db(transaction=True)

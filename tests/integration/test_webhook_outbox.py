@@ -31,8 +31,8 @@ from payments.reconciliation.payments import (
     payment_reconcile,
     reconciliation_claim_payment,
 )
-from tests.conftest import PAYMENT_BODY
 from tests.factories import MerchantFactory, PaymentFactory
+from tests.support.api import PAYMENT_BODY
 from webhooks.models import Delivery, Event, WebhookEndpoint
 
 TRANSITIONS = sorted((a, b) for a, targets in ALLOWED_TRANSITIONS.items() for b in targets)

@@ -483,7 +483,7 @@ def test_index_entries_count_every_insert_and_every_update_that_is_not_hot():
 def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
     """Each request in the web log once: its request line, or gunicorn's access line for a
     request the request line does not cover (ADR 0028); plain and JSON lines."""
-    from bench.campaigns.fuzz import _access_statuses
+    from campaigns.fuzz import _access_statuses
 
     log = tmp_path / "web.log"
     log.write_text(

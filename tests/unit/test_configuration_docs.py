@@ -8,9 +8,9 @@ PostgreSQL and Redis of ``make run``), ``acquirers/``, ``manage.py``, the apps (
 by design) and ``sandbox_acquirer`` (started by ``make run``). docs/configuration.md lists each
 of them in its "The service's variables" section, and .env.example lists each of them
 (commented defaults).
-The variables read only by the tools (``bench/``, ``scripts/``, ``tests/``) are listed in the
-section "Variables of the tools" and nowhere else; they do not belong in a deployment's
-``.env``.
+The variables read only by the tools (``bench/``, ``campaigns/``, ``scripts/``, ``tests/``) are
+listed in the section "Variables of the tools" and nowhere else; they do not belong in a
+deployment's ``.env``.
 
 A read is ``env("X")`` or ``env.<cast>("X", ...)`` (django-environ, any cast: int, bool, str,
 float, list, db, ...), ``os.environ.get("X")``, ``os.environ.setdefault("X", ...)``,
@@ -41,7 +41,7 @@ SERVICE_SOURCES = (
     "resilience",
     "sandbox_acquirer",
 )
-TOOL_SOURCES = ("bench", "scripts", "tests")
+TOOL_SOURCES = ("bench", "campaigns", "scripts", "tests")
 SERVICE_SECTION = "## The service's variables"
 TOOLS_SECTION = "## Variables of the tools"
 NAME = re.compile(r"`([A-Z][A-Z0-9_]*)`")

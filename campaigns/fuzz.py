@@ -25,7 +25,7 @@ import time
 import xml.etree.ElementTree as ET  # parses only our own report file
 from pathlib import Path
 
-from bench.campaigns.harness import PYTHON, ROOT, CampaignError, CampaignResult, Stack
+from campaigns.harness import PYTHON, ROOT, CampaignError, CampaignResult, Stack
 
 #: Failure codes that are violations of the campaign (the rest are findings).
 VIOLATION_CODES = {"ST101", "ST102"}
@@ -129,7 +129,7 @@ def run(
         schema = "served" if rounds % 2 else "contract"
         env = {
             **os.environ,
-            "SCHEMATHESIS_HOOKS": "bench.campaigns.schemathesis_hooks",
+            "SCHEMATHESIS_HOOKS": "campaigns.schemathesis_hooks",
             "PYTHONPATH": str(ROOT),
             "NO_COLOR": "1",
             "CAMPAIGN_SCHEMA": schema,

@@ -30,8 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import (
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import (
     CampaignResult,
     Stack,
     audit_figures,

@@ -22,7 +22,7 @@ from merchant_client import (
     WebhookVerificationFailed,
     verify_webhook,
 )
-from tests.unit.test_merchant_client_retry import PAYMENT, REFUND
+from tests.lib.test_merchant_client_retry import PAYMENT, REFUND
 
 KEY = bytes(range(32))
 SECRET = "whsec_" + base64.b64encode(KEY).decode()

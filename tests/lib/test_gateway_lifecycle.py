@@ -48,9 +48,9 @@ from gateway_client import (
     VoidRequest,
 )
 from resilience.metrics import CounterMetrics
-from tests.unit.test_gateway_client import answer as reply
-from tests.unit.test_gateway_client import failing as raising
-from tests.unit.test_gateway_retry import Acquirer, Step
+from tests.lib.test_gateway_client import answer as reply
+from tests.lib.test_gateway_client import failing as raising
+from tests.lib.test_gateway_retry import Acquirer, Step
 
 API_KEY = "sk_test_lifecycle_Zq81"
 BASE_URL = "https://acquirer.test/v1"

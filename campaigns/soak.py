@@ -19,8 +19,8 @@ import random
 import time
 from datetime import UTC, datetime
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import CampaignResult, Stack, audit_figures, percentile
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import CampaignResult, Stack, audit_figures, percentile
 
 MIB = 1024 * 1024
 GROWTH_FLOOR = 32 * MIB

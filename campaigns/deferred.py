@@ -26,8 +26,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import CampaignResult, Stack, audit_figures, status_counts
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import CampaignResult, Stack, audit_figures, status_counts
 
 
 async def _build(stack: Stack, api_key: str, references: list[str], concurrency: int):

@@ -38,12 +38,12 @@ import httpx
 
 from devtools.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 SANDBOX_READY = "sandbox acquirer listening on "
 #: Settings the stack runs with. The campaigns need the ledger app (``audit_acquirer``); this
 #: module adds it to config.settings.local when config does not list it yet.
-DEFAULT_SETTINGS = "bench.campaigns.settings"
+DEFAULT_SETTINGS = "campaigns.settings"
 
 #: Service settings of every campaign stack: reconciliation resolves in seconds, not minutes,
 #: and gives up (needs_review) after a short maximum age so a campaign ends.
@@ -56,7 +56,7 @@ SERVICE_ENV: dict[str, str] = {
     # of every process is the project's JSON, so no process kept a handler of its own.
     "LOG_FORMAT": "json",
     # A beat entry named after this card number, reconciling "pay_<it>" every 2 s
-    # (bench/campaigns/settings.py): beat's and the worker's own lines carry it (the secrets
+    # (campaigns/settings.py): beat's and the worker's own lines carry it (the secrets
     # campaign's CARDS has it).
     "CAMPAIGN_BEAT_CARD": "6011111111111117",
     "IDEMPOTENCY_KEY_LOCK_TIMEOUT_SECONDS": "10",  # above the API's 8 s acquirer deadline
@@ -64,14 +64,14 @@ SERVICE_ENV: dict[str, str] = {
     "MERCHANT_RATE_LIMIT_REQUESTS": "0",
     "MERCHANT_CONCURRENT_PAYMENTS": "0",
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS": "1",
-    # Deferred submission (bench/campaigns/deferred.py): beat's sweep every second, backoffs
+    # Deferred submission (campaigns/deferred.py): beat's sweep every second, backoffs
     # of seconds, and the fleet's submission rate half the deferred campaign's capacity.
     "DEFERRED_SWEEP_INTERVAL_SECONDS": "1",
     "DEFERRED_BACKOFF_BASE_SECONDS": "1",
     "DEFERRED_BACKOFF_CAP_SECONDS": "4",
     "DEFERRED_SUBMIT_RATE_PER_SECOND": "10",
     # Webhooks: the retry schedule compressed to seconds and the breaker's open period short,
-    # so a campaign's flaky endpoint drains in seconds, not hours (bench/campaigns/webhooks.py).
+    # so a campaign's flaky endpoint drains in seconds, not hours (campaigns/webhooks.py).
     "WEBHOOK_SWEEP_INTERVAL_SECONDS": "1",
     "WEBHOOK_RETRY_SCHEDULE_SECONDS": "1,2,4",
     "WEBHOOK_BREAKER_OPEN_SECONDS": "2",

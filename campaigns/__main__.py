@@ -1,4 +1,4 @@
-"""``python -m bench.campaigns [CAMPAIGN ...] [--short] [--out DIR]``: run fault campaigns.
+"""``python -m campaigns [CAMPAIGN ...] [--short] [--out DIR]``: run fault campaigns.
 
 Campaigns: storms, crash, matrix, schemathesis, soak, webhooks, deferred, failover, secrets
 (``all``: every one, in that order, on one stack; secrets runs after the others so it greps
@@ -16,13 +16,13 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.campaigns.harness import CampaignError, StackOptions
-from bench.campaigns.runner import CAMPAIGNS, PROFILES, run_campaigns
+from campaigns.harness import CampaignError, StackOptions
+from campaigns.runner import CAMPAIGNS, PROFILES, run_campaigns
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.campaigns",
+        prog="python -m campaigns",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -7,19 +7,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.campaigns.harness import CampaignResult, Stack, StackOptions
+from campaigns.harness import CampaignResult, Stack, StackOptions
 
 #: Campaign name -> module (each has ``run(stack, **params) -> CampaignResult``), in run order.
 CAMPAIGNS: dict[str, str] = {
-    "storms": "bench.campaigns.storms",
-    "crash": "bench.campaigns.crash",
-    "matrix": "bench.campaigns.matrix",
-    "schemathesis": "bench.campaigns.fuzz",
-    "soak": "bench.campaigns.soak",
-    "webhooks": "bench.campaigns.webhooks",
-    "deferred": "bench.campaigns.deferred",
-    "failover": "bench.campaigns.failover",
-    "secrets": "bench.campaigns.secrets",
+    "storms": "campaigns.storms",
+    "crash": "campaigns.crash",
+    "matrix": "campaigns.matrix",
+    "schemathesis": "campaigns.fuzz",
+    "soak": "campaigns.soak",
+    "webhooks": "campaigns.webhooks",
+    "deferred": "campaigns.deferred",
+    "failover": "campaigns.failover",
+    "secrets": "campaigns.secrets",
 }
 
 #: The merchant each campaign creates (``stack.create_merchant(name)``), made up front.
@@ -122,7 +122,7 @@ def run_campaigns(
 
 def final_audit(stack: Stack) -> CampaignResult:
     """The ledger audit over the whole run: every payment every campaign made."""
-    from bench.campaigns.harness import audit_figures
+    from campaigns.harness import audit_figures
 
     result = CampaignResult("ledger-total")
     started = time.monotonic()

@@ -1,2 +1,2 @@
 """Fault campaigns: the service's own stack as subprocesses, driven through faults, with the
-ledger audit as the oracle. ``python -m bench.campaigns --help``; docs/benchmarks.md."""
+ledger audit as the oracle. ``python -m campaigns --help``; docs/benchmarks.md."""

@@ -18,8 +18,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import (
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import (
     CampaignResult,
     Stack,
     audit_figures,

@@ -1,6 +1,6 @@
 """The service's URLs, plus ``GET /campaign/crash`` for the secrets campaign: a view that raises
 an unexpected exception whose message holds the query's ``card`` and ``token`` values, as a bug
-that puts input into an error would. Only the campaign settings (bench/campaigns/settings.py)
+that puts input into an error would. Only the campaign settings (campaigns/settings.py)
 route it; the service never does."""
 
 from django.urls import path

@@ -1,5 +1,5 @@
 """Schemathesis hooks of the fuzz campaign
-(``SCHEMATHESIS_HOOKS=bench.campaigns.schemathesis_hooks`` in the environment): every error
+(``SCHEMATHESIS_HOOKS=campaigns.schemathesis_hooks`` in the environment): every error
 answer must be an RFC 9457 problem, served as ``application/problem+json``."""
 
 from __future__ import annotations

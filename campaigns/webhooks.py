@@ -1,6 +1,6 @@
 """Webhooks under the fault matrix: every state change reaches both endpoints, verifiably.
 
-The fault matrix (:mod:`bench.campaigns.matrix`, every sandbox token under every acquirer-wide
+The fault matrix (:mod:`campaigns.matrix`, every sandbox token under every acquirer-wide
 condition, with captures and refunds) runs for a merchant of its own that has two webhook
 endpoints, both :class:`webhooks.receiver.VerifyingReceiver` servers in this process: a
 steady one, and a flaky one answering ``500`` to half of the deliveries (a seeded random
@@ -24,8 +24,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.campaigns import matrix
-from bench.campaigns.harness import CampaignResult, Stack
+from campaigns import matrix
+from campaigns.harness import CampaignResult, Stack
 from webhooks.receiver import VerifyingReceiver, register
 
 #: Payment statuses whose change writes an event

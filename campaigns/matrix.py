@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import (
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import (
     CampaignResult,
     Sandbox,
     Stack,

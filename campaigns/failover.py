@@ -55,8 +55,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import gateway_client
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import CampaignResult, Stack, Web, audit_figures, percentile
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import CampaignResult, Stack, Web, audit_figures, percentile
 
 #: Alpha's outages, in the order the schedule cycles through them.
 OUTAGES = ("timeout_after_commit", "503", "reset_after_commit", "refused")

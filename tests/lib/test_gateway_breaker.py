@@ -35,7 +35,7 @@ from gateway_client import (
 from resilience.breaker import FAILURE, IGNORED, SUCCESS, BreakerSet, CircuitBreaker
 from resilience.gate import RateGate, scope_for
 from resilience.metrics import CounterMetrics
-from tests.unit.test_gateway_breaker_vectors import CONFIG_C
+from tests.lib.test_gateway_breaker_vectors import CONFIG_C
 
 Answer = Callable[[httpx.Request], httpx.Response]
 API_KEY = "sk_breaker_test"

@@ -36,8 +36,8 @@ from urllib.parse import quote, urljoin
 
 import httpx
 
-from bench.campaigns.client import Answer, ApiClient
-from bench.campaigns.harness import CampaignError, CampaignResult, Stack
+from campaigns.client import Answer, ApiClient
+from campaigns.harness import CampaignError, CampaignResult, Stack
 
 #: Card-like numbers (test PANs that pass the Luhn check), as sent.
 CARDS = (
