@@ -154,10 +154,9 @@ def head_body_remove(response: Any) -> None:
     per request (one per load-balancer probe); the answer leaves here without one.
     """
     if response.streaming:
-        close = getattr(response.streaming_content, "close", None)
+        # The original iterator stays among the response's closers: the server's close()
+        # releases it (a file, a cursor) as it would have after sending it.
         response.streaming_content = []
-        if close is not None:
-            close()
         return
     if not response.has_header("Content-Length"):
         response["Content-Length"] = str(len(response.content))
