@@ -271,7 +271,7 @@ class DatabaseUnavailable(ServerError):
     """
 
 
-#: The problem `code`s of the API (README, "Errors"; payments/problems.py) and their classes.
+#: The problem `code`s of the API (docs/api.md, "Errors"; payments/problems.py) and their classes.
 ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "validation_error": ValidationError,
     "card_data_not_accepted": CardDataNotAccepted,
