@@ -27,10 +27,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["STOPPED_CODES", "main", "summary_line"]
+__all__ = ["STOPPED_CODES", "kept_data", "main", "summary_line"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: honcho's exit codes after a stop somebody asked for (SIGINT, SIGTERM, as 128 + n or -n).
@@ -38,13 +38,26 @@ STOPPED_CODES = frozenset({0, 130, 143, -signal.SIGINT, -signal.SIGTERM})
 _KEY_LINE = re.compile(r"export API_KEY=(\S+)")
 
 
-def summary_line(rc: int, seconds: float, *, asked: bool) -> str:
-    """The line ``make run`` ends on: how it stopped, after how long, what stays on disk."""
+def kept_data(environ: Mapping[str, str]) -> str:
+    """Where ``make run``'s data stays after it stops, as ``environ`` configured it."""
+    places = ["the sandbox's charges in .sandbox/"]
+    embedded = []
+    if not environ.get("DATABASE_URL"):
+        places.insert(0, "the database in .pgdata/")
+        embedded.append("PostgreSQL")
+    if not environ.get("CELERY_BROKER_URL") or not environ.get("ACQUIRER_STATE_REDIS_URL"):
+        embedded.append("Redis")
+    stop = f" (make db-stop stops the embedded {' and '.join(embedded)})" if embedded else ""
+    return ", ".join(places) + stop
+
+
+def summary_line(rc: int, seconds: float, *, asked: bool, kept: str = "") -> str:
+    """The line ``make run`` ends on: how it stopped, after how long, what stays on disk
+    (``kept``, :func:`kept_data`)."""
     ran = f"{int(seconds // 60)} min {int(seconds % 60)} s"
     if asked or rc in STOPPED_CODES:
-        return (
-            f"make run: stopped after {ran}, every process ended; the data stays in .pgdata/, "
-            ".redis/ and .sandbox/ (make db-stop stops PostgreSQL and Redis)."
+        return f"make run: stopped after {ran}, every process ended" + (
+            f"; kept: {kept}." if kept else "."
         )
     return (
         f"*** make run: a process exited (rc={rc}) after {ran}, so honcho stopped all the "
@@ -92,7 +105,8 @@ def _announce_when_ready(
         if _ready(api):
             again = f"  export API_KEY={key}\n" if key else ""
             _say(
-                f"\n=== Ready in {clock() - started:.0f} s: {api} . The demo key again:\n{again}"
+                f"\n=== Ready in {clock() - started:.0f} s (after the migrations): {api} . "
+                f"The demo key again:\n{again}"
                 "    (make key prints a new one; the earlier keys keep working for 24 h)\n"
             )
             return
@@ -151,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 os.tcsetpgrp(tty, previous)
             os.close(tty)
     # On a terminal, Ctrl-C reached honcho alone: its 130 says a stop was asked for.
-    _say(summary_line(rc, time.monotonic() - started, asked=asked.is_set()) + "\n")
+    seconds = time.monotonic() - started
+    _say(summary_line(rc, seconds, asked=asked.is_set(), kept=kept_data(os.environ)) + "\n")
     return 0 if asked.is_set() or rc in STOPPED_CODES else rc
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.http import HttpResponse, StreamingHttpResponse
 
 from acquirers.specs import parse_acquirers
-from devtools.run_stack import summary_line
+from devtools.run_stack import kept_data, summary_line
 from merchants import services
 from observability.log_filters import IdleTasksAtDebug
 from observability.metrics_dir import metrics_dirs_sweep
@@ -124,6 +124,10 @@ def test_make_runs_last_line():
     failed = summary_line(1, 10, asked=False)
     assert failed.startswith("*** make run: a process exited (rc=1)")
     assert "Supervision and heartbeats" in failed
+    kept = kept_data({"DATABASE_URL": "postgres://db/x", "CELERY_BROKER_URL": "redis://r"})
+    assert kept == "the sandbox's charges in .sandbox/ (make db-stop stops the embedded Redis)"
+    assert kept_data({}).startswith("the database in .pgdata/, the sandbox's")
+    assert summary_line(130, 1, asked=True, kept=kept).endswith(f"; kept: {kept}.")
 
 
 def test_the_receiver_gives_up_after_its_timeout_with_1(capsys):
