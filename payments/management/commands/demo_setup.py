@@ -14,6 +14,27 @@ from django.core.management.base import BaseCommand
 
 from merchants.models import Merchant
 from merchants.services import api_key_issue, merchant_create
+from webhooks.models import WebhookEndpoint
+
+
+def left_endpoints(merchant: Merchant, api: str) -> str:
+    """The merchant's webhook endpoints still registered (a receiver that stopped without
+    deleting its own keeps collecting retries for 3 days), with the call that deletes one; ""
+    when there are none."""
+    endpoints = WebhookEndpoint.objects.filter(merchant=merchant, deleted_at__isnull=True)
+    lines = [
+        f"  {e.id}  {e.url}  {e.status}"
+        + (f", failing since {e.failing_since:%Y-%m-%d %H:%M} UTC" if e.failing_since else "")
+        for e in endpoints.order_by("created_at")
+    ]
+    if not lines:
+        return ""
+    return (
+        "\nWebhook endpoints of the demo merchant still registered (every event is retried at "
+        "each for 3 days;\ndelete those nobody listens at any more):\n"
+        + "\n".join(lines)
+        + f'\n  curl -X DELETE {api}/webhook_endpoints/<id> -H "Authorization: Bearer $API_KEY"\n'
+    )
 
 
 def api_url() -> str:
@@ -72,5 +93,5 @@ A declined payment:
 
 List payments:
   curl -s {API}/payments -H "Authorization: Bearer $API_KEY"
-"""
+{left_endpoints(merchant, API)}"""
         )
