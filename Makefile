@@ -38,29 +38,39 @@ lock: | $(BIN)/python
 ## make run: migrate, create a demo merchant, then the API, worker, beat, two sandbox acquirers
 ## and localstripe (a Stripe-compatible fake, the stripe connector's acquirer, on :8092).
 ## Without the Redis URLs they share the embedded Redis (broker and acquirer state, .redis/).
-## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md).
+## The sandbox keeps its charges in .sandbox/ across restarts (docs/sandbox.md). Ctrl-C stops
+## everything and exits 0 (devtools/run_stack.py). Ports: WEB_PORT, SANDBOX_PORT,
+## SANDBOX_BETA_PORT and LOCALSTRIPE_PORT (8000, 8090, 8091, 8092), e.g. `make run WEB_PORT=8100`
+## next to another stack.
 # Three acquirers for make run, the Procfile's: the sandboxes alpha (:8090, first by priority) and
 # beta (:8091), each with its own API key, and stripe (:8092, localstripe: a Stripe-compatible
 # fake, its secret key from LOCALSTRIPE_SECRET_KEY), which takes JPY only and so every JPY
 # payment; unless ACQUIRERS is set (docs/configuration.md, docs/connectors.md). localstripe
 # ignores Idempotency-Key: keys are not relied on there (honours_idempotency_keys false).
+run key: export WEB_PORT ?= 8000
+run: export SANDBOX_PORT ?= 8090
+run: export SANDBOX_BETA_PORT ?= 8091
+run: export LOCALSTRIPE_PORT ?= 8092
+run: export WEB_BIND ?= 127.0.0.1:$(WEB_PORT)
 run: export LOCALSTRIPE_SECRET_KEY ?= sk_test_localstripe_make_run
-run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:8090", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:8091", "api_key": "sandbox_sk_beta", "priority": 20}, {"name": "stripe", "type": "stripe", "base_url": "http://127.0.0.1:8092", "api_key_env": "LOCALSTRIPE_SECRET_KEY", "api_version": "2024-06-20", "currencies": ["JPY"], "priority": 5, "policy": {"honours_idempotency_keys": false}}]
+run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:$(SANDBOX_PORT)", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:$(SANDBOX_BETA_PORT)", "api_key": "sandbox_sk_beta", "priority": 20}, {"name": "stripe", "type": "stripe", "base_url": "http://127.0.0.1:$(LOCALSTRIPE_PORT)", "api_key_env": "LOCALSTRIPE_SECRET_KEY", "api_version": "2024-06-20", "currencies": ["JPY"], "priority": 5, "policy": {"honours_idempotency_keys": false}}]
 run: $(VENV)/.local-installed
 	@mkdir -p .celery
 	@# The Procfile's processes (docker-compose runs the same) and make run's connector fakes.
 	@cat Procfile Procfile.connectors > .celery/Procfile.make-run
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
-	$(BIN)/python manage.py demo_setup
 	@# gunicorn and Celery default to the production settings; make run's are the local ones.
 	@DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
 	  PATH="$(CURDIR)/$(BIN):$$PATH" SANDBOX_ACQUIRER_DATA_DIR="$(CURDIR)/.sandbox" \
-	  $(BIN)/honcho start -d "$(CURDIR)" -f .celery/Procfile.make-run; rc=$$?; \
-	  if [ $$rc -ne 0 ] && [ $$rc -ne 130 ] && [ $$rc -ne 143 ]; then \
-	    echo "*** make run: a process exited (rc=$$rc; its 'stopped (rc=...)' line is above)," \
-	         "so honcho stopped all the others. Nothing restarts it here; see" \
-	         "docs/operations.md, 'Supervision and heartbeats'. ***" >&2; fi; exit $$rc
+	  $(BIN)/python -m devtools.run_stack -f .celery/Procfile.make-run
+
+## make key: another API key for the demo merchant of make run (the earlier ones keep working
+## for their rotation overlap, 24 h); prints `export API_KEY=...`.
+.PHONY: key
+key: $(VENV)/.local-installed
+	@DJANGO_SETTINGS_MODULE="$${DJANGO_SETTINGS_MODULE:-config.settings.local}" \
+	  $(BIN)/python manage.py demo_setup --key-only
 
 ## make test: the whole suite on PostgreSQL (DATABASE_URL, or the embedded server) and Redis
 ## (REDIS_URL, or the embedded server), on TEST_WORKERS pytest-xdist workers (default 3; much

@@ -6,7 +6,7 @@ Schemathesis runs as its own CLI (``schemathesis run``, all checks), round after
 new seed, at least ``min_rounds`` rounds and until the web process has answered
 ``min_requests`` requests (counted in the web log: one request line, or for a request it does
 not cover gunicorn's access line, per request; ADR 0028). Odd rounds generate from the
-schema as served, even rounds from the same schema tightened to the README's contract
+schema as served, even rounds from the same schema tightened to the API contract (docs/api.md)
 (``CAMPAIGN_SCHEMA=contract``), so that generated payments pass validation and reach the
 payment flow. Violations: a 5xx other than the API's
 designed ``502 acquirer_error`` and ``503 acquirer_unavailable`` (ST101, ST102, or any
@@ -125,7 +125,7 @@ def run(
             str(report),
             "--no-color",
         ]
-        # Odd rounds generate from the served schema, even ones from the README's contract.
+        # Odd rounds generate from the served schema, even ones from the API contract (docs/api.md).
         schema = "served" if rounds % 2 else "contract"
         env = {
             **os.environ,

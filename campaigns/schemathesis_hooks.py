@@ -37,7 +37,7 @@ def error_is_problem_json(ctx, response, case):
 
 
 #: With CAMPAIGN_SCHEMA=contract, the schema Schemathesis generates from is tightened to the
-#: README's contract (the served one is looser: see the campaign's findings), so that "valid"
+#: contract of docs/api.md (the served one is looser: see the campaign's findings), so that "valid"
 #: requests are valid and reach the payment flow with fuzzed references and descriptions. The
 #: service is unchanged; only what is generated differs.
 CONTRACT_CURRENCIES = ["EUR", "USD", "GBP", "CHF", "SEK", "JPY", "KWD", "BHD"]

@@ -59,7 +59,7 @@ T = TypeVar("T", Payment, Refund)
 REPLAYED_HEADER = "idempotent-replayed"
 REQUEST_ID_HEADER = "request-id"
 
-# An Idempotency-Key: 1-255 characters of %x21-7E (README, "Idempotency contract").
+# An Idempotency-Key: 1-255 characters of %x21-7E (docs/api.md, "Idempotency contract").
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
 # Characters a bare key cannot carry: a comma reads as two fields (RFC 9110 section 5.3), a
 # leading quote as an RFC 8941 string; such a key is sent as that string.

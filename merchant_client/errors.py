@@ -271,7 +271,8 @@ class DatabaseUnavailable(ServerError):
     """
 
 
-#: The problem `code`s of the API (README, "Errors"; payments/api/problems.py) and their classes.
+#: The problem `code`s of the API (docs/api.md, "Errors"; payments/api/problems.py), their
+#: classes.
 ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "validation_error": ValidationError,
     "card_data_not_accepted": CardDataNotAccepted,

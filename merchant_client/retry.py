@@ -1,7 +1,7 @@
 """
 When the merchant client retries, and how long it waits: one pure function, `decide`.
 
-The rules follow the API's contract (README, "Errors" and "Idempotency contract"); every
+The rules follow the API's contract (docs/api.md, "Errors" and "Idempotency contract"); every
 attempt of one call sends the same idempotency key:
 
 | outcome of an attempt                                  | retried?                           |

@@ -67,7 +67,7 @@ class Answered:
 @dataclass(frozen=True, slots=True)
 class Payment(Answered):
     """
-    The payment object (README, "API contract"). `amount`, `amount_captured` and
+    The payment object (docs/api.md, "API contract"). `amount`, `amount_captured` and
     `amount_refunded` in minor units of `currency`; `status` one of `processing`, `deferred`
     (created with `allow_deferred=True` while no acquirer could take it: not sent anywhere yet,
     sent at `not_before` or later), `succeeded`, `requires_capture`, `capture_pending`,

@@ -4,7 +4,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
-    """``Authorization: Bearer sk_live_...`` as an HTTP bearer scheme (RFC 6750)."""
+    """``Authorization: Bearer sk_test_...`` or ``sk_live_...`` as an HTTP bearer scheme."""
 
     target_class = "merchants.authentication.ApiKeyAuthentication"
     name = "ApiKey"
@@ -13,5 +13,8 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "A merchant API key, `sk_live_...` (python manage.py create_merchant).",
+            "description": (
+                "A merchant API key: `sk_test_...` where no real money can move (sandbox "
+                "acquirers only), `sk_live_...` otherwise (python manage.py create_merchant)."
+            ),
         }

@@ -15,8 +15,15 @@ from django.utils import timezone
 from card_data import contains_card_number
 from merchants.models import ApiKey, Merchant
 
-#: Every key starts with this, so secret scanners and humans recognise it.
+#: A key of a deployment that reaches real acquirers: secret scanners and humans recognise it.
 API_KEY_PREFIX = "sk_live_"
+#: A key that can reach only sandbox acquirers (or a local deployment's): moves no money
+#: (docs/adr/0039-key-prefixes-say-test-or-live.md).
+API_KEY_TEST_PREFIX = "sk_test_"
+#: Both prefixes, for whatever must recognise any merchant key (redaction, scanners).
+API_KEY_PREFIXES = (API_KEY_PREFIX, API_KEY_TEST_PREFIX)
+#: The sandbox acquirer's keys start with this (sandbox_acquirer, docs/sandbox.md).
+SANDBOX_ACQUIRER_KEY_PREFIX = "sandbox_sk_"
 #: Characters of the key kept in clear for display (the prefix plus 4 random characters).
 DISPLAY_PREFIX_LENGTH = len(API_KEY_PREFIX) + 4
 #: ``last_used_at`` is written when it is older than this (at most one write a minute a key).
@@ -36,9 +43,36 @@ class IssuedApiKey:
     raw: str
 
 
+def api_key_prefix() -> str:
+    """The prefix of the keys this deployment issues now: ``sk_test_`` or ``sk_live_``.
+
+    ``API_KEY_MODE`` decides: ``test``, ``live``, or ``auto`` (the default; ``test`` under
+    ``config.settings.local``): test when every configured acquirer is a sandbox acquirer (its
+    key starts with ``sandbox_sk_``), live otherwise. Every merchant of a deployment reaches
+    the same acquirers, so a merchant whose key says test can move no real money.
+    """
+    mode = settings.API_KEY_MODE
+    if mode == "auto":
+        acquirers = settings.ACQUIRERS
+        keys = [a.api_key for a in acquirers] if acquirers else [settings.ACQUIRER_API_KEY]
+        sandbox_only = all(key.startswith(SANDBOX_ACQUIRER_KEY_PREFIX) for key in keys)
+        mode = "test" if sandbox_only else "live"
+    return API_KEY_TEST_PREFIX if mode == "test" else API_KEY_PREFIX
+
+
+def _new_raw_key(prefix: str) -> str:
+    # A key never holds what the card-number detector refuses (a Luhn-valid run of 13-19
+    # digits across '-' and '_'), so pasting one anywhere never reads as card data.
+    while True:
+        raw = prefix + secrets.token_urlsafe(32)
+        if not contains_card_number(raw):
+            return raw
+
+
 @transaction.atomic
 def api_key_issue(*, merchant: Merchant, now: datetime | None = None) -> IssuedApiKey:
-    """Issue a new API key (``sk_live_`` + 43 URL-safe characters) for ``merchant`` (rotation).
+    """Issue a new API key (:func:`api_key_prefix`, ``sk_test_`` or ``sk_live_``, + 43 URL-safe
+    characters, never one the card-number detector refuses) for ``merchant`` (rotation).
 
     Each earlier key still active keeps working for the overlap,
     ``API_KEY_ROTATION_OVERLAP_SECONDS`` (default 24 h) from ``now`` (aware; default the
@@ -50,7 +84,7 @@ def api_key_issue(*, merchant: Merchant, now: datetime | None = None) -> IssuedA
     merchant.api_keys.filter(revoked_at__isnull=True).filter(
         Q(expires_at__isnull=True) | Q(expires_at__gt=ends)
     ).update(expires_at=ends)
-    raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    raw = _new_raw_key(api_key_prefix())
     api_key = ApiKey.objects.create(
         merchant=merchant, prefix=raw[:DISPLAY_PREFIX_LENGTH], key_hash=api_key_hash(raw)
     )

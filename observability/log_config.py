@@ -37,6 +37,8 @@ _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__d
 #: Loggers of libraries too talkative at INFO, and pgserver's "already running" (each gunicorn
 #: worker reaches the embedded PostgreSQL when it loads the settings).
 QUIET_LOGGERS = ("httpx", "httpcore", "pgserver", "kombu", "amqp")
+#: Celery's loggers of a beat tick and a task's receipt and outcome (IdleTasksAtDebug).
+IDLE_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 
 
 #: The ``extra`` values copied into a line: plain data. An object (Django's ``request`` on
@@ -138,7 +140,8 @@ def logging_config(*, log_format: str = "json", level: str = "INFO") -> dict[str
         "disable_existing_loggers": False,
         "formatters": {"structured": _formatter(log_format)},
         "filters": {
-            "client_errors_as_warnings": {"()": "observability.log_filters.ClientErrorsAsWarnings"}
+            "client_errors_as_warnings": {"()": "observability.log_filters.ClientErrorsAsWarnings"},
+            "idle_tasks_at_debug": {"()": "observability.log_filters.IdleTasksAtDebug"},
         },
         "handlers": {
             "console": {**handler, "stream": "ext://sys.stderr"},
@@ -153,6 +156,8 @@ def logging_config(*, log_format: str = "json", level: str = "INFO") -> dict[str
             "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
             "gunicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
             "celery": {"level": level.upper()},
+            # An idle stack's beat ticks and empty sweeps at DEBUG (a few lines a minute at INFO).
+            **{name: {"filters": ["idle_tasks_at_debug"]} for name in IDLE_TASK_LOGGERS},
         },
     }
 

@@ -313,3 +313,46 @@ class ClientErrorsAsWarnings(logging.Filter):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.exc_info, record.exc_text, record.stack_info = None, None, None
         return True
+
+
+#: Return values (their ``saferepr``, as Celery logs them) of a task that did nothing.
+_NOTHING_DONE = frozenset({"0", "None", "False", "[]", "{}", "()", "''", "0.0"})
+_ZERO_DICT = re.compile(r"^\{(?:'[^']*': 0(?:, )?)*\}$")
+
+
+def _did_nothing(return_value: object) -> bool:
+    text = str(return_value)
+    return text in _NOTHING_DONE or bool(_ZERO_DICT.match(text))
+
+
+class IdleTasksAtDebug(logging.Filter):
+    """A logger filter for ``celery.beat``, ``celery.worker.strategy`` and ``celery.app.trace``:
+    the lines of an idle stack move to DEBUG, so ``make run`` at INFO logs only what happened.
+
+    Moved: beat's ``Scheduler: Sending due task`` (one a tick), the worker's ``Task ...
+    received`` (the outcome line follows), and ``Task ... succeeded`` when the task returned
+    nothing done (``0``, ``None``, an empty collection, a dict of zeros: a sweep with no work).
+    A task that did something, failed or was retried keeps its level. A moved record is kept
+    only when its logger is enabled for DEBUG. A task's runtime is rounded to 0.1 ms: its 17
+    digits could read as a card number and be redacted as one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Return False for a moved record its logger does not show at DEBUG."""
+        if isinstance(record.args, dict) and isinstance(record.args.get("runtime"), float):
+            record.args = {**record.args, "runtime": round(record.args["runtime"], 4)}
+        if record.levelno != logging.INFO or not self._idle(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+    @staticmethod
+    def _idle(record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if record.name == "celery.beat":
+            return message.startswith("Scheduler: Sending due task")
+        if record.name == "celery.worker.strategy":
+            return " received" in message
+        if record.name == "celery.app.trace" and "succeeded in" in message:
+            args = record.args if isinstance(record.args, dict) else {}
+            return "return_value" in args and _did_nothing(args["return_value"])
+        return False

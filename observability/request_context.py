@@ -49,6 +49,7 @@ __all__ = [
     "RequestContextMiddleware",
     "bind_request_id",
     "current_request_id",
+    "head_body_remove",
     "new_request_id",
     "request_line_note",
     "valid_request_id",
@@ -145,6 +146,23 @@ def _length(response: Any) -> int | None:
     return None if response.streaming else len(response.content)
 
 
+def head_body_remove(response: Any) -> None:
+    """Empty the body of an answer to ``HEAD`` (RFC 9110 9.3.2), keeping the ``Content-Length``
+    the same ``GET`` would carry.
+
+    Django's WSGI handler sends a ``HEAD`` answer's body, which gunicorn drops with a warning
+    per request (one per load-balancer probe); the answer leaves here without one.
+    """
+    if response.streaming:
+        # The original iterator stays among the response's closers: the server's close()
+        # releases it (a file, a cursor) as it would have after sending it.
+        response.streaming_content = []
+        return
+    if not response.has_header("Content-Length"):
+        response["Content-Length"] = str(len(response.content))
+    response.content = b""
+
+
 class RequestContextMiddleware:
     """Bind the request id, answer it in ``Request-Id``, write the request line."""
 
@@ -164,6 +182,8 @@ class RequestContextMiddleware:
             response = self.get_response(request)
             response[REQUEST_ID_HEADER] = request_id
             self._log(request, response, started, facts)
+            if request.method == "HEAD":
+                head_body_remove(response)
             return response
         finally:
             _REQUEST_LINE_FACTS.reset(token)

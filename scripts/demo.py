@@ -9,7 +9,7 @@ the sandbox acquirer saw (attempts with the payment's acquirer idempotency key, 
 answered, charges recorded).
 
 The merchant side is ``merchant_client``: with one attempt per call for the scenarios that
-compare the service's answer with the README's table, and with its defaults (retries as the
+compare the service's answer with docs/api.md's table, and with its defaults (retries as the
 contract allows) where the client's own behaviour is the point (a concurrent duplicate that
 waits ``Retry-After`` and returns the replay; ``wait_until_final`` for a lost refund).
 
@@ -28,7 +28,7 @@ So today, with a client that makes one attempt, "503 twice, then success" shows 
 and the documented ``503 acquirer_unavailable``; once the client retries, the same scenario
 shows three attempts and ``201 succeeded``, and the demo still reports "as documented". The
 idempotency scenarios (replay, concurrent duplicate, changed request) compare with the
-README's idempotency rules.
+idempotency rules (docs/api.md).
 
 With two acquirers (``make run``'s alpha on :8090 and beta on :8091), the last two steps show
 an ambiguous payment staying at alpha (every attempt a timeout: ``202``, nothing sent to beta,
@@ -100,7 +100,7 @@ DOCUMENTED = {
 DOCUMENTED_CODES = {503: "acquirer_unavailable", 502: "acquirer_error"}
 #: The answers that must say when to come back (a valid Retry-After, read by the client).
 WAIT_STATUSES = (202, 503)
-#: The README's idempotency rules: answers stored for the key (and replayed); a 400, 401, 409,
+#: The idempotency rules (docs/api.md): answers stored for the key (and replayed); a 400, 401, 409,
 #: 422 or 503 is not stored, and the key stays free.
 STORED_STATUSES = (201, 202, 502)
 
@@ -273,7 +273,7 @@ class Demo:
         localstripe: str = "http://127.0.0.1:8092",
     ) -> None:
         # The merchant side is merchant_client. One attempt per call shows the service's answer
-        # to each request (the scenarios compare it with the README's table); the retrying
+        # to each request (the scenarios compare it with docs/api.md's table); the retrying
         # client (its defaults) shows what a merchant gets when the client follows the contract.
         self.api_url, self.api_key = api, api_key
         self.client = MerchantClient(api, api_key, policy=DEFAULT_POLICY.replace(max_attempts=1))
@@ -830,11 +830,11 @@ class Demo:
         _category, why = outcome_category("status", (503, {}, PROBLEMS[503][0]))
         if alpha_seen.attempts:
             print(f"because   alpha: {why}: certainly not applied -> the next acquirer, with "
-                  "its own acquirer idempotency key (README, 'Several acquirers')")  # fmt: skip
+                  "its own acquirer idempotency key (docs/api.md)")  # fmt: skip
             moved = beta_seen.key == f"authorize-{payment_id}-beta"
         else:
             print("because   alpha's authorize breaker was open: skipped before anything was "
-                  "sent, the payment starts at beta (README, 'Several acquirers')")  # fmt: skip
+                  "sent, the payment starts at beta (docs/api.md)")  # fmt: skip
             moved = beta_seen.key == f"authorize-{payment_id}"
         self.admin_line(payment_id, "acquirer beta, and each attempt's acquirer")
         charges = (
@@ -881,7 +881,7 @@ class Demo:
         self.show_answer(answer, f"{payment_id} {answer.status}" if payment_id else None)
         _category, why = outcome_category("exception", httpx.ReadTimeout("timed out"))
         print(f"because   alpha: {why}: it may have charged -> stays, 202, reconciled there, "
-              "never sent elsewhere (README, 'Several acquirers')")  # fmt: skip
+              "never sent elsewhere (docs/api.md)")  # fmt: skip
         status = answer.status
         if isinstance(answer.result, Pending):
             print(f"then      client.wait_until_final(pending, timeout={poll_seconds:g}): polls "

@@ -4,19 +4,23 @@ One command, with ``make run`` running::
 
     .venv/bin/python -m webhooks.receiver --api-key "$API_KEY"
 
-starts a receiver on ``http://127.0.0.1:8091/webhooks``, registers it as an endpoint for every
+starts a receiver on ``http://127.0.0.1:8099/webhooks`` (:data:`DEFAULT_PORT`, a port no
+process of the Procfile holds; ``--port`` for another), registers it as an endpoint for every
 event type through the API (``POST /webhook_endpoints``), and prints each delivery it receives
 once ``standardwebhooks``' verifier has accepted its signature (an independent implementation
-of Standard Webhooks 1.0). ``--secret whsec_...`` verifies against an endpoint you created
-yourself instead. ``--fail-rate 0.5`` answers ``500`` to half the deliveries (to watch the
-retries). Nothing in the service imports this module; the fault campaign and ``make demo`` use
-:class:`VerifyingReceiver`.
+of Standard Webhooks 1.0). When it stops (Ctrl-C, ``SIGTERM``, ``--exit-after N`` events
+received, or ``--timeout`` seconds without them) it deletes the endpoint it registered, so no
+later event is retried for days at an address nobody listens on. ``--secret whsec_...``
+verifies against an endpoint you created yourself instead (that one stays). ``--fail-rate
+0.5`` answers ``500`` to half the deliveries (to watch the retries). Nothing in the service
+imports this module; the fault campaign and ``make demo`` use :class:`VerifyingReceiver`.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import threading
 import uuid
@@ -28,7 +32,11 @@ from typing import Any
 import httpx
 import standardwebhooks
 
-__all__ = ["Verified", "VerifyingReceiver", "main"]
+__all__ = ["DEFAULT_PORT", "Verified", "VerifyingReceiver", "main", "register", "unregister"]
+
+#: The receiver's port unless ``--port`` says otherwise: none of the Procfile's (8000 the API,
+#: 8090 and 8091 the sandboxes; tests/e2e/test_first_hour.py checks it).
+DEFAULT_PORT = 8099
 
 
 @dataclass(frozen=True)
@@ -141,40 +149,74 @@ def register(api: str, api_key: str, url: str) -> tuple[str, str]:
     return document["id"], document["secret"]
 
 
+def unregister(api: str, api_key: str, endpoint_id: str) -> bool:
+    """Delete the endpoint ``endpoint_id`` through the API; True when it is gone (deleted now,
+    or already unknown)."""
+    try:
+        response = httpx.delete(
+            f"{api.rstrip('/')}/webhook_endpoints/{endpoint_id}",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=10,
+        )
+    except httpx.HTTPError:
+        return False
+    return response.status_code in (200, 404)
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line: receive, print each verified event, unregister on the way out; exit 0,
+    or 1 when ``--timeout`` passed before ``--exit-after`` events arrived."""
     parser = argparse.ArgumentParser(
         prog="python -m webhooks.receiver",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--port", type=int, default=8091)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port")
     parser.add_argument("--api", default="http://127.0.0.1:8000", help="the service's API")
     parser.add_argument("--api-key", help="a merchant's API key: register this receiver")
     parser.add_argument("--secret", action="append", default=[], help="verify with this secret")
     parser.add_argument("--fail-rate", type=float, default=0.0, help="answer 500 this often")
+    parser.add_argument("--exit-after", type=int, default=0, help="stop after N events")
+    parser.add_argument("--timeout", type=float, default=0.0, help="give up after S seconds")
     args = parser.parse_args(argv)
     if not args.secret and not args.api_key:
         parser.error("give --api-key (to register this receiver) or --secret")
 
+    enough = threading.Event()
+
     def show(event: Verified) -> None:
         line = f"{event.created_at} {event.webhook_id} {event.type} {event.object_id}"
         print(f"{line} {event.status}", flush=True)
+        if args.exit_after and len(receiver.verified) >= args.exit_after:
+            enough.set()
 
     receiver = VerifyingReceiver(
         secrets=list(args.secret), port=args.port, fail_rate=args.fail_rate, on_event=show
     ).start()
-    if args.api_key:
-        endpoint_id, secret = register(args.api, args.api_key, receiver.url)
-        receiver.secrets.append(secret)
-        print(f"registered {endpoint_id} -> {receiver.url} (secret kept in memory)", flush=True)
-    print(f"receiving on {receiver.url}; Ctrl-C stops", flush=True)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    endpoint_id = None
+    code = 0
     try:
-        threading.Event().wait()
+        if args.api_key:
+            endpoint_id, secret = register(args.api, args.api_key, receiver.url)
+            receiver.secrets.append(secret)
+            print(f"registered {endpoint_id} -> {receiver.url} (secret kept in memory)", flush=True)
+        print(f"receiving on {receiver.url}; Ctrl-C stops", flush=True)
+        if not enough.wait(args.timeout or None) and args.exit_after:
+            print(f"no {args.exit_after} event(s) within {args.timeout:g} s", flush=True)
+            code = 1
     except KeyboardInterrupt:
         pass
     finally:
         receiver.stop()
-    return 0
+        if endpoint_id is not None:
+            gone = unregister(args.api, args.api_key, endpoint_id)
+            print(("deleted " if gone else "could not delete ") + endpoint_id, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -241,6 +241,9 @@ MERCHANT_CONCURRENCY_RETRY_AFTER_SECONDS = env.int(
 # --- Merchants' API keys and the admin's operators (ADR 0019) --------------------------------
 # A rotated key keeps working this long after the new one is issued, then answers 401.
 API_KEY_ROTATION_OVERLAP_SECONDS = env.int("API_KEY_ROTATION_OVERLAP_SECONDS", default=24 * 3600)
+# The prefix of new merchant keys (merchants.services.api_key_prefix, ADR 0039): "test"
+# (sk_test_), "live" (sk_live_), or "auto": test when every acquirer is a sandbox one.
+API_KEY_MODE = env.str("API_KEY_MODE", default="auto")
 # How long a web process trusts an API key it looked up (merchants/authentication.py, ADR 0026):
 # a key revoked or expired elsewhere stops working within this many seconds; 0: no cache.
 API_KEY_CACHE_SECONDS = env.float("API_KEY_CACHE_SECONDS", default=5.0)

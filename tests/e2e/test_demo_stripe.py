@@ -29,10 +29,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def make_run_value(name: str) -> str:
+    """make run's default of ``name``, the make variables in it (the ports) expanded."""
     text = (ROOT / "Makefile").read_text()
-    match = re.search(rf"^run: export {name} \?= (.+)$", text, re.MULTILINE)
+    match = re.search(rf"^run(?: key)?: export {name} \?= (.+)$", text, re.MULTILINE)
     assert match, name
-    return match.group(1)
+    return re.sub(r"\$\((\w+)\)", lambda m: make_run_value(m.group(1)), match.group(1))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ def test_create_merchant_prints_the_key_last_and_stores_only_its_hash():
     call_command("create_merchant", "Shop", stdout=out)
     key = out.getvalue().strip().splitlines()[-1]
     stored = ApiKey.objects.get()
-    assert key.startswith("sk_live_") and len(key) > 40
+    assert key.startswith("sk_test_") and len(key) > 40  # the sandbox acquirer only: ADR 0039
     assert stored.key_hash == api_key_hash(key)
     assert key not in str(list(ApiKey.objects.values()))
     assert key.startswith(stored.prefix) and len(stored.prefix) == 12

@@ -15,9 +15,11 @@ MAKEFILE = (ROOT / "Makefile").read_text()
 
 
 def _exported(name: str) -> str:
-    match = re.search(rf"^run: export {name} \?= (.+)$", MAKEFILE, re.MULTILINE)
+    """make run's default of ``name``, with the make variables it names (the ports) given
+    their own defaults, as make expands them."""
+    match = re.search(rf"^run(?: key)?: export {name} \?= (.+)$", MAKEFILE, re.MULTILINE)
     assert match, name
-    return match.group(1)
+    return re.sub(r"\$\((\w+)\)", lambda m: _exported(m.group(1)), match.group(1))
 
 
 def test_make_runs_three_acquirers_and_jpy_goes_to_stripe():
@@ -41,5 +43,6 @@ def test_make_runs_three_acquirers_and_jpy_goes_to_stripe():
 def test_localstripe_runs_on_the_port_make_run_configures_bound_to_loopback():
     (line,) = (ROOT / "Procfile.connectors").read_text().splitlines()
     assert line.startswith("localstripe: python -m gunicorn -c devtools/localstripe.conf.py ")
-    assert "-b 127.0.0.1:8092 localstripe.server:app" in line
+    assert "-b 127.0.0.1:${LOCALSTRIPE_PORT:-8092} localstripe.server:app" in line
+    assert _exported("LOCALSTRIPE_PORT") == "8092"
     assert '"base_url": "http://127.0.0.1:8092"' in _exported("ACQUIRERS")
