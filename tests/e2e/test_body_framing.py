@@ -33,6 +33,7 @@ from payments.models import Payment, PaymentEvent, PaymentOperation
 from tests.support.processes import (
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -164,7 +165,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             web = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=log, stderr=log)
             url = f"http://127.0.0.1:{port}"
             try:
-                wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
+                wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
                 yield {"url": url, "sandbox": sandbox}
             finally:
                 web.terminate()

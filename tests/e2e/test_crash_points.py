@@ -27,6 +27,7 @@ from tests.support.api import PAYMENT_BODY
 from tests.support.processes import (
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -52,7 +53,7 @@ def crashing_web(request, sandbox, tmp_path) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
 
         try:
-            wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
+            wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
             yield url
         finally:
             web.send_signal(signal.SIGQUIT)  # gunicorn's quick shutdown: nothing to drain

@@ -19,6 +19,7 @@ from tests.support.localstripe import LocalStripe
 from tests.support.processes import (
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -53,7 +54,7 @@ def stack(transactional_db, tmp_path) -> Iterator[tuple[str, str, str]]:
         web = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
+            wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
             key = subprocess.run(
                 [sys.executable, "manage.py", "create_merchant", "demo-stripe"],
                 cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60,

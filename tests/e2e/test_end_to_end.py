@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from idempotency.models import IdempotencyKey
-from tests.support.processes import GUNICORN, ROOT, free_port, service_env, wait_until
+from tests.support.processes import (
+    GUNICORN,
+    ROOT,
+    STARTUP_SECONDS,
+    free_port,
+    service_env,
+    wait_until,
+)
 from tests.support.sandbox import SandboxProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -47,7 +54,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + STARTUP_SECONDS
             while True:
                 try:
                     if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:

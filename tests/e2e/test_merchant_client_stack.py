@@ -35,6 +35,7 @@ from tests.support.processes import (
     CELERY_WORKER,
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -92,7 +93,7 @@ def stack(django_db_setup, django_db_blocker, redis_url, tmp_path_factory) -> It
         stack.callback(stop_all, started)
         url = f"http://127.0.0.1:{port}"
 
-        wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
+        wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
         proxy = stack.enter_context(LossyProxy("127.0.0.1", port))
         yield {"url": url, "proxy": proxy, "sandbox": sandbox}
 

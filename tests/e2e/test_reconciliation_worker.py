@@ -18,6 +18,7 @@ from tests.support.processes import (
     CELERY_WORKER,
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -65,7 +66,7 @@ def stack(transactional_db, redis_url, tmp_path) -> Iterator[dict]:
         stack.enter_context(process(CELERY_WORKER, env, tmp_path / "worker.log"))
         url = f"http://127.0.0.1:{port}"
 
-        wait_until(lambda: answers_healthz(url), timeout=30, what="gunicorn")
+        wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
         yield {"url": url, "sandbox": sandbox, "env": env, "logs": tmp_path}
 
 

@@ -22,6 +22,7 @@ import pytest
 from tests.support.processes import (
     GUNICORN,
     ROOT,
+    STARTUP_SECONDS,
     answers_healthz,
     free_port,
     service_env,
@@ -118,7 +119,7 @@ def test_slow_clients_hold_nothing_behind_the_proxy(tmp_path):
         running(GUNICORN, tmp_path / "web.log", env),
         running([binary, "-c", str(conf)], tmp_path / "nginx.log"),
     ):
-        wait_until(lambda: answers_healthz(f"http://127.0.0.1:{proxy_port}"), timeout=30,
+        wait_until(lambda: answers_healthz(f"http://127.0.0.1:{proxy_port}"), timeout=STARTUP_SECONDS,
                    what="gunicorn behind nginx")  # fmt: skip
 
         # The control: straight to gunicorn, the slow connections take every thread.

@@ -29,6 +29,12 @@ CELERY_WORKER = [
 ]  # fmt: skip
 
 
+#: How long a test waits for a process it started to answer: generous, since make test runs
+#: three workers on two cores beside the campaigns, where a gunicorn worker's import of Django
+#: took 25 s once (a start-up wait, not a speed claim: a healthy start takes 2-5 s).
+STARTUP_SECONDS = 120
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as sock:
