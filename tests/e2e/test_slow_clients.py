@@ -119,8 +119,8 @@ def test_slow_clients_hold_nothing_behind_the_proxy(tmp_path):
         running(GUNICORN, tmp_path / "web.log", env),
         running([binary, "-c", str(conf)], tmp_path / "nginx.log"),
     ):
-        wait_until(lambda: answers_healthz(f"http://127.0.0.1:{proxy_port}"), timeout=STARTUP_SECONDS,
-                   what="gunicorn behind nginx")  # fmt: skip
+        proxied = f"http://127.0.0.1:{proxy_port}"
+        wait_until(lambda: answers_healthz(proxied), timeout=STARTUP_SECONDS, what="the proxy")
 
         # The control: straight to gunicorn, the slow connections take every thread.
         with slow_clients(web_port, SLOW_CLIENTS):
