@@ -1,7 +1,8 @@
 """A strict JSON parser for request bodies (DRF parser class).
 
 Rejects, each as a 400 problem with its own ``code``: bodies over the size limit
-(``body_too_large``), invalid UTF-8 or JSON, ``NaN``/``Infinity`` (``invalid_json``), duplicate
+(``body_too_large``), invalid UTF-8 or JSON, ``NaN``/``Infinity``, an escaped lone surrogate
+(``invalid_json``), duplicate
 object keys (``duplicate_key``: which one would win is parser-dependent, a classic smuggling
 vector) and nesting deeper than :data:`MAX_DEPTH` (``json_too_deep``). Error messages never
 quote the body.
@@ -13,6 +14,7 @@ quote the body.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +26,7 @@ from payments.api.problems import Problem
 
 #: Deepest nesting accepted. POST /payments bodies are flat objects.
 MAX_DEPTH = 8
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _reject_constant(name: str) -> Any:
@@ -57,6 +60,24 @@ def json_depth(value: Any) -> int:
     return depth
 
 
+def _holds_lone_surrogate(value: Any) -> bool:
+    """Whether any string of a parsed JSON value, member names included, holds a code point
+    of U+D800-U+DFFF (``json.loads`` pairs a valid escaped pair into one character, so any
+    left is lone). Iterative, like :func:`json_depth`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class StrictJSONParser(BaseParser):
     """Parse ``application/json`` bodies strictly; raises :class:`Problem` (400) on bad input."""
 
@@ -88,6 +109,15 @@ class StrictJSONParser(BaseParser):
                 code="invalid_json",
                 title="The body is not valid JSON",
             ) from exc
+        # A lone surrogate can only come from a \\u escape (UTF-8 cannot encode one): I-JSON
+        # (RFC 7493 section 2.1) refuses it, and no later step could encode it for an answer,
+        # a log line or PostgreSQL.
+        if b"\\u" in raw and _holds_lone_surrogate(data):
+            raise Problem(
+                "The JSON document holds an escaped lone surrogate (\\uD800-\\uDFFF).",
+                code="invalid_json",
+                title="The body is not valid JSON",
+            )
         if json_depth(data) > MAX_DEPTH:
             raise Problem(
                 f"The JSON document is nested more than {MAX_DEPTH} levels deep.",

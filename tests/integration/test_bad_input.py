@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 from django.db import connection
@@ -223,4 +224,40 @@ def test_a_body_whose_length_is_unknown_is_refused(merchant_a, sandbox, extra, s
     assert response.status_code == status
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == code
+    assert_nothing_stored(sandbox)
+
+
+def lone_surrogate_bodies(seed: int = 26, count: int = 60) -> list[bytes]:
+    """JSON bodies with an escaped lone surrogate (high, low, or a pair reversed) as a member
+    name or a value, at the top, nested or in a list: a generated corpus."""
+    rng = random.Random(seed)
+    bodies = []
+    for _ in range(count):
+        unit = rng.choice([rng.randrange(0xD800, 0xDC00), rng.randrange(0xDC00, 0xE000)])
+        text = rng.choice([f"\\u{unit:04x}", f"a\\u{unit:04X}b", "\\udc00\\ud800"])
+        shape = rng.choice(
+            [
+                '{{"{t}": 1}}',
+                '{{"amount": 1000, "reference": "{t}"}}',
+                '{{"metadata": {{"{t}": "x"}}}}',
+                '{{"amount": 1000, "list": ["ok", "{t}"]}}',
+            ]
+        )
+        bodies.append(shape.format(t=text).encode())
+    return bodies
+
+
+def test_an_escaped_lone_surrogate_is_invalid_json_on_every_body_route(merchant_a, sandbox):
+    """A member name or value holding a lone surrogate was echoed in an error and failed to
+    encode (500): every body route now refuses it as ``invalid_json``, nothing stored."""
+    routes = ["/payments", "/payments/pay_000000000000000000000000/refunds", "/webhook_endpoints"]
+    for index, body in enumerate(lone_surrogate_bodies()):
+        response = merchant_a.client.post(
+            routes[index % len(routes)],
+            data=body,
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=f"surrogate-{index}",
+        )
+        assert response.status_code == 400, body
+        assert response.json()["code"] == "invalid_json", body
     assert_nothing_stored(sandbox)
