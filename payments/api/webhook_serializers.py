@@ -12,7 +12,7 @@ from payments.api.serializers import StrictBodySerializer, StrictStringField
 from webhooks.events import ALL_EVENTS, EVENT_TYPES, validate_event_types
 from webhooks.url_safety import MAX_URL_LENGTH, UnsafeUrl, check_url
 
-__all__ = ["WebhookEndpointInputSerializer"]
+__all__ = ["RotateSecretInputSerializer", "WebhookEndpointInputSerializer"]
 
 
 class WebhookEndpointInputSerializer(StrictBodySerializer):
@@ -41,3 +41,9 @@ class WebhookEndpointInputSerializer(StrictBodySerializer):
         if ALL_EVENTS in value and len(value) > 1:
             raise serializers.ValidationError('"*" stands alone.', code="invalid")
         return list(dict.fromkeys(value))
+
+
+class RotateSecretInputSerializer(StrictBodySerializer):
+    """Body of ``POST /webhook_endpoints/{id}/rotate_secret``: empty or ``{}``. The overlap is
+    the service's (``WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS``); a member asking for another
+    one is refused like any unknown member, never silently ignored."""

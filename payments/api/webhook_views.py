@@ -30,7 +30,10 @@ from payments.api.views import (
     not_found_problem,
     problems,
 )
-from payments.api.webhook_serializers import WebhookEndpointInputSerializer
+from payments.api.webhook_serializers import (
+    RotateSecretInputSerializer,
+    WebhookEndpointInputSerializer,
+)
 from payments.authorization.key_claim import claim_refused
 from payments.monitoring.metrics import record_idempotency_replay
 from webhooks.selectors import (
@@ -159,11 +162,14 @@ class WebhookEndpointRotateSecretApi(MerchantApi):
     @extend_schema(
         operation_id="webhook_endpoints_rotate_secret",
         summary="Rotate the signing secret (the old one keeps signing alongside for 24 h)",
-        request=None,
+        request=RotateSecretInputSerializer,
         parameters=[OPTIONAL_IDEMPOTENCY_KEY],
         responses={200: EndpointWithSecretSerializer, **problems(400, 401, 404, 409, 422)},
     )
     def post(self, request: Request, endpoint_id: str) -> HttpResponse:
+        # The body is read and checked like every body (empty or {}), never ignored.
+        body = RotateSecretInputSerializer(data=request_json(request) if request.body else {})
+        body.is_valid(raise_exception=True)
         key = _optional_key(request)
         try:
             return _answer(

@@ -82,6 +82,29 @@ def test_the_idempotency_key_replays_the_first_answer_and_refuses_another_body(m
     )  # fmt: skip
 
 
+def test_rotate_secret_reads_its_body_and_refuses_what_it_does_not_take(merchant_a):
+    """Empty and ``{}`` rotate; a member (an overlap asked for, say), invalid JSON or another
+    content type is a 400 and the secret stays: a body is never silently ignored."""
+    endpoint_id = create(merchant_a).json()["id"]
+    path = f"/webhook_endpoints/{endpoint_id}/rotate_secret"
+    secret = WebhookEndpoint.objects.get().secret
+    for body, content_type, code in [
+        (b'{"expires_in": 0}', "application/json", "validation_error"),
+        (b'{"expire_current_in_seconds": 0}', "application/json", "validation_error"),
+        (b"[]", "application/json", "validation_error"),
+        (b"{", "application/json", "invalid_json"),
+        (b"expires_in=0", "application/x-www-form-urlencoded", "unsupported_media_type"),
+    ]:
+        refused = merchant_a.client.post(path, data=body, content_type=content_type)
+        assert (refused.status_code, refused.json()["code"]) == (400, code), body
+        assert WebhookEndpoint.objects.get().secret == secret
+    for body in (b"", b"{}"):
+        rotated = merchant_a.client.post(path, data=body, content_type="application/json")
+        assert rotated.status_code == 200
+        assert WebhookEndpoint.objects.get().secret == rotated.json()["secret"] != secret
+        secret = rotated.json()["secret"]
+
+
 BAD_URLS = [
     None, 7, "", "not a url", "ftp://127.0.0.1/x", "https://", "//127.0.0.1/x",
     "https://user:pw@127.0.0.1/x", "http://127.0.0.1/x#frag", "http://127.0.0.1/é",
