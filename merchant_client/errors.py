@@ -285,6 +285,7 @@ ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "length_required": InvalidRequest,
     "invalid_content_length": InvalidRequest,
     "body_incomplete": InvalidRequest,
+    "webhook_endpoint_limit_reached": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
     "bad_request": InvalidRequest,
     "authentication_required": Unauthorized,

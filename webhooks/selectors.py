@@ -11,6 +11,7 @@ from webhooks.models import Event, WebhookEndpoint
 
 __all__ = [
     "EndpointNotFound",
+    "EndpointPage",
     "EventNotFound",
     "EventPage",
     "endpoint_get",
@@ -38,13 +39,29 @@ def endpoint_get(*, merchant: Merchant, endpoint_id: str) -> WebhookEndpoint:
     return endpoint
 
 
-def endpoint_list(*, merchant: Merchant) -> list[WebhookEndpoint]:
-    """The merchant's live endpoints, newest first (a merchant has a handful)."""
-    return list(
-        WebhookEndpoint.objects.filter(merchant=merchant, deleted_at__isnull=True).order_by(
-            "-created_at", "-id"
-        )[:100]
-    )
+@dataclass(frozen=True)
+class EndpointPage:
+    """One page of a merchant's live endpoints, newest first; ``has_more``: older ones exist."""
+
+    endpoints: list[WebhookEndpoint]
+    has_more: bool
+
+
+def endpoint_list(
+    *, merchant: Merchant, limit: int = 20, starting_after: str | None = None
+) -> EndpointPage:
+    """Up to ``limit`` (1-100) of the merchant's live endpoints, newest first (``created_at``,
+    then ``id``); ``starting_after``: the id of the last endpoint of the previous page (a keyset
+    cursor, as ``GET /events``). Raises :class:`EndpointNotFound` when that id is not one of
+    the merchant's live endpoints."""
+    queryset = WebhookEndpoint.objects.filter(merchant=merchant, deleted_at__isnull=True)
+    if starting_after:
+        cursor = endpoint_get(merchant=merchant, endpoint_id=starting_after)
+        queryset = queryset.filter(
+            Q(created_at__lt=cursor.created_at) | Q(created_at=cursor.created_at, id__lt=cursor.id)
+        )
+    rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+    return EndpointPage(endpoints=rows[:limit], has_more=len(rows) > limit)
 
 
 def event_get(*, merchant: Merchant, event_id: str) -> Event:

@@ -16,6 +16,7 @@ from webhooks.events import EVENT_TYPES
 from webhooks.models import EndpointStatus, Event, WebhookEndpoint
 
 __all__ = [
+    "EndpointListQuerySerializer",
     "EndpointListSerializer",
     "EndpointSerializer",
     "EndpointWithSecretSerializer",
@@ -117,6 +118,14 @@ class EventListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
     data = EventSerializer(many=True)
     has_more = serializers.BooleanField()
+
+
+class EndpointListQuerySerializer(serializers.Serializer):
+    """Query parameters of ``GET /webhook_endpoints``: ``limit`` (1-100, default 20) and the
+    keyset cursor ``starting_after`` (an endpoint id)."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    starting_after = serializers.CharField(max_length=32, required=False)
 
 
 class EventListQuerySerializer(serializers.Serializer):

@@ -47,6 +47,7 @@ __all__ = [
     "ENDPOINTS_ROUTE",
     "ActionRefused",
     "Answer",
+    "EndpointLimitReached",
     "EndpointNotFound",
     "Replay",
     "endpoint_create",
@@ -120,6 +121,15 @@ def _idempotent(
         return answer
 
 
+class EndpointLimitReached(Exception):
+    """The merchant has ``limit`` live endpoints already (``WEBHOOK_MAX_ENDPOINTS``): delete
+    one first. Nothing was created and the idempotency key was released."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"at most {limit} webhook endpoints")
+
+
 def endpoint_create(
     *,
     merchant: Merchant,
@@ -131,13 +141,20 @@ def endpoint_create(
 ) -> Answer | Replay:
     """Create an endpoint (checked input: the URL already passed ``webhooks.url_safety``, the
     event types ``webhooks.events``) with a new secret. Returns the ``201`` answer with the
-    endpoint and its ``secret`` (the only answer that shows it), or the :class:`Replay`."""
+    endpoint and its ``secret`` (the only answer that shows it), or the :class:`Replay`.
+    Raises :class:`EndpointLimitReached` when the merchant has ``WEBHOOK_MAX_ENDPOINTS`` live
+    endpoints (16 by default, as Stripe allows), so one event never fans out to more."""
     now = clock()
     body = {"url": url, "enabled_events": enabled_events}
     if description is not None:
         body["description"] = description
 
     def write() -> Answer:
+        # Under the merchant's row lock, so two creations cannot both pass the count.
+        Merchant.objects.select_for_update().filter(pk=merchant.pk).first()
+        live = WebhookEndpoint.objects.filter(merchant=merchant, deleted_at__isnull=True)
+        if live.count() >= settings.WEBHOOK_MAX_ENDPOINTS:
+            raise EndpointLimitReached(settings.WEBHOOK_MAX_ENDPOINTS)
         secret = new_secret()
         endpoint = WebhookEndpoint.objects.create(
             merchant=merchant,

@@ -334,6 +334,8 @@ WEBHOOK_SWEEP_INTERVAL_SECONDS = env.float("WEBHOOK_SWEEP_INTERVAL_SECONDS", def
 WEBHOOK_SWEEP_BUDGET_SECONDS = env.float("WEBHOOK_SWEEP_BUDGET_SECONDS", default=20.0)
 # true only in development and tests (config.settings.local, .test): http and loopback URLs.
 WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=False)
+# Live endpoints a merchant may have (Stripe allows 16): each event is delivered to each one.
+WEBHOOK_MAX_ENDPOINTS = env.int("WEBHOOK_MAX_ENDPOINTS", default=16)
 # One failure-rate breaker per endpoint (gateway_client's), its state in the shared Redis.
 WEBHOOK_STATE_NAMESPACE = env("WEBHOOK_STATE_NAMESPACE", default="payments:webhooks")
 WEBHOOK_BREAKER_WINDOW_SIZE = env.int("WEBHOOK_BREAKER_WINDOW_SIZE", default=20)

@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.responses import replay_response
 from payments.api.parsers import request_json
+from payments.api.problems import Problem
 from payments.api.views import (
     MerchantApi,
     idempotency_key_header,
@@ -45,6 +46,7 @@ from webhooks.selectors import (
     event_list,
 )
 from webhooks.serializers import (
+    EndpointListQuerySerializer,
     EndpointListSerializer,
     EndpointSerializer,
     EndpointWithSecretSerializer,
@@ -54,6 +56,7 @@ from webhooks.serializers import (
 )
 from webhooks.services import (
     Answer,
+    EndpointLimitReached,
     Replay,
     endpoint_create,
     endpoint_delete,
@@ -105,25 +108,38 @@ class WebhookEndpointListCreateApi(MerchantApi):
         key = _optional_key(request)
         body = WebhookEndpointInputSerializer(data=request_json(request))
         body.is_valid(raise_exception=True)
-        return _answer(
-            lambda: endpoint_create(
-                merchant=request.user, idempotency_key=key, **body.validated_data
+        try:
+            return _answer(
+                lambda: endpoint_create(
+                    merchant=request.user, idempotency_key=key, **body.validated_data
+                )
             )
-        )
+        except EndpointLimitReached as exc:
+            raise Problem(
+                f"A merchant may have at most {exc.limit} webhook endpoints; delete one first.",
+                code="webhook_endpoint_limit_reached",
+                title="Too many webhook endpoints",
+            ) from exc
 
     @extend_schema(
         operation_id="webhook_endpoints_list",
         summary="List webhook endpoints, newest first",
-        responses={200: EndpointListSerializer, **problems(401)},
+        parameters=[EndpointListQuerySerializer],
+        responses={200: EndpointListSerializer, **problems(400, 401)},
     )
     def get(self, request: Request) -> HttpResponse:
-        endpoints = endpoint_list(merchant=request.user)
-        return json_answer(
-            {
-                "object": "list",
-                "data": EndpointSerializer(endpoints, many=True).data,
-                "has_more": False,
-            }
+        def fetch(query: dict) -> tuple[Sequence[object], bool]:
+            page = endpoint_list(merchant=request.user, **query)
+            return page.endpoints, page.has_more
+
+        return list_answer(
+            request,
+            EndpointListQuerySerializer,
+            fetch,
+            EndpointSerializer,
+            cursor_not_found=EndpointNotFound,
+            cursor_detail="starting_after is not the id of one of your webhook endpoints.",
+            cursor_message="No such webhook endpoint.",
         )
 
 
