@@ -3,6 +3,7 @@ short per-process cache of the keys it looked up (:class:`ApiKeyCache`)."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -13,7 +14,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from merchants.models import ApiKey, Merchant
-from merchants.services import api_key_authenticate, api_key_hash
+from merchants.services import API_KEY_PREFIXES, api_key_authenticate, api_key_hash
 
 
 class ApiKeyCache:
@@ -73,6 +74,13 @@ def api_key_cache_clear(**_signal_kwargs: object) -> None:
     API_KEY_CACHE.clear()
 
 
+#: Every key :func:`merchants.services.api_key_issue` makes: a prefix and
+#: ``secrets.token_urlsafe(32)`` (43 characters of the URL-safe base64 alphabet).
+API_KEY_SHAPE = re.compile(
+    "(?:" + "|".join(re.escape(prefix) for prefix in API_KEY_PREFIXES) + r")[A-Za-z0-9_-]{43}"
+)
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """Authenticate a merchant by API key (RFC 6750 bearer token syntax).
 
@@ -95,6 +103,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "The Authorization header must be 'Bearer <API key>'."
             )
+        # A token that is not shaped as a key we issue is refused without a query: a flood of
+        # garbage tokens costs no database look-up.
+        if not API_KEY_SHAPE.fullmatch(token):
+            raise exceptions.AuthenticationFailed("The API key is not valid.")
         api_key = API_KEY_CACHE.authenticate(token)
         if api_key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid.")

@@ -5,6 +5,8 @@ looked it up; a change saved in this process applies at once."""
 
 from __future__ import annotations
 
+import random
+import string
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -92,3 +94,43 @@ def test_a_ttl_of_zero_looks_up_every_time(clock):
         with CaptureQueriesContext(connection) as queries:
             assert cache.authenticate(issued.raw) is not None
         assert any(q["sql"].startswith("SELECT") for q in queries.captured_queries)
+
+
+def malformed_tokens(seed: int = 9, count: int = 200) -> list[str]:
+    """Bearer tokens no key we issue has the shape of: other prefixes, lengths and alphabets
+    (a generated corpus)."""
+    rng = random.Random(seed)
+    alphabet = string.ascii_letters + string.digits + "_-"
+    out = ["x", "sk_live_", "sk_live_not_a_key", "pk_live_" + "a" * 43, "sk_live_" + "a" * 44]
+    while len(out) < count:
+        prefix = rng.choice(["sk_live_", "sk_test_", "sk_prod_", "SK_LIVE_", "", "whsec_"])
+        length = rng.choice([0, 1, 42, 44, 64, rng.randrange(2, 200)])
+        body = "".join(rng.choice(alphabet) for _ in range(length))
+        if rng.random() < 0.3 and body:  # one character outside the alphabet
+            i = rng.randrange(len(body))
+            body = body[:i] + rng.choice("+/=.~é\u200b%") + body[i + 1 :]
+        token = prefix + body
+        if not (prefix in ("sk_live_", "sk_test_") and length == 43 and body.isascii()
+                and all(c in alphabet for c in body)):  # fmt: skip
+            out.append(token)
+    return out
+
+
+def test_a_token_not_shaped_as_our_keys_is_refused_without_a_query(merchant_a):
+    """A flood of garbage tokens costs the database nothing: 401, no query; a well-shaped
+    unknown key still queries (once)."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    for token in malformed_tokens():
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/payments")
+        assert response.status_code == 401, token
+        assert len(queries.captured_queries) == 0, token
+    client.credentials(HTTP_AUTHORIZATION="Bearer sk_live_" + "A" * 43)
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/payments").status_code == 401
+    assert len(queries.captured_queries) == 1
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {merchant_a.api_key}")
+    assert client.get("/payments").status_code == 200
