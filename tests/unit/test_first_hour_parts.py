@@ -84,7 +84,6 @@ def test_at_debug_the_moved_lines_are_kept_as_debug(celery_loggers):
     assert [r.levelname for r in celery_loggers.records] == ["DEBUG"]
 
 
-@pytest.mark.django_db  # close() sends request_finished, which closes old connections
 def test_a_head_answer_keeps_its_length_and_loses_its_body():
     response = HttpResponse(b'{"status": "ok"}', content_type="application/json")
     head_body_remove(response)
