@@ -84,6 +84,14 @@ class VerifyingReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                # A readiness probe: 200 once the receiver is registered (or needs no
+                # registration), 503 before; the README's block waits on it.
+                ready = receiver.ready.is_set()
+                self.send_response(200 if ready else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 status = receiver._handle(body, dict(self.headers.items()))
@@ -91,6 +99,8 @@ class VerifyingReceiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+        #: Set once events can be received: the endpoint registered (``main``).
+        self.ready = threading.Event()
         self._server = _Server((self.host, self.port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -205,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint_id, secret = register(args.api, args.api_key, receiver.url)
             receiver.secrets.append(secret)
             print(f"registered {endpoint_id} -> {receiver.url} (secret kept in memory)", flush=True)
+        receiver.ready.set()
         print(f"receiving on {receiver.url}; Ctrl-C stops", flush=True)
         if not enough.wait(args.timeout or None) and args.exit_after:
             print(f"no {args.exit_after} event(s) within {args.timeout:g} s", flush=True)

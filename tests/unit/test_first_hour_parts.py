@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.http import HttpResponse, StreamingHttpResponse
 
 from acquirers.specs import parse_acquirers
@@ -84,6 +86,18 @@ def test_at_debug_the_moved_lines_are_kept_as_debug(celery_loggers):
     assert [r.levelname for r in celery_loggers.records] == ["DEBUG"]
 
 
+@pytest.fixture
+def no_connection_cleanup() -> Iterator[None]:
+    """Closing a response sends ``request_finished``, on which Django closes old database
+    connections; this test touches no database, so that handler is set aside for it."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_finished.connect(close_old_connections)
+
+
+@pytest.mark.usefixtures("no_connection_cleanup")
 def test_a_head_answer_keeps_its_length_and_loses_its_body():
     response = HttpResponse(b'{"status": "ok"}', content_type="application/json")
     head_body_remove(response)
