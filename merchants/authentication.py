@@ -3,7 +3,6 @@ short per-process cache of the keys it looked up (:class:`ApiKeyCache`)."""
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -14,7 +13,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from merchants.models import ApiKey, Merchant
-from merchants.services import API_KEY_PREFIXES, api_key_authenticate, api_key_hash
+from merchants.services import API_KEY_SHAPE, api_key_authenticate, api_key_hash
 
 
 class ApiKeyCache:
@@ -72,13 +71,6 @@ API_KEY_CACHE = ApiKeyCache(lambda: settings.API_KEY_CACHE_SECONDS)
 def api_key_cache_clear(**_signal_kwargs: object) -> None:
     """Clear :data:`API_KEY_CACHE` (a ``post_save``/``post_delete`` receiver)."""
     API_KEY_CACHE.clear()
-
-
-#: Every key :func:`merchants.services.api_key_issue` makes: a prefix and
-#: ``secrets.token_urlsafe(32)`` (43 characters of the URL-safe base64 alphabet).
-API_KEY_SHAPE = re.compile(
-    "(?:" + "|".join(re.escape(prefix) for prefix in API_KEY_PREFIXES) + r")[A-Za-z0-9_-]{43}"
-)
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,6 +59,14 @@ def api_key_prefix() -> str:
         sandbox_only = all(key.startswith(SANDBOX_ACQUIRER_KEY_PREFIX) for key in keys)
         mode = "test" if sandbox_only else "live"
     return API_KEY_TEST_PREFIX if mode == "test" else API_KEY_PREFIX
+
+
+#: Every key :func:`_new_raw_key` makes: a prefix of :data:`API_KEY_PREFIXES` and
+#: ``secrets.token_urlsafe(32)`` (43 characters of RFC 4648's URL-safe base64 alphabet). The
+#: authentication refuses any other token without a database look-up.
+API_KEY_SHAPE = re.compile(
+    "(?:" + "|".join(re.escape(prefix) for prefix in API_KEY_PREFIXES) + r")[A-Za-z0-9_-]{43}"
+)
 
 
 def _new_raw_key(prefix: str) -> str:

@@ -82,8 +82,8 @@ def acquirer_currencies_are_supported(app_configs=None, **kwargs) -> list[Error]
             errors.append(
                 Error(
                     f"ACQUIRERS ({spec.name}) currencies: {code} is not a supported ISO 4217 code.",
-                    hint="List only the currencies of payments/money.py (docs/configuration.md, "
-                    "'Acquirers').",
+                    hint="List only the currencies of payments/core/money.py "
+                    "(docs/configuration.md, 'Acquirers').",
                     id="payments.E004",
                 )
             )

@@ -1,6 +1,7 @@
 """
 Per-key limits in the store: a request rate over a fixed window, and a cap on leases held at
-once. payments/limits.py keys them by merchant (ADR 0018); nothing here knows what a merchant is.
+once. payments/api/limits.py keys them by merchant (ADR 0018); nothing here knows what a
+merchant is.
 
 Each is one `AtomicScript`: a Lua program (lua/merchant_rate.lua, lua/merchant_slots.lua) and
 its Python twin below (ADR 0005), with the signature of `store.PythonScript`;

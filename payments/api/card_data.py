@@ -2,8 +2,9 @@
 
 A body in which any value (or key) holds a card number is refused before anything is stored or
 logged (PCI DSS scope stays with the token vault); so are an ``Idempotency-Key`` and query
-parameters holding one. What a card number is (a Luhn-valid 13-19 digit run, any separators,
-any Unicode digits, percent-encoded or JSON-escaped) is decided by the framework-free
+parameters holding one. What a card number is (a Luhn-valid 13-19 digit run of a real
+issuer range, any separators and invisible characters, any Unicode digits, percent-encoded or
+JSON-escaped) is decided by the framework-free
 ``card_data`` package, the one detector of the project (``docs/card-data.md``). The refusal
 (:func:`card_data_refusal`, the one builder of it) names the field but never repeats its value.
 """
