@@ -21,6 +21,7 @@ constant. A variable missing on either side fails the test with its name.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -78,8 +79,9 @@ def _is_env_reader(func: ast.expr) -> bool:
     return isinstance(func.value, ast.Name) and func.value.id == "os" and func.attr == "getenv"
 
 
-def variables_read(path: Path) -> set[str]:
-    """The environment variable names that ``path`` reads."""
+@functools.cache
+def variables_read(path: Path) -> frozenset[str]:
+    """The environment variable names that ``path`` reads (each file scanned once per run)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     constants = {
         target.id: node.value.value
@@ -108,7 +110,7 @@ def variables_read(path: Path) -> set[str]:
         name = name_of(argument) if argument is not None else None
         if name and re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
             names.add(name)
-    return names
+    return frozenset(names)
 
 
 def read_by(*sources: str) -> set[str]:

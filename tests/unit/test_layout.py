@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per run: a dozen checks read the same files."""
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def procfile_commands() -> dict[str, str]:
@@ -106,15 +113,16 @@ FORBIDDEN_IMPORTS = {
 }  # fmt: skip
 
 
-def imported_top_levels(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+@functools.cache
+def imported_top_levels(path: Path) -> frozenset[str]:
+    tree = parsed(path)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
-    return names
+    return frozenset(names)
 
 
 def test_no_app_imports_config():
@@ -186,7 +194,7 @@ def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str
     packages a module's import implies (its parents) are not counted."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -209,7 +217,9 @@ def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, built once per run (do not mutate)."""
     modules = project_modules()
     return {name: imported_modules(name, path, modules) for name, path in modules.items()}
 
@@ -286,7 +296,7 @@ def kit_imports(path: Path) -> list[tuple[int, str]]:
     at module level or inside a function: ``import a.b`` and ``from a.b import c`` give
     ``a.b``, ``from a import b`` gives ``a`` (the package's own name ``b``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -305,7 +315,7 @@ def test_kit_users_import_only_the_packages_public_names():
     offenders = []
     for package in KIT_USERS:
         for path in sorted((ROOT / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = parsed(path)
             for line, module in kit_imports(path):
                 if module not in public:
                     offenders.append(f"{path.relative_to(ROOT)}:{line}: {module}")
