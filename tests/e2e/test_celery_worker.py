@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from urllib.parse import urlsplit
 
 import pytest
 from django.utils import timezone
 
-from devtools.embedded_redis import embedded_redis
+from devtools.embedded_redis import embedded_redis, stop_embedded_redis
 from idempotency.models import IdempotencyKey
 from tests.factories import MerchantFactory
 from tests.support.processes import CELERY_WORKER, ROOT, service_env, wait_until
@@ -30,20 +31,27 @@ def expired_key(name: str) -> None:
 
 
 @pytest.fixture(params=["embedded", "redis_url"])
-def broker(request, redis_url, tmp_path) -> tuple[dict[str, str], str]:
+def broker(request, redis_url, tmp_path, monkeypatch) -> Iterator[tuple[dict[str, str], str]]:
     """The environment of a worker and a producer sharing one broker and one queue, and the
     start of the broker URL the worker's banner must show."""
     queue = f"test-{tmp_path.name}"
     if request.param == "embedded":
-        # No CELERY_BROKER_URL at all: the settings start or reuse the project's embedded Redis.
+        # No CELERY_BROKER_URL at all: the settings start or reuse the embedded Redis, here one
+        # in this test's own directory (never the checkout's .redis/), stopped afterwards.
+        monkeypatch.setenv("EMBEDDED_REDIS_DIR", str(tmp_path / "r"))
         env = service_env(CELERY_BROKER_URL=None, CELERY_DEFAULT_QUEUE=queue)
-        return env, f"redis+socket://{embedded_redis().socket_path}"
+        try:
+            yield env, f"redis+socket://{embedded_redis().socket_path}"
+        finally:
+            stop_embedded_redis()
+        return
     broker_url = suite_broker_url(redis_url)
     env = service_env(CELERY_BROKER_URL=broker_url, CELERY_DEFAULT_QUEUE=queue)
     parts = urlsplit(broker_url)  # the banner masks the password: compare the address only
     if parts.scheme == "redis+socket":
-        return env, parts.path
-    return env, f"{parts.hostname}:{parts.port or 6379}"
+        yield env, parts.path
+    else:
+        yield env, f"{parts.hostname}:{parts.port or 6379}"
 
 
 def test_worker_runs_the_purge_task(broker, tmp_path):
