@@ -328,6 +328,9 @@ WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS = env.float(
 WEBHOOK_LEASE_SECONDS = env.float("WEBHOOK_LEASE_SECONDS", default=60.0)
 WEBHOOK_BATCH_SIZE = env.int("WEBHOOK_BATCH_SIZE", default=20)
 WEBHOOK_ENDPOINT_CONCURRENCY = env.int("WEBHOOK_ENDPOINT_CONCURRENCY", default=2)
+# Attempts in flight per merchant, fleet-wide (ADR 0042): half of one task's threads, so one
+# merchant's slow endpoints never hold a whole batch; claims go round robin across merchants.
+WEBHOOK_MERCHANT_CONCURRENCY = env.int("WEBHOOK_MERCHANT_CONCURRENCY", default=4)
 WEBHOOK_DELIVERY_THREADS = env.int("WEBHOOK_DELIVERY_THREADS", default=8)
 WEBHOOK_SWEEP_INTERVAL_SECONDS = env.float("WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5.0)
 # A sweep claims batch after batch for at most this long (well below the task time limit).

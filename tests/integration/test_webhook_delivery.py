@@ -10,7 +10,6 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
 from prometheus_client import REGISTRY
 
 from card_data import contains_card_number
@@ -18,6 +17,7 @@ from gateway_client import BreakerConfig, MemoryStore
 from merchants.models import Merchant
 from tests.support.fake_time import FakeClock
 from tests.support.processes import wait_until
+from tests.support.webhook_events import event_written
 from tests.support.webhook_receiver import Receiver, running_receiver, verify
 from webhooks.delivery import (
     AttemptOutcome,
@@ -29,7 +29,6 @@ from webhooks.delivery import (
     endpoint_breaker,
 )
 from webhooks.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
-from webhooks.outbox import event_record
 from webhooks.serializers import event_document
 from webhooks.services import endpoint_create, endpoint_enable, endpoint_rotate_secret
 
@@ -74,12 +73,7 @@ class Harness:
         return WebhookEndpoint.objects.get(pk=document["id"]), document["secret"]
 
     def event(self, object_id: str = "pay_1", event_type: str = "payment.succeeded") -> Event:
-        with transaction.atomic():
-            return event_record(
-                merchant_id=self.merchant.pk, event_type=event_type, object_id=object_id,
-                obj={"id": object_id, "object": "payment", "status": "succeeded"},
-                now=self.clock.now,
-            )  # fmt: skip
+        return event_written(self.merchant.pk, object_id, event_type=event_type, now=self.clock.now)
 
     def deliver(self):
         return deliver_due(runtime=self.runtime)
@@ -184,7 +178,14 @@ def test_the_breaker_holds_a_dead_endpoints_backlog_and_spares_the_others(receiv
     """After 10 failures the endpoint's breaker opens: its other due deliveries are not sent
     (they wait the open period), while another endpoint of the merchant still receives."""
     breaker = BreakerConfig(window_size=20, minimum_calls=10, open_duration=60)
-    h = Harness(receiver, breaker=breaker, endpoint_concurrency=50, batch_size=50, threads=1)
+    h = Harness(
+        receiver,
+        breaker=breaker,
+        endpoint_concurrency=50,
+        merchant_concurrency=50,
+        batch_size=50,
+        threads=1,
+    )
     dead, _ = h.endpoint("/dead", [500])
     h.endpoint("/alive", [200])
     for n in range(14):
