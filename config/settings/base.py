@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from kombu import Queue
 
 from acquirers.specs import parse_acquirers
 from observability.log_config import logging_config, structlog_configure
@@ -373,6 +374,19 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 }
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
+# Webhooks' two tasks on queues of their own, named after the default one (ADR 0042): a fresh
+# event's task never waits behind a pile of sweeps. A worker started without -Q (the Procfile's,
+# compose's) consumes all three, taking from each in turn (kombu's Redis transport rotates them).
+WEBHOOK_EVENT_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.webhook-events"
+WEBHOOK_SWEEP_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.webhook-sweeps"
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, WEBHOOK_EVENT_QUEUE, WEBHOOK_SWEEP_QUEUE)
+]
+CELERY_TASK_ROUTES = {
+    "webhooks.tasks.deliver_event": {"queue": WEBHOOK_EVENT_QUEUE},
+    "webhooks.tasks.deliver_due": {"queue": WEBHOOK_SWEEP_QUEUE},
+}
 CELERY_TASK_IGNORE_RESULT = True
 # Why each of these: docs/configuration.md. Tasks are idempotent (leases, status checks under
 # row locks, the acquirer idempotency key), so a redelivered task is harmless.
@@ -414,6 +428,9 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-due-webhooks": {
         "task": "webhooks.tasks.deliver_due",
         "schedule": WEBHOOK_SWEEP_INTERVAL_SECONDS,
+        # A sweep not started within its interval is dropped: the next one does its work, and
+        # sweeps never pile up in their queue while the workers are busy.
+        "options": {"expires": WEBHOOK_SWEEP_INTERVAL_SECONDS},
     },
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",

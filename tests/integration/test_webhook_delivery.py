@@ -297,3 +297,26 @@ def test_a_merchants_answer_is_stored_without_card_numbers_secrets_or_nul(receiv
     assert [pan for pan, _ in pairs if pan in stored] == []
     assert not contains_card_number(stored)
     assert len(pairs) >= 70
+
+
+def test_a_claim_goes_round_robin_across_merchants_within_their_caps(receiver):
+    """Merchant A's 48 older due deliveries (3 events to 16 endpoints), then neighbour B's
+    one: FIFO would lease 20 of A's; the claim leases A's oldest, B's, then A's up to its cap
+    of 4, in that order. A second claim while A's leases are held takes nothing of A's."""
+    a = Harness(receiver, batch_size=20, merchant_concurrency=4, endpoint_concurrency=2)
+    b = Harness(receiver, batch_size=20, merchant_concurrency=4, endpoint_concurrency=2)
+    b.clock = a.clock
+    for n in range(16):
+        a.endpoint(f"/a{n}", [200])
+    b.endpoint("/b", [200])
+    for n in range(3):
+        a.event(f"pay_a{n}")
+    a.clock.advance(1)
+    b.event("pay_b")
+    ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+    merchants = dict(Delivery.objects.values_list("id", "endpoint__merchant_id"))
+    assert [merchants[i] for i in ids] == [a.merchant.pk, b.merchant.pk] + [a.merchant.pk] * 3
+    assert claim_due(now=a.clock.now, policy=a.policy)[0] == []
+    a.clock.advance(a.policy.lease + 1)  # the leases ran out (a killed worker's): again
+    again, _ = claim_due(now=a.clock.now, policy=a.policy)
+    assert [merchants[i] for i in again] == [merchants[i] for i in ids]
