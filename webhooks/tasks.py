@@ -21,11 +21,13 @@ __all__ = ["deliver_due_task", "deliver_event_task"]
 @shared_task(name="webhooks.tasks.deliver_event", ignore_result=True)
 def deliver_event_task(event_id: str) -> int:
     """Fan the event out into its deliveries if no worker has yet (``webhooks.fanout``), then
-    deliver its due deliveries now (enqueued when its transaction commits, or by an operator's
-    re-delivery). A duplicate or redelivered message finds them expanded and leased or
-    delivered, and does nothing. Returns how many attempts it made."""
+    deliver its due deliveries now, batch after batch (each within the merchant's and the
+    endpoints' caps) until none is left that may be sent, for at most
+    ``WEBHOOK_SWEEP_BUDGET_SECONDS`` (enqueued when its transaction commits, or by an
+    operator's re-delivery). A duplicate or redelivered message finds them expanded and leased
+    or delivered, and does nothing. Returns how many attempts it made."""
     event_fan_out(event_id, now=timezone.now())
-    return len(deliver_due(event_id=event_id))
+    return len(deliver_due(event_id=event_id, budget_seconds=settings.WEBHOOK_SWEEP_BUDGET_SECONDS))
 
 
 @shared_task(name="webhooks.tasks.deliver_due", ignore_result=True)
