@@ -10,6 +10,8 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from card_data import contains_card_number
@@ -29,8 +31,10 @@ from webhooks.delivery import (
     endpoint_breaker,
 )
 from webhooks.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
+from webhooks.outbox import event_record
 from webhooks.serializers import event_document
 from webhooks.services import endpoint_create, endpoint_enable, endpoint_rotate_secret
+from webhooks.tasks import deliver_event_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -320,3 +324,23 @@ def test_a_claim_goes_round_robin_across_merchants_within_their_caps(receiver):
     a.clock.advance(a.policy.lease + 1)  # the leases ran out (a killed worker's): again
     again, _ = claim_due(now=a.clock.now, policy=a.policy)
     assert [merchants[i] for i in again] == [merchants[i] for i in ids]
+
+
+def test_the_event_task_fans_out_then_delivers_beyond_the_merchants_cap(receiver, settings):
+    """The task enqueued on commit: the event, written alone, is fanned out and delivered to
+    its 5 endpoints in one run, batch after batch within the merchant's cap of 2."""
+    settings.WEBHOOK_MERCHANT_CONCURRENCY = 2
+    merchant = Merchant.objects.create(name="task")
+    for n in range(5):
+        endpoint_create(
+            merchant=merchant, url=receiver.script(f"/task{n}", [200]), enabled_events=["*"]
+        )
+    with transaction.atomic():
+        event = event_record(
+            merchant_id=merchant.pk, event_type="payment.succeeded", object_id="pay_t",
+            obj={"id": "pay_t", "object": "payment"}, now=timezone.now(),
+        )  # fmt: skip
+    assert not Delivery.objects.exists()
+    assert deliver_event_task(event.id) == 5
+    assert set(Delivery.objects.values_list("status", flat=True)) == {"delivered"}
+    assert all(len(receiver.at(f"/task{n}")) == 1 for n in range(5))
