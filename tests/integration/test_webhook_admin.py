@@ -114,4 +114,5 @@ def test_metrics_show_the_backlog_and_its_oldest_age(client, setup):
     )  # fmt: skip
     assert age >= 300
     assert 'webhooks_endpoints{status="enabled"} 1.0' in text
+    assert "webhooks_events_not_fanned_out 0.0" in text  # the fixture's event was fanned out
     assert Event.objects.count() == 1
