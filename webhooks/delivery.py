@@ -1,11 +1,11 @@
 """Delivering the outbox: claim due deliveries, send each once, record what happened.
 
 1. **Claim** (:func:`claim_due`), one short transaction: list the due ``pending`` deliveries of
-   enabled endpoints, a few per merchant, merchants longest waiting first; lock them and their
-   endpoints (``FOR NO KEY UPDATE SKIP LOCKED``: one claimer per endpoint at a time); pick round
-   robin across merchants (``webhooks.fairness``, ADR 0042) within ``merchant_concurrency``
-   leases per merchant and ``endpoint_concurrency`` per endpoint (the ones already held count),
-   and lease the chosen rows with a token. Two workers never hold the same delivery; a killed
+   enabled endpoints, a few per merchant, merchants longest waiting first; lock their merchants,
+   them and their endpoints (``FOR NO KEY UPDATE SKIP LOCKED``: one claimer per merchant and
+   per endpoint at a time); pick round robin across merchants (``webhooks.fairness``, ADR 0042)
+   within ``merchant_concurrency`` leases per merchant and ``endpoint_concurrency`` per
+   endpoint (the ones already held count), and lease the chosen rows with a token. Two workers never hold the same delivery; a killed
    worker's lease runs out and the row is taken again.
 2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
    (``threads``), so one endpoint that hangs holds its own threads only, each for at most its
@@ -46,6 +46,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from merchants.models import Merchant
 from observability.log_filters import redact
 from resilience import (
     FAILURE,
@@ -230,21 +231,19 @@ class DeliveryRuntime:
 # --- 1. Claim -----------------------------------------------------------------------------------
 
 
-def _due_candidates(
-    now: datetime, policy: DeliveryPolicy, event_id: str | None
-) -> tuple[list[Candidate], dict[int, int]]:
+def _due_candidates(now: datetime, policy: DeliveryPolicy, event_id: str | None) -> list[Candidate]:
     """The due, unleased deliveries of enabled live endpoints (of ``event_id`` only, when
     given), at most ``4 x merchant_concurrency`` per merchant, each merchant's oldest due first,
     merchants by their oldest due delivery (the longest waiting first), merchants already at
-    their cap left out; and the attempts each listed merchant has in flight. One statement
-    (window functions: a scan of the due rows, ``delivery_due``)."""
+    their cap left out. One statement (window functions: a scan of the due rows,
+    ``delivery_due``), read without locks: the claim locks and counts again."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     deliveries, endpoints = qn(Delivery._meta.db_table), qn(WebhookEndpoint._meta.db_table)
     sql = (
         "WITH in_flight AS (SELECT e.merchant_id, count(*) AS n "  # noqa: S608 (names only)
         f"FROM {deliveries} d JOIN {endpoints} e ON e.id = d.endpoint_id "
         "WHERE d.status = %(pending)s AND d.lease_until > %(now)s GROUP BY e.merchant_id), "
-        "due AS (SELECT d.id, e.merchant_id, d.endpoint_id, coalesce(f.n, 0) AS in_flight, "
+        "due AS (SELECT d.id, e.merchant_id, d.endpoint_id, "
         "row_number() OVER (PARTITION BY e.merchant_id ORDER BY d.next_attempt_at, d.id) AS rank, "
         "min(d.next_attempt_at) OVER (PARTITION BY e.merchant_id) AS head "
         f"FROM {deliveries} d JOIN {endpoints} e ON e.id = d.endpoint_id "
@@ -254,7 +253,7 @@ def _due_candidates(
         "AND e.status = %(enabled)s AND e.deleted_at IS NULL "
         "AND coalesce(f.n, 0) < %(merchant_cap)s"
         + (" AND d.event_id = %(event_id)s" if event_id is not None else "")
-        + ") SELECT id, merchant_id, endpoint_id, in_flight FROM due "
+        + ") SELECT id, merchant_id, endpoint_id FROM due "
         "WHERE rank <= %(per_merchant)s ORDER BY head, merchant_id, rank LIMIT %(limit)s"
     )
     params: dict[str, object] = {
@@ -269,9 +268,7 @@ def _due_candidates(
         params["event_id"] = event_id
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    in_flight = {merchant_id: n for _, merchant_id, _, n in rows}
-    return [Candidate(*row[:3]) for row in rows], in_flight
+        return [Candidate(*row) for row in cursor.fetchall()]
 
 
 def claim_due(
@@ -284,14 +281,22 @@ def claim_due(
     them and the lease token that :func:`deliver_claimed` must present."""
     token = uuid.uuid4().hex
     with transaction.atomic():
-        candidates, merchant_in_flight = _due_candidates(now, policy, event_id)
+        candidates = _due_candidates(now, policy, event_id)
         if not candidates:
             return [], token
-        # Lock the candidates (another claimer's are skipped) and their endpoints (one claimer
-        # per endpoint at a time, so the endpoint counts below stay true until we commit).
+        # Lock the candidates' merchants, the candidates and their endpoints, each SKIP LOCKED
+        # (never waiting, so never deadlocking): one claimer per merchant and per endpoint at a
+        # time, so the in-flight counts below stay true until we commit; what another claimer
+        # holds waits for the next claim.
+        merchants = set(
+            Merchant.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(id__in={c.merchant_id for c in candidates})
+            .values_list("id", flat=True)
+        )
         lockable = set(
             Delivery.objects.select_for_update(skip_locked=True, no_key=True)
-            .filter(id__in=[c.delivery_id for c in candidates], status=DeliveryStatus.PENDING)
+            .filter(id__in=[c.delivery_id for c in candidates if c.merchant_id in merchants])
+            .filter(status=DeliveryStatus.PENDING)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
             .values_list("id", flat=True)
         )
@@ -302,13 +307,18 @@ def claim_due(
             .filter(id__in=endpoint_ids)
             .values_list("id", flat=True)
         )
+        leased = Delivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__gt=now)
         endpoint_in_flight = dict(
-            Delivery.objects.filter(
-                endpoint_id__in=locked, status=DeliveryStatus.PENDING, lease_until__gt=now
-            )
+            leased.filter(endpoint_id__in=locked)
             .values("endpoint_id")
             .annotate(n=Count("id"))
             .values_list("endpoint_id", "n")
+        )
+        merchant_in_flight = dict(
+            leased.filter(endpoint__merchant_id__in=merchants)
+            .values("endpoint__merchant_id")
+            .annotate(n=Count("id"))
+            .values_list("endpoint__merchant_id", "n")
         )
         chosen = [
             c.delivery_id

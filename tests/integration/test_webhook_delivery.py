@@ -10,7 +10,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -344,3 +344,40 @@ def test_the_event_task_fans_out_then_delivers_beyond_the_merchants_cap(receiver
     assert deliver_event_task(event.id) == 5
     assert set(Delivery.objects.values_list("status", flat=True)) == {"delivered"}
     assert all(len(receiver.at(f"/task{n}")) == 1 for n in range(5))
+
+
+def test_a_merchant_another_claimer_is_counting_is_skipped_not_waited_for(receiver):
+    """While another claimer holds merchant A (its claim not yet committed, so its leases not
+    yet counted), a claim takes none of A's deliveries, rather than over-filling A's cap, and
+    takes B's at once."""
+    a = Harness(receiver)
+    b = Harness(receiver)
+    b.clock = a.clock
+    a.endpoint("/held-a", [200])
+    b.endpoint("/held-b", [200])
+    a.event("pay_a")
+    b.event("pay_b")
+    holding, release = threading.Event(), threading.Event()
+
+    def other_claimer() -> None:
+        try:
+            with transaction.atomic():
+                Merchant.objects.select_for_update(no_key=True).get(pk=a.merchant.pk)
+                holding.set()
+                release.wait(20)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=other_claimer)
+    other.start()
+    try:
+        assert holding.wait(10)
+        ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+        assert [
+            delivery_of(e).pk for e in WebhookEndpoint.objects.filter(merchant=b.merchant)
+        ] == ids
+    finally:
+        release.set()
+        other.join(20)
+    ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+    assert ids == [Delivery.objects.get(endpoint__merchant=a.merchant).pk]
