@@ -69,7 +69,11 @@ def test_the_payments_transaction_writes_one_row_whatever_the_endpoints():
                 payment=payment_lock(payment.pk), to_status="succeeded",
                 event_type=PaymentEventType.AUTHORIZATION_APPROVED, now=timezone.now(),
             )  # fmt: skip
-        statements[count] = [q["sql"].split(" ", 3)[:3] for q in queries.captured_queries]
+        statements[count] = [
+            q["sql"].split(" ", 3)[:3]
+            for q in queries.captured_queries
+            if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+        ]
         assert not Delivery.objects.filter(event__object_id=payment.pk).exists()
     assert statements[0] == statements[16]
     event = Event.objects.filter(object_id=payment.pk).get()
