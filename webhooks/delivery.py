@@ -5,8 +5,8 @@
    them and their endpoints (``FOR NO KEY UPDATE SKIP LOCKED``: one claimer per merchant and
    per endpoint at a time); pick round robin across merchants (``webhooks.fairness``, ADR 0042)
    within ``merchant_concurrency`` leases per merchant and ``endpoint_concurrency`` per
-   endpoint (the ones already held count), and lease the chosen rows with a token. Two workers never hold the same delivery; a killed
-   worker's lease runs out and the row is taken again.
+   endpoint (the ones already held count), and lease the chosen rows with a token. Two workers
+   never hold the same delivery; a killed worker's lease runs out and the row is taken again.
 2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
    (``threads``), so one endpoint that hangs holds its own threads only, each for at most its
    timeouts: the endpoint's breaker first (the ``resilience`` kit's failure-rate breaker, one per
