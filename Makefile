@@ -122,12 +122,13 @@ clean:
 demo: $(VENV)/.local-installed
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 29 minutes),
+## make bench: the benchmarks of docs/benchmarks.md, one after the other (about 35 minutes),
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
-         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
+         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
+         webhook_fairness
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -137,6 +138,14 @@ bench: $(VENV)/.bench-installed
 	  && apt-get update -qq && apt-get install -y -qq valgrind; } \
 	  || { echo "valgrind is needed: apt-get install valgrind (Debian/Ubuntu)"; exit 1; }
 	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done
+
+## make bench-webhooks: bench/webhook_fairness.py alone (a few minutes; docs/benchmarks.md,
+## "Webhook fan-out and fairness"): payment latency with 0 and 16 webhook endpoints, and a
+## merchant's event delay beside a neighbour with slow endpoints, ratios printed.
+## WEBHOOK_BENCH_ARGS="--slow-seconds 10" passes options.
+.PHONY: bench-webhooks
+bench-webhooks: $(VENV)/.bench-installed
+	$(BIN)/python bench/webhook_fairness.py $(WEBHOOK_BENCH_ARGS)
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the

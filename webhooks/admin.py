@@ -116,7 +116,7 @@ class EventAdmin(_Console):
     search_help_text = "Exact event id (evt_...) or payment / refund id."
     list_select_related = ("merchant",)
     ordering = ("-created_at", "-id")
-    fields = ("id", "merchant", "type", "object_id", "created_at", "data")
+    fields = ("id", "merchant", "type", "object_id", "created_at", "fanned_out_at", "data")
     readonly_fields = fields
     inlines = [DeliveryInline]
     action_form = NoteActionForm

@@ -1,8 +1,10 @@
 """Delivering the outbox: claim due deliveries, send each once, record what happened.
 
-1. **Claim** (:func:`claim_due`), one short transaction: ``SELECT ... FOR UPDATE SKIP LOCKED``
-   the due ``pending`` deliveries of enabled endpoints, lock their endpoints (``SKIP LOCKED``
-   too: one claimer per endpoint at a time), keep at most ``endpoint_concurrency`` leases per
+1. **Claim** (:func:`claim_due`), one short transaction: list the due ``pending`` deliveries of
+   enabled endpoints, a few per merchant, merchants longest waiting first; lock their merchants,
+   them and their endpoints (``FOR NO KEY UPDATE SKIP LOCKED``: one claimer per merchant and
+   per endpoint at a time); pick round robin across merchants (``webhooks.fairness``, ADR 0042)
+   within ``merchant_concurrency`` leases per merchant and ``endpoint_concurrency`` per
    endpoint (the ones already held count), and lease the chosen rows with a token. Two workers
    never hold the same delivery; a killed worker's lease runs out and the row is taken again.
 2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
@@ -40,10 +42,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from merchants.models import Merchant
 from observability.log_filters import redact
 from resilience import (
     FAILURE,
@@ -54,6 +57,7 @@ from resilience import (
     RedisStore,
     StateStore,
 )
+from webhooks.fairness import Candidate, pick_round_robin
 from webhooks.metrics import record_delivery_outcome
 from webhooks.models import (
     Delivery,
@@ -116,6 +120,7 @@ class DeliveryPolicy:
     lease: float = 60.0
     batch_size: int = 20
     endpoint_concurrency: int = 2
+    merchant_concurrency: int = 4
     threads: int = 8
     allow_local: bool = False
 
@@ -130,6 +135,7 @@ class DeliveryPolicy:
             lease=settings.WEBHOOK_LEASE_SECONDS,
             batch_size=settings.WEBHOOK_BATCH_SIZE,
             endpoint_concurrency=settings.WEBHOOK_ENDPOINT_CONCURRENCY,
+            merchant_concurrency=settings.WEBHOOK_MERCHANT_CONCURRENCY,
             threads=settings.WEBHOOK_DELIVERY_THREADS,
             allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS,
         )
@@ -225,53 +231,107 @@ class DeliveryRuntime:
 # --- 1. Claim -----------------------------------------------------------------------------------
 
 
+def _due_candidates(now: datetime, policy: DeliveryPolicy, event_id: str | None) -> list[Candidate]:
+    """The due, unleased deliveries of enabled live endpoints (of ``event_id`` only, when
+    given), at most ``4 x merchant_concurrency`` per merchant, each merchant's oldest due first,
+    merchants by their oldest due delivery (the longest waiting first), merchants already at
+    their cap left out. One statement (window functions: a scan of the due rows,
+    ``delivery_due``), read without locks: the claim locks and counts again."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    deliveries, endpoints = qn(Delivery._meta.db_table), qn(WebhookEndpoint._meta.db_table)
+    sql = (
+        "WITH in_flight AS (SELECT e.merchant_id, count(*) AS n "  # noqa: S608 (names only)
+        f"FROM {deliveries} d JOIN {endpoints} e ON e.id = d.endpoint_id "
+        "WHERE d.status = %(pending)s AND d.lease_until > %(now)s GROUP BY e.merchant_id), "
+        "due AS (SELECT d.id, e.merchant_id, d.endpoint_id, "
+        "row_number() OVER (PARTITION BY e.merchant_id ORDER BY d.next_attempt_at, d.id) AS rank, "
+        "min(d.next_attempt_at) OVER (PARTITION BY e.merchant_id) AS head "
+        f"FROM {deliveries} d JOIN {endpoints} e ON e.id = d.endpoint_id "
+        "LEFT JOIN in_flight f ON f.merchant_id = e.merchant_id "
+        "WHERE d.status = %(pending)s AND d.next_attempt_at <= %(now)s "
+        "AND (d.lease_until IS NULL OR d.lease_until <= %(now)s) "
+        "AND e.status = %(enabled)s AND e.deleted_at IS NULL "
+        "AND coalesce(f.n, 0) < %(merchant_cap)s"
+        + (" AND d.event_id = %(event_id)s" if event_id is not None else "")
+        + ") SELECT id, merchant_id, endpoint_id FROM due "
+        "WHERE rank <= %(per_merchant)s ORDER BY head, merchant_id, rank LIMIT %(limit)s"
+    )
+    params: dict[str, object] = {
+        "pending": DeliveryStatus.PENDING.value,
+        "enabled": EndpointStatus.ENABLED.value,
+        "now": now,
+        "merchant_cap": policy.merchant_concurrency,
+        "per_merchant": 4 * policy.merchant_concurrency,
+        "limit": 4 * policy.batch_size,
+    }
+    if event_id is not None:
+        params["event_id"] = event_id
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [Candidate(*row) for row in cursor.fetchall()]
+
+
 def claim_due(
     *, now: datetime, policy: DeliveryPolicy, event_id: str | None = None
 ) -> tuple[list[int], str]:
     """Claim up to ``policy.batch_size`` due deliveries (of ``event_id`` only, when given),
-    oldest due first, at most ``policy.endpoint_concurrency`` leases per endpoint. Returns
-    their ids and the lease token that :func:`deliver_claimed` must present."""
+    picked round robin across merchants (:func:`webhooks.fairness.pick_round_robin`): at most
+    ``policy.merchant_concurrency`` leases per merchant and ``policy.endpoint_concurrency`` per
+    endpoint, fleet-wide (the ones already held count). Returns their ids in the order to send
+    them and the lease token that :func:`deliver_claimed` must present."""
     token = uuid.uuid4().hex
     with transaction.atomic():
-        due = Delivery.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
-        due = due.filter(
-            status=DeliveryStatus.PENDING,
-            next_attempt_at__lte=now,
-            endpoint__status=EndpointStatus.ENABLED,
-            endpoint__deleted_at__isnull=True,
-        ).filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
-        if event_id is not None:
-            due = due.filter(event_id=event_id)
-        rows = list(
-            due.order_by("next_attempt_at", "id").values_list("id", "endpoint_id")[
-                : policy.batch_size * 4
-            ]
-        )
-        if not rows:
+        candidates = _due_candidates(now, policy, event_id)
+        if not candidates:
             return [], token
-        locked = set(
-            WebhookEndpoint.objects.select_for_update(skip_locked=True, no_key=True)
-            .filter(id__in={endpoint_id for _, endpoint_id in rows})
+        # Lock the candidates' merchants, the candidates and their endpoints, each SKIP LOCKED
+        # (never waiting, so never deadlocking): one claimer per merchant and per endpoint at a
+        # time, so the in-flight counts below stay true until we commit; what another claimer
+        # holds waits for the next claim.
+        merchants = set(
+            Merchant.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(id__in={c.merchant_id for c in candidates})
             .values_list("id", flat=True)
         )
-        in_flight = dict(
-            Delivery.objects.filter(
-                endpoint_id__in=locked, status=DeliveryStatus.PENDING, lease_until__gt=now
-            )
+        lockable = set(
+            Delivery.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(id__in=[c.delivery_id for c in candidates if c.merchant_id in merchants])
+            .filter(status=DeliveryStatus.PENDING)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+            .values_list("id", flat=True)
+        )
+        candidates = [c for c in candidates if c.delivery_id in lockable]
+        endpoint_ids = {c.endpoint_id for c in candidates}
+        locked = set(
+            WebhookEndpoint.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(id__in=endpoint_ids)
+            .values_list("id", flat=True)
+        )
+        leased = Delivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__gt=now)
+        endpoint_in_flight = dict(
+            leased.filter(endpoint_id__in=locked)
             .values("endpoint_id")
             .annotate(n=Count("id"))
             .values_list("endpoint_id", "n")
         )
-        chosen: list[int] = []
-        for delivery_id, endpoint_id in rows:
-            if endpoint_id not in locked:
-                continue  # another claimer holds this endpoint: its next sweep
-            if in_flight.get(endpoint_id, 0) >= policy.endpoint_concurrency:
-                continue
-            in_flight[endpoint_id] = in_flight.get(endpoint_id, 0) + 1
-            chosen.append(delivery_id)
-            if len(chosen) >= policy.batch_size:
-                break
+        merchant_in_flight = dict(
+            leased.filter(endpoint__merchant_id__in=merchants)
+            .values("endpoint__merchant_id")
+            .annotate(n=Count("id"))
+            .values_list("endpoint__merchant_id", "n")
+        )
+        chosen = [
+            c.delivery_id
+            for c in pick_round_robin(
+                candidates,
+                limit=policy.batch_size,
+                merchant_cap=policy.merchant_concurrency,
+                endpoint_cap=policy.endpoint_concurrency,
+                merchant_in_flight=merchant_in_flight,
+                endpoint_in_flight=endpoint_in_flight,
+                blocked_endpoints=endpoint_ids - locked,
+            )
+        ]
         Delivery.objects.filter(id__in=chosen).update(
             lease_until=now + timedelta(seconds=policy.lease), lease_token=token
         )

@@ -7,7 +7,7 @@ call that caused them says so). ``*`` subscribes to every type, present and futu
 
 from __future__ import annotations
 
-__all__ = ["ALL_EVENTS", "EVENT_TYPES", "validate_event_types"]
+__all__ = ["ALL_EVENTS", "EVENT_TYPES", "subscribed_sql", "validate_event_types"]
 
 #: Every event type, with what it means (docs/webhooks.md lists the same).
 EVENT_TYPES: dict[str, str] = {
@@ -24,6 +24,16 @@ EVENT_TYPES: dict[str, str] = {
 
 #: ``enabled_events: ["*"]``: every type.
 ALL_EVENTS = "*"
+
+
+def subscribed_sql(event_type: str = "%s::text") -> str:
+    """Whether a row of the endpoints' table wants an event, as an SQL condition: its
+    ``enabled_events`` holds the type or :data:`ALL_EVENTS`. ``event_type`` is the SQL of the
+    type (default: one text parameter; or a column)."""
+    return (
+        f"(enabled_events @> '[\"{ALL_EVENTS}\"]'::jsonb "
+        f"OR enabled_events @> jsonb_build_array({event_type}))"
+    )
 
 
 def validate_event_types(values: list[str]) -> list[str]:

@@ -12,6 +12,8 @@ Gauges computed at scrape time from PostgreSQL (:class:`WebhooksCollector`, inde
 * ``webhooks_backlog``: pending deliveries (due or waiting for a retry or a disabled endpoint).
 * ``webhooks_backlog_oldest_age_seconds``: age of the oldest pending delivery (0 if none).
 * ``webhooks_endpoints{status}``: endpoints by status (deleted ones excluded).
+* ``webhooks_events_not_fanned_out``: events a worker has not yet expanded into their
+  deliveries (ADR 0042): near 0; growing, the event tasks and the sweep are not running.
 * ``webhooks_collector_up``: 1 when the queries succeeded.
 """
 
@@ -26,7 +28,7 @@ from django.utils import timezone
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from webhooks.models import Delivery, DeliveryStatus, EndpointStatus, WebhookEndpoint
+from webhooks.models import Delivery, DeliveryStatus, EndpointStatus, Event, WebhookEndpoint
 
 __all__ = ["WebhooksCollector", "record_delivery_outcome"]
 
@@ -51,20 +53,21 @@ class WebhooksCollector:
     partial indexes of pending deliveries."""
 
     @staticmethod
-    def _query() -> tuple[int, datetime | None, int, int]:
+    def _query() -> tuple[int, datetime | None, int, int, int]:
         deliveries = Delivery._meta.db_table
         endpoints = WebhookEndpoint._meta.db_table
+        events = Event._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT (SELECT count(*) FROM {deliveries} WHERE status = %s), "  # noqa: S608
                 f"(SELECT min(created_at) FROM {deliveries} WHERE status = %s), "
                 f"(SELECT count(*) FROM {endpoints} WHERE deleted_at IS NULL AND status = %s), "
-                f"(SELECT count(*) FROM {endpoints} WHERE deleted_at IS NULL AND status = %s)",
+                f"(SELECT count(*) FROM {endpoints} WHERE deleted_at IS NULL AND status = %s), "
+                f"(SELECT count(*) FROM {events} WHERE fanned_out_at IS NULL)",
                 [DeliveryStatus.PENDING, DeliveryStatus.PENDING, EndpointStatus.ENABLED,
                  EndpointStatus.DISABLED],
             )  # fmt: skip
-            pending, oldest_at, enabled, disabled = cursor.fetchone()
-        return pending, oldest_at, enabled, disabled
+            return cursor.fetchone()
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families())
@@ -80,13 +83,17 @@ class WebhooksCollector:
             "webhooks_endpoints", "Webhook endpoints by status.", labels=["status"]
         )
         yield GaugeMetricFamily(
+            "webhooks_events_not_fanned_out",
+            "Events not yet expanded into their deliveries (ADR 0042; a moment each).",
+        )
+        yield GaugeMetricFamily(
             "webhooks_collector_up", "1 when the webhooks' scrape-time queries succeeded."
         )
 
     def collect(self) -> Iterable[Metric]:
-        backlog, oldest, endpoints, up = self._families()
+        backlog, oldest, endpoints, unexpanded, up = self._families()
         try:
-            pending, oldest_at, enabled, disabled = self._query()
+            pending, oldest_at, enabled, disabled, not_fanned_out = self._query()
         except Exception:  # a scrape answers even when the database does not
             logger.exception("webhooks metrics collector failed")
             up.add_metric([], 0)
@@ -98,5 +105,6 @@ class WebhooksCollector:
         oldest.add_metric([], age)
         endpoints.add_metric([EndpointStatus.ENABLED], enabled)
         endpoints.add_metric([EndpointStatus.DISABLED], disabled)
+        unexpanded.add_metric([], not_fanned_out)
         up.add_metric([], 1)
-        return [backlog, oldest, endpoints, up]
+        return [backlog, oldest, endpoints, unexpanded, up]

@@ -6,8 +6,10 @@
   answer that created them, never logged, never shown in the admin.
 * :class:`Event`: the outbox row, written in the transaction of the state change that causes it;
   ``data`` is the JSON text of ``{"object": <the payment or refund as the API shows it>}``,
-  kept as text so its keys keep the API's order.
-* :class:`Delivery`: one event to one endpoint, with its own schedule in PostgreSQL
+  kept as text so its keys keep the API's order. ``fanned_out_at`` is null until a worker has
+  expanded it into its deliveries (``webhooks.fanout``, ADR 0042).
+* :class:`Delivery`: one event to one endpoint, written by the worker's fan-out (one per
+  endpoint, the unique ``delivery_once``), with its own schedule in PostgreSQL
   (``next_attempt_at``), a lease (``lease_until``, ``lease_token``) so two workers never make
   the same attempt at once, and its retry window (``window_started_at``).
 * :class:`DeliveryAttempt`: one HTTP attempt: status code, duration, the response body read up
@@ -124,11 +126,23 @@ class Event(models.Model):
     object_id = models.CharField(max_length=32, help_text="The payment's or refund's id.")
     data = models.TextField(help_text='JSON text of {"object": ...}, in the API\'s key order.')
     created_at = models.DateTimeField()
+    fanned_out_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a worker expanded it into its deliveries; null until then (ADR "
+        "0042). Set at once when no endpoint was subscribed.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         permissions = [("redeliver_event", "Can re-deliver a webhook event")]
         indexes = [
+            # The sweep's look-up of events a lost message or a killed worker left unexpanded.
+            models.Index(
+                fields=["created_at"],
+                name="event_fan_out_pending",
+                condition=models.Q(fanned_out_at__isnull=True),
+            ),
             models.Index(fields=["merchant", "-created_at", "-id"], name="event_merchant_created"),
             models.Index(
                 fields=["merchant", "type", "-created_at", "-id"], name="event_merchant_type"

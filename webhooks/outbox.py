@@ -1,11 +1,12 @@
 """The outbox: :func:`event_record`, called in the transaction of the state change.
 
 The caller (``payments.core.payment_states``) holds the row lock of what changed and passes the
-object as
-its API shows it now; the event and one :class:`~webhooks.models.Delivery` per endpoint of the
-merchant subscribed to the type are inserted in the caller's transaction, so a change without
-its event, or an event without its change, cannot exist. When the transaction commits, the
-event's delivery task is enqueued (a lost message only waits for the beat sweep).
+object as its API shows it now. The event, ONE row, is inserted in the caller's transaction, so a
+change without its event, or an event without its change, cannot exist; its deliveries (one per
+endpoint) are not: a worker expands the event into them after the commit (``webhooks.fanout``,
+ADR 0042), so a payment's transaction costs the same with 0 endpoints or 16. When the
+transaction commits and some endpoint is subscribed, the event's task is enqueued (fan out, then
+deliver); a lost message only waits for the beat sweep, which fans out what is left too.
 """
 
 from __future__ import annotations
@@ -18,16 +19,11 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from idempotency.prepared_cursor import prepared_cursor
-from webhooks.events import ALL_EVENTS, EVENT_TYPES
-from webhooks.models import Delivery, Event, WebhookEndpoint
+from webhooks.events import EVENT_TYPES, subscribed_sql
+from webhooks.models import Event, WebhookEndpoint
 from webhooks.tasks import deliver_event_task
 
-__all__ = ["event_record", "subscribed"]
-
-
-def subscribed(enabled_events: list[str], event_type: str) -> bool:
-    """Whether an endpoint with ``enabled_events`` receives ``event_type``."""
-    return ALL_EVENTS in enabled_events or event_type in enabled_events
+__all__ = ["event_record"]
 
 
 def event_record(
@@ -40,8 +36,14 @@ def event_record(
 ) -> Event:
     """Insert the event ``event_type`` (a key of :data:`~webhooks.events.EVENT_TYPES`) of the
     merchant's object ``object_id`` with ``obj`` (its API representation, JSON-ready) as
-    ``data.object``, and its deliveries, due at once. Inside the caller's transaction
-    (``RuntimeError`` otherwise); raises ``ValueError`` for an unknown type."""
+    ``data.object``, created at ``now``. Inside the caller's transaction (``RuntimeError``
+    otherwise); raises ``ValueError`` for an unknown type.
+
+    One statement, one row: the same ``INSERT`` asks whether any live endpoint of the merchant
+    created at or before ``now`` is subscribed to the type. If none is, the event is born
+    fanned out (``fanned_out_at = now``: nobody is to receive it, and an endpoint created later
+    never will); otherwise ``fanned_out_at`` stays null and the fan-out task is enqueued when
+    the transaction commits."""
     if not connection.in_atomic_block:
         raise RuntimeError("An event is written in the transaction of its state change.")
     if event_type not in EVENT_TYPES:
@@ -53,39 +55,28 @@ def event_record(
         data=json.dumps({"object": obj}, ensure_ascii=False),
         created_at=now,
     )
-    # One round trip on the payments' hot path (ADR 0026): the event's INSERT and the look-up
-    # of the merchant's endpoints in one statement.
+    # One round trip on the payments' hot path (ADR 0026): the event's INSERT, with the look-up
+    # of a subscribed endpoint as the value of its fanned_out_at.
     db = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` is a thread-local look-up
     qn = db.ops.quote_name
-    fields = Event._meta.concrete_fields
+    fields = [f for f in Event._meta.concrete_fields if f.attname != "fanned_out_at"]
     with prepared_cursor() as cursor:
         cursor.execute(
             f"WITH new_event AS (INSERT INTO {qn(Event._meta.db_table)} "  # noqa: S608
-            f"({', '.join(qn(f.column) for f in fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))})) "
-            f"SELECT id, enabled_events FROM {qn(WebhookEndpoint._meta.db_table)} "
-            "WHERE merchant_id = %s AND deleted_at IS NULL",
-            [f.get_db_prep_save(getattr(event, f.attname), db) for f in fields] + [merchant_id],
+            f"({', '.join(qn(f.column) for f in fields)}, {qn('fanned_out_at')}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}, "
+            f"CASE WHEN EXISTS (SELECT 1 FROM {qn(WebhookEndpoint._meta.db_table)} "
+            "WHERE merchant_id = %s AND deleted_at IS NULL AND created_at <= %s "
+            f"AND {subscribed_sql()}) THEN NULL ELSE %s::timestamptz END) "
+            "RETURNING fanned_out_at) "
+            "SELECT fanned_out_at FROM new_event",
+            [f.get_db_prep_save(getattr(event, f.attname), db) for f in fields]
+            + [merchant_id, now, event_type, now],
         )
-        endpoints = [
-            (endpoint_id, json.loads(events) if isinstance(events, str) else events)
-            for endpoint_id, events in cursor.fetchall()
-        ]
+        (event.fanned_out_at,) = cursor.fetchone()
     event._state.adding = False
     event._state.db = db.alias
-    deliveries = [
-        Delivery(
-            event=event,
-            endpoint_id=endpoint_id,
-            next_attempt_at=now,
-            window_started_at=now,
-            created_at=now,
-        )
-        for endpoint_id, enabled_events in endpoints
-        if subscribed(enabled_events, event_type)
-    ]
-    if deliveries:
-        Delivery.objects.bulk_create(deliveries)
+    if event.fanned_out_at is None:
         event_id = event.id
         transaction.on_commit(lambda: deliver_event_task.delay(event_id), robust=True)
     return event

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from kombu import Queue
 
 from acquirers.specs import parse_acquirers
 from observability.log_config import logging_config, structlog_configure
@@ -328,6 +329,9 @@ WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS = env.float(
 WEBHOOK_LEASE_SECONDS = env.float("WEBHOOK_LEASE_SECONDS", default=60.0)
 WEBHOOK_BATCH_SIZE = env.int("WEBHOOK_BATCH_SIZE", default=20)
 WEBHOOK_ENDPOINT_CONCURRENCY = env.int("WEBHOOK_ENDPOINT_CONCURRENCY", default=2)
+# Attempts in flight per merchant, fleet-wide (ADR 0042): half of one task's threads, so one
+# merchant's slow endpoints never hold a whole batch; claims go round robin across merchants.
+WEBHOOK_MERCHANT_CONCURRENCY = env.int("WEBHOOK_MERCHANT_CONCURRENCY", default=4)
 WEBHOOK_DELIVERY_THREADS = env.int("WEBHOOK_DELIVERY_THREADS", default=8)
 WEBHOOK_SWEEP_INTERVAL_SECONDS = env.float("WEBHOOK_SWEEP_INTERVAL_SECONDS", default=5.0)
 # A sweep claims batch after batch for at most this long (well below the task time limit).
@@ -370,6 +374,19 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 }
 # One queue name per deployment; tests give each run its own, so they never share messages.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
+# Webhooks' two tasks on queues of their own, named after the default one (ADR 0042): a fresh
+# event's task never waits behind a pile of sweeps. A worker started without -Q (the Procfile's,
+# compose's) consumes all three, taking from each in turn (kombu's Redis transport rotates them).
+WEBHOOK_EVENT_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.webhook-events"
+WEBHOOK_SWEEP_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.webhook-sweeps"
+CELERY_TASK_QUEUES = [
+    Queue(name, routing_key=name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, WEBHOOK_EVENT_QUEUE, WEBHOOK_SWEEP_QUEUE)
+]
+CELERY_TASK_ROUTES = {
+    "webhooks.tasks.deliver_event": {"queue": WEBHOOK_EVENT_QUEUE},
+    "webhooks.tasks.deliver_due": {"queue": WEBHOOK_SWEEP_QUEUE},
+}
 CELERY_TASK_IGNORE_RESULT = True
 # Why each of these: docs/configuration.md. Tasks are idempotent (leases, status checks under
 # row locks, the acquirer idempotency key), so a redelivered task is harmless.
@@ -411,6 +428,9 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-due-webhooks": {
         "task": "webhooks.tasks.deliver_due",
         "schedule": WEBHOOK_SWEEP_INTERVAL_SECONDS,
+        # A sweep not started within its interval is dropped: the next one does its work, and
+        # sweeps never pile up in their queue while the workers are busy.
+        "options": {"expires": WEBHOOK_SWEEP_INTERVAL_SECONDS},
     },
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",

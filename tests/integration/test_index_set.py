@@ -63,6 +63,9 @@ INDEXES = {
         ("event_merchant_type", "(merchant_id, type, created_at DESC, id DESC)"),
         ("event_object", "(object_id)"),
         ("event_created", "(created_at DESC, id DESC)"),
+        # The sweep's look-up of events left unexpanded (ADR 0042): only those rows, so it
+        # stays near empty; an event born fanned out (no endpoint) adds no entry.
+        ("event_fan_out_pending", "(created_at) WHERE (fanned_out_at IS NULL)"),
     },
     "webhooks_delivery": {
         ("webhooks_delivery_pkey", "(id)"),
@@ -157,3 +160,11 @@ def test_the_key_consoles_in_progress_filter_and_the_purge_read_their_indexes(cl
         lambda: idempotency_keys_purge_expired(now=timezone.now() + timedelta(days=2))
     )
     assert "idempotency_idempotencykey_expires_at_d24a2787" in _plan_indexes(statements[0])
+
+
+def test_the_sweeps_look_up_of_unexpanded_events_reads_its_partial_index():
+    """events_fan_out_pending (the beat sweep, ADR 0042) reads ``event_fan_out_pending``."""
+    from webhooks.fanout import events_fan_out_pending
+
+    statements = _captured(lambda: events_fan_out_pending(now=timezone.now()))
+    assert "event_fan_out_pending" in _plan_indexes(statements[0])

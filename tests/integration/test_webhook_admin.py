@@ -11,13 +11,12 @@ import pytest
 from django.apps import apps
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, User
-from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from idempotency.models import IdempotencyKey
+from tests.support.webhook_events import event_written
 from webhooks.models import Delivery, Event, OperatorAction, WebhookEndpoint
-from webhooks.outbox import event_record
 from webhooks.services import endpoint_create
 
 pytestmark = pytest.mark.django_db
@@ -33,11 +32,13 @@ def setup(merchant_a):
     )  # fmt: skip
     secret = json.loads(answer.body)["secret"]
     endpoint = WebhookEndpoint.objects.get()
-    with transaction.atomic():
-        event = event_record(
-            merchant_id=merchant_a.merchant.pk, event_type="payment.succeeded",
-            object_id="pay_a", obj={"id": "pay_a"}, now=timezone.now() - timedelta(minutes=5),
-        )  # fmt: skip
+    # The event five minutes old: the endpoint existed then (an endpoint created after an event
+    # never receives it, ADR 0042).
+    WebhookEndpoint.objects.update(created_at=timezone.now() - timedelta(minutes=10))
+    event = event_written(
+        merchant_a.merchant.pk, "pay_a", obj={"id": "pay_a"},
+        now=timezone.now() - timedelta(minutes=5),
+    )  # fmt: skip
     ROLES.grant(apps, None)
     return endpoint, event, secret
 
@@ -113,4 +114,5 @@ def test_metrics_show_the_backlog_and_its_oldest_age(client, setup):
     )  # fmt: skip
     assert age >= 300
     assert 'webhooks_endpoints{status="enabled"} 1.0' in text
+    assert "webhooks_events_not_fanned_out 0.0" in text  # the fixture's event was fanned out
     assert Event.objects.count() == 1

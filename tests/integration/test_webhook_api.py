@@ -11,6 +11,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from tests.support.webhook_events import event_written
 from webhooks.models import Delivery, WebhookEndpoint
 from webhooks.outbox import event_record
 
@@ -162,11 +163,7 @@ def test_card_data_in_the_description_or_the_key_is_refused(merchant_a):
 
 def test_delete_stops_deliveries_and_the_endpoint_is_gone(merchant_a):
     endpoint_id = create(merchant_a).json()["id"]
-    with transaction.atomic():
-        event_record(
-            merchant_id=merchant_a.merchant.pk, event_type="payment.succeeded", object_id="pay_d",
-            obj={"id": "pay_d"}, now=timezone.now(),
-        )  # fmt: skip
+    event_written(merchant_a.merchant.pk, "pay_d", obj={"id": "pay_d"})
     response = merchant_a.client.delete(f"/webhook_endpoints/{endpoint_id}")
     assert response.json() == {"id": endpoint_id, "object": "webhook_endpoint", "deleted": True}
     assert merchant_a.client.get(f"/webhook_endpoints/{endpoint_id}").status_code == 404

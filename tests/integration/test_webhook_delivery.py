@@ -10,7 +10,8 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
+from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from card_data import contains_card_number
@@ -18,6 +19,7 @@ from gateway_client import BreakerConfig, MemoryStore
 from merchants.models import Merchant
 from tests.support.fake_time import FakeClock
 from tests.support.processes import wait_until
+from tests.support.webhook_events import event_written
 from tests.support.webhook_receiver import Receiver, running_receiver, verify
 from webhooks.delivery import (
     AttemptOutcome,
@@ -32,6 +34,7 @@ from webhooks.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from webhooks.outbox import event_record
 from webhooks.serializers import event_document
 from webhooks.services import endpoint_create, endpoint_enable, endpoint_rotate_secret
+from webhooks.tasks import deliver_event_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,12 +77,7 @@ class Harness:
         return WebhookEndpoint.objects.get(pk=document["id"]), document["secret"]
 
     def event(self, object_id: str = "pay_1", event_type: str = "payment.succeeded") -> Event:
-        with transaction.atomic():
-            return event_record(
-                merchant_id=self.merchant.pk, event_type=event_type, object_id=object_id,
-                obj={"id": object_id, "object": "payment", "status": "succeeded"},
-                now=self.clock.now,
-            )  # fmt: skip
+        return event_written(self.merchant.pk, object_id, event_type=event_type, now=self.clock.now)
 
     def deliver(self):
         return deliver_due(runtime=self.runtime)
@@ -184,7 +182,14 @@ def test_the_breaker_holds_a_dead_endpoints_backlog_and_spares_the_others(receiv
     """After 10 failures the endpoint's breaker opens: its other due deliveries are not sent
     (they wait the open period), while another endpoint of the merchant still receives."""
     breaker = BreakerConfig(window_size=20, minimum_calls=10, open_duration=60)
-    h = Harness(receiver, breaker=breaker, endpoint_concurrency=50, batch_size=50, threads=1)
+    h = Harness(
+        receiver,
+        breaker=breaker,
+        endpoint_concurrency=50,
+        merchant_concurrency=50,
+        batch_size=50,
+        threads=1,
+    )
     dead, _ = h.endpoint("/dead", [500])
     h.endpoint("/alive", [200])
     for n in range(14):
@@ -296,3 +301,83 @@ def test_a_merchants_answer_is_stored_without_card_numbers_secrets_or_nul(receiv
     assert [pan for pan, _ in pairs if pan in stored] == []
     assert not contains_card_number(stored)
     assert len(pairs) >= 70
+
+
+def test_a_claim_goes_round_robin_across_merchants_within_their_caps(receiver):
+    """Merchant A's 48 older due deliveries (3 events to 16 endpoints), then neighbour B's
+    one: FIFO would lease 20 of A's; the claim leases A's oldest, B's, then A's up to its cap
+    of 4, in that order. A second claim while A's leases are held takes nothing of A's."""
+    a = Harness(receiver, batch_size=20, merchant_concurrency=4, endpoint_concurrency=2)
+    b = Harness(receiver, batch_size=20, merchant_concurrency=4, endpoint_concurrency=2)
+    b.clock = a.clock
+    for n in range(16):
+        a.endpoint(f"/a{n}", [200])
+    b.endpoint("/b", [200])
+    for n in range(3):
+        a.event(f"pay_a{n}")
+    a.clock.advance(1)
+    b.event("pay_b")
+    ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+    merchants = dict(Delivery.objects.values_list("id", "endpoint__merchant_id"))
+    assert [merchants[i] for i in ids] == [a.merchant.pk, b.merchant.pk] + [a.merchant.pk] * 3
+    assert claim_due(now=a.clock.now, policy=a.policy)[0] == []
+    a.clock.advance(a.policy.lease + 1)  # the leases ran out (a killed worker's): again
+    again, _ = claim_due(now=a.clock.now, policy=a.policy)
+    assert [merchants[i] for i in again] == [merchants[i] for i in ids]
+
+
+def test_the_event_task_fans_out_then_delivers_beyond_the_merchants_cap(receiver, settings):
+    """The task enqueued on commit: the event, written alone, is fanned out and delivered to
+    its 5 endpoints in one run, batch after batch within the merchant's cap of 2."""
+    settings.WEBHOOK_MERCHANT_CONCURRENCY = 2
+    merchant = Merchant.objects.create(name="task")
+    for n in range(5):
+        endpoint_create(
+            merchant=merchant, url=receiver.script(f"/task{n}", [200]), enabled_events=["*"]
+        )
+    with transaction.atomic():
+        event = event_record(
+            merchant_id=merchant.pk, event_type="payment.succeeded", object_id="pay_t",
+            obj={"id": "pay_t", "object": "payment"}, now=timezone.now(),
+        )  # fmt: skip
+    assert not Delivery.objects.exists()
+    assert deliver_event_task(event.id) == 5
+    assert set(Delivery.objects.values_list("status", flat=True)) == {"delivered"}
+    assert all(len(receiver.at(f"/task{n}")) == 1 for n in range(5))
+
+
+def test_a_merchant_another_claimer_is_counting_is_skipped_not_waited_for(receiver):
+    """While another claimer holds merchant A (its claim not yet committed, so its leases not
+    yet counted), a claim takes none of A's deliveries, rather than over-filling A's cap, and
+    takes B's at once."""
+    a = Harness(receiver)
+    b = Harness(receiver)
+    b.clock = a.clock
+    a.endpoint("/held-a", [200])
+    b.endpoint("/held-b", [200])
+    a.event("pay_a")
+    b.event("pay_b")
+    holding, release = threading.Event(), threading.Event()
+
+    def other_claimer() -> None:
+        try:
+            with transaction.atomic():
+                Merchant.objects.select_for_update(no_key=True).get(pk=a.merchant.pk)
+                holding.set()
+                release.wait(20)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=other_claimer)
+    other.start()
+    try:
+        assert holding.wait(10)
+        ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+        assert [
+            delivery_of(e).pk for e in WebhookEndpoint.objects.filter(merchant=b.merchant)
+        ] == ids
+    finally:
+        release.set()
+        other.join(20)
+    ids, _ = claim_due(now=a.clock.now, policy=a.policy)
+    assert ids == [Delivery.objects.get(endpoint__merchant=a.merchant).pk]

@@ -31,6 +31,7 @@ from bench import (
     same_key_storm,
     stack_floor,
     throughput,
+    webhook_fairness,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
         hot_path_ab,
         instructions,
         stack_floor,
+        webhook_fairness,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):

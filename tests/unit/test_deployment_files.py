@@ -182,6 +182,31 @@ def test_every_worker_command_runs_without_mingle_and_gossip():
         assert {"--without-mingle", "--without-gossip"} <= set(command.split()), command
 
 
+def test_every_worker_consumes_the_webhook_queues_apart_from_the_default_one():
+    """ADR 0042: webhooks' event tasks and sweeps are routed to queues of their own, and every
+    worker command (no ``-Q``) consumes every queue of ``CELERY_TASK_QUEUES``, those included;
+    a sweep expires after its interval, so none piles up behind a busy worker."""
+    from django.conf import settings
+
+    procfile = (ROOT / "Procfile").read_text()
+    operations = (ROOT / "docs/operations.md").read_text()
+    commands = [
+        *re.findall(r"^worker: (.*)$", procfile, re.M),
+        compose()["services"]["worker"]["command"],
+        *re.findall(r"^ExecStart=\S*(celery -A config worker .*)$", operations, re.M),
+    ]
+    assert commands and all("-Q" not in c.split() and "--queues" not in c for c in commands)
+    consumed = {queue.name for queue in settings.CELERY_TASK_QUEUES}
+    routes = settings.CELERY_TASK_ROUTES
+    event_queue = routes["webhooks.tasks.deliver_event"]["queue"]
+    sweep_queue = routes["webhooks.tasks.deliver_due"]["queue"]
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
+    assert len({event_queue, sweep_queue, default}) == 3
+    assert {event_queue, sweep_queue, default} <= consumed
+    sweep = settings.CELERY_BEAT_SCHEDULE["deliver-due-webhooks"]
+    assert sweep["options"]["expires"] == sweep["schedule"]
+
+
 def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
     """The API's port is published by the proxy alone, which runs the server block that
     tests/e2e/test_slow_clients.py runs (deploy/nginx/), pointed at web; web publishes none."""
