@@ -72,7 +72,7 @@ from .types import (
     RefundRequest,
     VoidRequest,
 )
-from .wire import MalformedBody, load_json
+from .wire import MalformedBody, load_json, load_json_object
 
 __all__ = [
     "ADYEN_TEST_BASE_URL",
@@ -376,10 +376,7 @@ def _payment_path(psp_reference: str, action: str) -> str:
 
 
 def _document(answer: Answer) -> dict[str, Any]:
-    document = load_json(answer.body or b"")
-    if not isinstance(document, dict):
-        raise MalformedBody("body is not a JSON object")
-    return document
+    return load_json_object(answer.body)
 
 
 def _string(document: dict[str, Any], name: str) -> str:

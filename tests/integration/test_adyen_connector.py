@@ -36,9 +36,8 @@ from payments.reconciliation.operations import operation_claim, operation_reconc
 from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
-    payment_reconcile,
-    reconciliation_claim_payment,
 )
+from tests.support import reconcile as reconciliation
 from tests.support.adyen import AdyenFake
 from tests.support.fault_proxy import FaultProxy
 from webhooks.models import Event
@@ -312,18 +311,8 @@ def void_after_crash(merchant_a, adyen: AdyenFake, monkeypatch, phase: str) -> s
 
 
 def reconcile_payment(payment_id: str) -> ReconciliationResult:
-    at = timezone.now() + timedelta(seconds=5)
-    assert reconciliation_claim_payment(payment_id=payment_id, now=at, policy=POLICY)
-    return payment_reconcile(
-        payment_id=payment_id, client=acquirer_client(), policy=POLICY,
-        clock=lambda: at, random=lambda: 0.5,
-    ).result  # fmt: skip
+    return reconciliation.reconcile_payment(payment_id, POLICY)
 
 
 def reconcile_operation(operation_id: str) -> ReconciliationResult:
-    at = timezone.now() + timedelta(seconds=5)
-    assert operation_claim(operation_id=operation_id, now=at, policy=POLICY)
-    return operation_reconcile(
-        operation_id=operation_id, client=acquirer_client(), policy=POLICY,
-        clock=lambda: at, random=lambda: 0.5,
-    ).result  # fmt: skip
+    return reconciliation.reconcile_operation(operation_id, POLICY)

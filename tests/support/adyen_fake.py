@@ -217,7 +217,7 @@ class Handler(BaseHTTPRequestHandler):
     fake: Fake
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
     def _answer(self, status: int, document: Any, headers: dict[str, str] | None = None) -> None:

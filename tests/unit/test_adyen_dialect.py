@@ -18,7 +18,6 @@ import pytest
 
 from gateway_client import (
     AcquirerClient,
-    AcquirerConfig,
     AuthenticationError,
     Authorization,
     AuthorizationRequest,
@@ -27,10 +26,8 @@ from gateway_client import (
     InvalidRequestError,
     LookupUnsupported,
     MalformedResponseError,
-    ManualClock,
     Received,
     RefundRequest,
-    RetryPolicy,
     UpstreamServerError,
     VoidRequest,
 )
@@ -45,6 +42,7 @@ from gateway_client.adyen_codes import AUTHORIZATION_RESULTS
 from gateway_client.wire import MalformedBody
 from payments.acquirer.routing import acquirer_idempotency_key
 from tests.support.adyen import validate_exchange
+from tests.support.dialects import scripted_client
 
 DATA = Path(__file__).parents[1] / "data" / "adyen" / "checkout"
 SPEC = Path(__file__).parents[1] / "support" / "specs" / "adyen" / "CheckoutService-v71.json"
@@ -86,34 +84,13 @@ def service_error(status: int, code: str, error_type: str, **headers: str) -> ht
 def client(
     answers: list[httpx.Response], *, honours_keys: bool = True
 ) -> tuple[AcquirerClient, list[httpx.Request], list[float]]:
-    sent: list[httpx.Request] = []
-    slept: list[float] = []
-    clock = ManualClock()
-
-    def handler(http_request: httpx.Request) -> httpx.Response:
-        sent.append(http_request)
-        return answers[len(sent) - 1]
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.advance(seconds)
-
-    config = AcquirerConfig(
+    return scripted_client(
+        DIALECT,
+        answers,
         base_url="https://checkout-test.adyen.com/v71",
         api_key=API_KEY,
-        name="adyen",
-        honours_idempotency_keys=honours_keys,
+        honours_keys=honours_keys,
     )
-    built = AcquirerClient(
-        config,
-        transport=httpx.MockTransport(handler),
-        clock=clock,
-        sleep=sleep,
-        random=lambda: 0.5,
-        dialect=DIALECT,
-        policy=RetryPolicy(max_attempts=2, deadline=30, max_server_wait=10),
-    )
-    return built, sent, slept
 
 
 OK = httpx.Response(200, json=payment(), headers={"pspReference": "8535296650153317"})
