@@ -183,6 +183,18 @@ def test_a_failed_capture_returns_the_payment_to_requires_capture_with_a_merchan
     assert PaymentEvent.objects.filter(payment_id=payment_id, type="capture_failed").exists()
     assert Event.objects.filter(object_id=payment_id, type="payment.requires_capture").count() == 2
     assert deliver_notifications(adyen) == [Notified.ALREADY_SETTLED]  # at least once: once
+    name = acquirer_client().config.name
+    for acquirer, kind, reference, notified in (
+        (name, "capture", "NOSUCHPSP0000001", Notified.UNKNOWN),
+        ("another", "capture", capture.acquirer_reference, Notified.UNKNOWN),
+        (name, "refund", capture.acquirer_reference, Notified.MISMATCH),
+    ):
+        assert operation_notified(
+            acquirer=acquirer, kind=kind, acquirer_reference=reference, applied=True,
+            failure_code=None, amount=None, now=timezone.now(),
+        )[0] is notified  # fmt: skip
+    capture.refresh_from_db()
+    assert capture.status == "failed"
 
 
 def error(status: int, **headers: str) -> tuple[str, int, dict[str, str], bytes]:
