@@ -36,6 +36,8 @@ from payments.reconciliation.operations import operation_claim, operation_reconc
 from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
+    payment_reconcile,
+    reconciliation_claim_payment,
 )
 from tests.support import reconcile as reconciliation
 from tests.support.adyen import AdyenFake
@@ -195,6 +197,45 @@ def test_a_failed_capture_returns_the_payment_to_requires_capture_with_a_merchan
         )[0] is notified  # fmt: skip
     capture.refresh_from_db()
     assert capture.status == "failed"
+
+
+def test_without_a_look_up_same_key_re_sends_until_the_maximum_age_then_review(
+    merchant_a, adyen, proxy
+):
+    pending = merchant_a.create_payment({**BODY, "payment_method": "tok_pending"}, key="p-1")
+    assert (pending.status_code, pending.json()["status"]) == (202, "processing")
+    payment_id = pending.json()["id"]
+    assert reconcile_payment(payment_id) is ReconciliationResult.RETRY_LATER  # replayed Pending
+    assert len(adyen.payments()) == 1  # re-sent with the same key: Adyen's record, no second
+    held = merchant_a.create_payment({**BODY, "capture_method": "manual"}, key="p-2")
+    assert post(merchant_a, held.json()["id"], "capture", {}, "cap-1").status_code == 202
+    capture = PaymentOperation.objects.get(kind="capture")
+    late = timezone.now() + timedelta(seconds=POLICY.max_age + 60)
+    assert reconciliation_claim_payment(payment_id=payment_id, now=late, policy=POLICY)
+    report = payment_reconcile(
+        payment_id=payment_id, client=acquirer_client(), policy=POLICY, clock=lambda: late,
+        random=lambda: 0.5,
+    )  # fmt: skip
+    assert report.result is ReconciliationResult.NEEDS_REVIEW  # never re-sent this late
+    assert operation_claim(operation_id=capture.id, now=late, policy=POLICY)
+    report = operation_reconcile(
+        operation_id=capture.id, client=acquirer_client(), policy=POLICY, clock=lambda: late,
+        random=lambda: 0.5,
+    )  # fmt: skip
+    assert report.result is ReconciliationResult.NEEDS_REVIEW
+    assert (
+        "no look-up"
+        in PaymentEvent.objects.filter(payment_id=payment_id, type="needs_review")
+        .get()
+        .data["reason"]
+    )
+    capture.refresh_from_db()
+    assert capture.status == "needs_review"
+    assert Payment.objects.get(pk=held.json()["id"]).status == "capture_pending"
+    assert len(adyen.payments()) == 2 and len(adyen.payments()[1]["modifications"]) == 1
+    assert deliver_notifications(adyen) == [Notified.SETTLED]  # a late notification settles it
+    capture.refresh_from_db()
+    assert capture.status == "succeeded"
 
 
 def error(status: int, **headers: str) -> tuple[str, int, dict[str, str], bytes]:
