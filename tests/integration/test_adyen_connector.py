@@ -42,6 +42,7 @@ from payments.reconciliation.payments import (
 from tests.support import reconcile as reconciliation
 from tests.support.adyen import AdyenFake
 from tests.support.fault_proxy import FaultProxy
+from tests.support.processes import free_port
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -236,6 +237,46 @@ def test_without_a_look_up_same_key_re_sends_until_the_maximum_age_then_review(
     assert deliver_notifications(adyen) == [Notified.SETTLED]  # a late notification settles it
     capture.refresh_from_db()
     assert capture.status == "succeeded"
+
+
+def mixed(settings, adyen_url: str, sandbox_url: str, sandbox_key: str, adyen_first: bool):
+    """ACQUIRERS: a sandbox and the Adyen fake (ambiguous answers not retried at Adyen, so a
+    202 shows that it never fails over); the first in routing order as asked."""
+    document = [
+        {"name": f"sandbox-{next(_names)}", "base_url": sandbox_url, "api_key": sandbox_key,
+         "priority": 20 if adyen_first else 10},
+        {"name": f"adyen-{next(_names)}", "type": "adyen", "base_url": adyen_url + "/v71",
+         "api_key_env": "ADYEN_TEST_API_KEY", "merchant_account": "AcmeECOM",
+         "return_url": "https://shop.example/adyen/return", "priority": 10 if adyen_first else 20,
+         "policy": {"retry_ambiguous": False, "read_timeout_seconds": 1.0}},
+    ]  # fmt: skip
+    settings.ACQUIRERS = parse_acquirers(
+        json.dumps(document), known_currencies=frozenset(CURRENCY_EXPONENTS)
+    )
+    return settings.ACQUIRERS
+
+
+def test_failover_between_a_sandbox_and_adyen_only_when_certain(
+    merchant_a, adyen, proxy, sandbox, settings
+):
+    refused = f"http://127.0.0.1:{free_port()}"  # nobody listens: certainly not applied
+    _, at_adyen = mixed(settings, proxy.url, refused, "sk", adyen_first=False)
+    moved = merchant_a.create_payment(BODY, key="f-1")
+    assert (moved.status_code, moved.json()["status"]) == (201, "succeeded")
+    payment = Payment.objects.get(pk=moved.json()["id"])
+    assert payment.acquirer == at_adyen.name
+    assert len(ours(adyen, payment.id)) == 1
+    first, _ = mixed(settings, proxy.url, sandbox.url, sandbox.api_key, adyen_first=True)
+    proxy.plan(error(500))
+    stays = merchant_a.create_payment(BODY, key="f-2")
+    assert (stays.status_code, stays.json()["status"]) == (202, "processing")
+    payment = Payment.objects.get(pk=stays.json()["id"])
+    assert payment.acquirer == first.name  # maybe applied at Adyen: never sent elsewhere
+    assert sandbox.stats()["charges_total"] == 0
+    assert reconcile_payment(payment.id) is ReconciliationResult.RESOLVED
+    payment.refresh_from_db()
+    assert payment.status == "succeeded"
+    assert len(ours(adyen, payment.id)) == 1
 
 
 def error(status: int, **headers: str) -> tuple[str, int, dict[str, str], bytes]:
