@@ -18,14 +18,19 @@ every currency. ``capture_methods``: ``automatic`` and/or ``manual``, omitted = 
 setting's name without the ``ACQUIRER_`` prefix in lower case (:data:`POLICY_OVERRIDES`).
 
 ``type``: the connector (its wire format, ``gateway_client``'s dialect): ``sandbox`` (the
-default: our sandbox acquirer), ``stripe`` (PaymentIntents) or ``adyen`` (not available yet:
-refused with an error saying so). ``api_key_env``: the name of the environment variable that
+default: our sandbox acquirer), ``stripe`` (PaymentIntents) or ``adyen`` (Checkout v71).
+``api_key_env``: the name of the environment variable that
 holds the secret (read once, here; then ``api_key`` must be absent): a ``stripe`` acquirer's
 secret key comes only from the environment (``sk_...`` or ``rk_...``). A ``stripe`` acquirer
 also takes ``api_version`` (required: the ``Stripe-Version`` pinned, ``YYYY-MM-DD``) and
 ``base_url`` may be omitted (``https://api.stripe.com``); its ``currencies`` may not name ISK
 or UGX (Stripe's amounts for them differ from ISO 4217's minor units in a capture or a refund,
-which carry no currency), and it never supports them.
+which carry no currency), and it never supports them. An ``adyen`` acquirer's API key comes
+only from the environment (``api_key_env``, sent as ``X-API-Key``); it takes
+``merchant_account`` (required), ``return_url`` (required: the ``returnUrl`` Adyen's
+``/payments`` requires, an http(s) URL) and either ``live_url_prefix`` (the live endpoint
+``https://<prefix>-checkout-live.adyenpayments.com/checkout/v71``; then no ``base_url``) or
+``base_url`` (omitted: Adyen's test endpoint ``https://checkout-test.adyen.com/v71``).
 
 Unset or empty: ``None``, and one acquirer is built from the ``ACQUIRER_*`` settings at call
 time (``payments.acquirer.client``), as before this setting existed. Bad values raise
@@ -62,13 +67,23 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _FIELDS = frozenset(
     {"name", "base_url", "api_key", "currencies", "capture_methods", "priority", "policy"}
-    | {"type", "api_key_env", "api_version"}
+    | {"type", "api_key_env", "api_version", "merchant_account", "return_url", "live_url_prefix"}
 )
-#: The connector types ``type`` may name; ``adyen`` is reserved (no connector yet).
+#: The connector types ``type`` may name.
 ACQUIRER_TYPES = ("sandbox", "stripe", "adyen")
 #: Fields only one type takes.
-_TYPE_FIELDS = {"api_version": "stripe"}
+_TYPE_FIELDS = {
+    "api_version": "stripe",
+    "merchant_account": "adyen",
+    "return_url": "adyen",
+    "live_url_prefix": "adyen",
+}
+#: Types whose secret comes only from the environment (``api_key_env``).
+_SECRET_FROM_ENV = frozenset({"stripe", "adyen"})
 _STRIPE_BASE_URL = "https://api.stripe.com"
+_ADYEN_TEST_BASE_URL = "https://checkout-test.adyen.com/v71"
+_ADYEN_MERCHANT_ACCOUNT = re.compile(r"[A-Za-z0-9_.\-]{1,80}")
+_ADYEN_LIVE_PREFIX = re.compile(r"[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,3}")
 _STRIPE_API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?")
 _STRIPE_SECRET = re.compile(r"(sk|rk)_[A-Za-z0-9_]{3,}")
 #: Zero-decimal in ISO 4217, two-decimal on Stripe: never routed to a Stripe acquirer.
@@ -133,8 +148,9 @@ class AcquirerSpec:
     """One configured acquirer (see the module docstring). ``currencies`` None: every ISO 4217
     currency. ``policy``: ``(setting name, value)`` pairs overriding ``ACQUIRER_*`` settings,
     e.g. ``(("ACQUIRER_READ_TIMEOUT_SECONDS", 2.0),)``. ``api_key`` is kept out of repr().
-    ``type``: the connector (``sandbox`` or ``stripe``); ``api_version``: a ``stripe``
-    acquirer's pinned ``Stripe-Version`` (None for the others)."""
+    ``type``: the connector (``sandbox``, ``stripe`` or ``adyen``); ``api_version``: a
+    ``stripe`` acquirer's pinned ``Stripe-Version`` (None for the others);
+    ``merchant_account`` and ``return_url``: an ``adyen`` acquirer's (None for the others)."""
 
     name: str
     base_url: str
@@ -145,6 +161,8 @@ class AcquirerSpec:
     policy: tuple[tuple[str, Any], ...] = ()
     type: str = "sandbox"
     api_version: str | None = None
+    merchant_account: str | None = None
+    return_url: str | None = None
 
     def supports(self, currency: str, capture_method: str) -> bool:
         """Whether this acquirer takes a payment in ``currency`` (ISO 4217) with
@@ -223,10 +241,8 @@ def _secret(where: str, item: Mapping[str, Any], kind: str, environ: Mapping[str
         if not api_key:
             raise _fail(where, f"api_key_env: the environment variable {variable} is not set")
         source = f"the environment variable {variable}"
-    elif kind == "stripe":
-        raise _fail(
-            where, "api_key_env is required: a stripe secret key comes from the environment"
-        )
+    elif kind in _SECRET_FROM_ENV:
+        raise _fail(where, f"api_key_env is required: a {kind} API key comes from the environment")
     else:
         api_key = item.get("api_key")
         source = "api_key"
@@ -257,12 +273,13 @@ def _spec(
     kind = item.get("type", "sandbox")
     if kind not in ACQUIRER_TYPES:
         raise _fail(where, f"type must be one of {', '.join(ACQUIRER_TYPES)}")
-    if kind == "adyen":
-        raise _fail(where, "type 'adyen' has no connector yet (docs/connectors.md)")
     for field_name, only in _TYPE_FIELDS.items():
         if field_name in item and kind != only:
             raise _fail(where, f"{field_name} is a field of type {only!r} only")
     base_url = item.get("base_url", _STRIPE_BASE_URL if kind == "stripe" else None)
+    merchant_account = return_url = None
+    if kind == "adyen":
+        base_url, merchant_account, return_url = _adyen_fields(where, item)
     parts = urlsplit(base_url) if isinstance(base_url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise _fail(where, "base_url must be an http:// or https:// URL with a host")
@@ -299,7 +316,33 @@ def _spec(
         policy=policy,
         type=kind,
         api_version=api_version,
+        merchant_account=merchant_account,
+        return_url=return_url,
     )
+
+
+def _adyen_fields(where: str, item: Mapping[str, Any]) -> tuple[str, str, str]:
+    """An ``adyen`` acquirer's base URL (``base_url``, the live endpoint of
+    ``live_url_prefix``, or Adyen's test endpoint), ``merchant_account`` and ``return_url``."""
+    merchant_account = item.get("merchant_account")
+    if not isinstance(merchant_account, str) or not _ADYEN_MERCHANT_ACCOUNT.fullmatch(
+        merchant_account
+    ):
+        raise _fail(where, "merchant_account is required: 1-80 of A-Z, a-z, 0-9, _, . and -")
+    return_url = item.get("return_url")
+    parts = urlsplit(return_url) if isinstance(return_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(where, "return_url is required: an http:// or https:// URL")
+    if "live_url_prefix" in item:
+        if "base_url" in item:
+            raise _fail(where, "give base_url or live_url_prefix, not both")
+        prefix = item["live_url_prefix"]
+        if not isinstance(prefix, str) or not _ADYEN_LIVE_PREFIX.fullmatch(prefix):
+            raise _fail(where, "live_url_prefix must be lower-case letters, digits and hyphens")
+        base_url = f"https://{prefix}-checkout-live.adyenpayments.com/checkout/v71"
+    else:
+        base_url = item.get("base_url", _ADYEN_TEST_BASE_URL)
+    return base_url, merchant_account, return_url
 
 
 def parse_acquirers(

@@ -48,9 +48,10 @@ from resilience import (
     StateStore,
 )
 
+from .adyen import AdyenDialect
 from .classify import classify_exception
 from .client import AcquirerClient
-from .dialect import Dialect, WireRequest
+from .dialect import Dialect, LookupUnsupported, WireRequest
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -79,6 +80,7 @@ from .types import (
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
+    Received,
     Refund,
     RefundRequest,
     VoidRequest,
@@ -99,6 +101,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "LimiterSnapshot",
     "ManualClock",
     "MemoryStore",
+    "Received",
     "RedisStore",
     "Refund",
     "RefundRequest",
@@ -107,7 +110,9 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "VoidRequest",
     "classify_exception",
     # the connector seam (dialect.py) and its dialects
+    "AdyenDialect",
     "Dialect",
+    "LookupUnsupported",
     "SandboxDialect",
     "StripeDialect",
     "WireRequest",

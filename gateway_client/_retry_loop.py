@@ -59,7 +59,7 @@ from .errors import (
     RateLimitedError,
 )
 from .policy import RetryPolicy
-from .types import AcquirerConfig, Authorization, Refund
+from .types import AcquirerConfig, Authorization, Received, Refund
 from .wire import MalformedBody
 
 __all__ = ["RetryLoop"]
@@ -160,7 +160,7 @@ class RetryLoop:
                 if attempt.error is None:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
-                    if isinstance(result, Authorization | Refund):
+                    if isinstance(result, Authorization | Refund | Received):
                         result = dataclasses.replace(
                             result,
                             attempts=progress.attempts,

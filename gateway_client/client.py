@@ -89,7 +89,7 @@ from ._attempt_state import AttemptState, aimd_limiter, breaker_set
 from ._call import Answer, Progress
 from ._exchange import Exchange
 from ._retry_loop import RetryLoop
-from .dialect import Dialect, Operation, WireRequest
+from .dialect import Dialect, LookupUnsupported, Operation, WireRequest
 from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
 from .types import (
@@ -97,6 +97,7 @@ from .types import (
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
+    Received,
     Refund,
     RefundRequest,
     VoidRequest,
@@ -324,7 +325,7 @@ class AcquirerClient(RetryLoop):
         *,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
-    ) -> Authorization:
+    ) -> Authorization | Received:
         """
         Capture an authorised, uncaptured charge (the sandbox's `POST /charges/{id}/capture`,
         body `{}` or `{"amount": N}`), with the same guarantees as `authorize`: the request's
@@ -332,12 +333,13 @@ class AcquirerClient(RetryLoop):
         `capture`.
 
         Returns the charge with its capture state (`captured` True, `amount_captured` the
-        amount asked for, or the whole amount). A replay answers the charge as it was at the
-        capture (`replayed` True). Raises the GatewayErrors of `authorize`; the acquirer's
-        rule refusals are InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
-        "charge_already_captured", "charge_already_voided", "charge_declined" or
-        "amount_exceeds_capturable" (422; the sandbox's codes, docs/connectors.md has each
-        provider's), never retried.
+        amount asked for, or the whole amount), or `Received` from a provider that answers
+        before the outcome (Adyen's `received`: pending, never done). A replay answers the
+        charge as it was at the capture (`replayed` True). Raises the GatewayErrors of
+        `authorize`; the acquirer's rule refusals are InvalidRequestErrors with
+        `acquirer_code` "charge_not_found" (404), "charge_already_captured",
+        "charge_already_voided", "charge_declined" or "amount_exceeds_capturable" (422; the
+        sandbox's codes, docs/connectors.md has each provider's), never retried.
         """
         if not isinstance(request, CaptureRequest):
             raise TypeError("request must be a CaptureRequest")
@@ -348,7 +350,7 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.capture_request(request),
             dialect.decode_capture,
-            lambda _: "captured",
+            lambda answer: _received_or(answer, "captured"),
             policy,
             request_id,
         )
@@ -359,12 +361,13 @@ class AcquirerClient(RetryLoop):
         *,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
-    ) -> Authorization:
+    ) -> Authorization | Received:
         """
         Release an authorised, uncaptured charge (the sandbox's `POST /charges/{id}/void`,
         body `{}`), with the same guarantees as `authorize`. Breaker group `void`.
 
-        Returns the charge with its capture state (`voided` True). Raises the GatewayErrors
+        Returns the charge with its capture state (`voided` True), or `Received` (pending,
+        Adyen). Raises the GatewayErrors
         of `authorize`; rule refusals are InvalidRequestErrors with `acquirer_code`
         "charge_not_found" (404), "charge_already_captured", "charge_already_voided" (another
         key) or "charge_declined" (422), never retried.
@@ -378,7 +381,7 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.void_request(request),
             dialect.decode_void,
-            lambda _: "voided",
+            lambda answer: _received_or(answer, "voided"),
             policy,
             request_id,
         )
@@ -389,15 +392,15 @@ class AcquirerClient(RetryLoop):
         *,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
-    ) -> Refund:
+    ) -> Refund | Received:
         """
         Refund (part of) a captured charge (the sandbox's `POST /refunds`, body `{"charge",
         "amount"?, "reference"}`), with the same guarantees as `authorize`. Breaker group
         `refund`.
 
         Returns the Refund, succeeded or failed (a failed refund is a result, like a
-        decline). Raises the GatewayErrors of `authorize`; rule refusals are
-        InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
+        decline), or `Received` (pending, Adyen). Raises the GatewayErrors of `authorize`;
+        rule refusals are InvalidRequestErrors with `acquirer_code` "charge_not_found" (404),
         "charge_not_captured", "charge_already_voided", "charge_declined",
         "amount_exceeds_refundable" or "charge_already_refunded" (422), never retried. After
         an ambiguous outcome, `lookup_refunds(request.refund_reference)` or a re-send with the
@@ -430,10 +433,11 @@ class AcquirerClient(RetryLoop):
         acquirer shows it, retrying under `policy` (a GET: every failure but a permanent one
         is safe to repeat). Breaker group `lookup`.
 
-        Raises the same GatewayError subclasses as `authorize`.
+        Raises the same GatewayError subclasses as `authorize`; LookupUnsupported before
+        sending when the provider has no look-up (`dialect.supports_lookup` False: Adyen).
         """
         _check_reference("payment_reference", payment_reference)
-        dialect = self._dialect
+        dialect = self._lookup_dialect()
         return self._read(
             "lookup",
             payment_reference,
@@ -458,10 +462,11 @@ class AcquirerClient(RetryLoop):
         id at the provider, which a dialect listing refunds per payment needs (Stripe); the
         sandbox ignores it. Retried like `lookup` (a GET), in breaker group `lookup` (the
         read path reconciliation depends on; an outage of the writes leaves it alone).
-        Raises the same GatewayError subclasses as `authorize`.
+        Raises the same GatewayError subclasses as `authorize`, and LookupUnsupported as
+        `lookup` does.
         """
         _check_reference("refund_reference", refund_reference)
-        dialect = self._dialect
+        dialect = self._lookup_dialect()
         return self._read(
             "lookup_refunds",
             refund_reference,
@@ -470,6 +475,11 @@ class AcquirerClient(RetryLoop):
             policy,
             request_id,
         )
+
+    def _lookup_dialect(self) -> Dialect:
+        if not self._dialect.supports_lookup:
+            raise LookupUnsupported(f"{self._dialect.kind} has no look-up by our reference")
+        return self._dialect
 
     def close(self) -> None:
         """Close the connection pool (the transport's, also one passed in). A call after it
@@ -574,5 +584,10 @@ def _authorization_outcome(authorization: Authorization) -> str:
     return "approved" if authorization.approved else "declined"
 
 
-def _refund_outcome(refund: Refund) -> str:
-    return refund.status
+def _refund_outcome(refund: Refund | Received) -> str:
+    return _received_or(refund, refund.status if isinstance(refund, Refund) else "")
+
+
+def _received_or(answer: Authorization | Refund | Received, outcome: str) -> str:
+    """The attempt's outcome name: `received` for a pending modification, else `outcome`."""
+    return "received" if isinstance(answer, Received) else outcome

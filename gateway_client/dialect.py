@@ -36,13 +36,14 @@ from .types import (
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
+    Received,
     Refund,
     RefundRequest,
     VoidRequest,
 )
 from .wire import MalformedBody
 
-__all__ = ["Dialect", "Operation", "WireRequest", "matching_refund"]
+__all__ = ["Dialect", "LookupUnsupported", "Operation", "WireRequest", "matching_refund"]
 
 #: The client's operations, as a dialect is told which one an answer belongs to.
 Operation = Literal["authorize", "capture", "void", "refund", "lookup", "lookup_refunds"]
@@ -68,6 +69,11 @@ class WireRequest:
     content_type: str | None = None
 
 
+class LookupUnsupported(ValueError):
+    """The provider has no look-up by our reference (`Dialect.supports_lookup` False: Adyen).
+    Raised before anything is sent; reconciliation asks `supports_lookup` first."""
+
+
 class Dialect(ABC):
     """
     One provider's wire format (see the module docstring). Subclasses are immutable and
@@ -84,6 +90,10 @@ class Dialect(ABC):
     kind: ClassVar[str]
     max_idempotency_key_length: ClassVar[int] = 255
     idempotency_header: ClassVar[str] = "Idempotency-Key"
+    #: False for a provider with no look-up by our reference (Adyen): `lookup` and
+    #: `lookup_refunds` raise LookupUnsupported before sending, and reconciliation re-sends
+    #: with the same key instead (docs/adr/0041).
+    supports_lookup: ClassVar[bool] = True
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -132,16 +142,18 @@ class Dialect(ABC):
         `request` (amount, currency, our reference, the capture state asked for)."""
 
     @abstractmethod
-    def decode_capture(self, answer: Answer, request: CaptureRequest) -> Authorization:
-        """The charge a capture answered: captured for the amount asked (or the whole)."""
+    def decode_capture(self, answer: Answer, request: CaptureRequest) -> Authorization | Received:
+        """The charge a capture answered: captured for the amount asked (or the whole); or,
+        for a provider that answers before the outcome (Adyen), `Received` (pending)."""
 
     @abstractmethod
-    def decode_void(self, answer: Answer, request: VoidRequest) -> Authorization:
-        """The charge a void answered: voided."""
+    def decode_void(self, answer: Answer, request: VoidRequest) -> Authorization | Received:
+        """The charge a void answered: voided; or `Received` (pending, Adyen)."""
 
     @abstractmethod
-    def decode_refund(self, answer: Answer, request: RefundRequest) -> Refund:
-        """The refund a refund answered, succeeded or failed, for this charge and reference."""
+    def decode_refund(self, answer: Answer, request: RefundRequest) -> Refund | Received:
+        """The refund a refund answered, succeeded or failed, for this charge and reference;
+        or `Received` (pending, Adyen)."""
 
     @abstractmethod
     def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:

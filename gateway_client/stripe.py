@@ -67,7 +67,7 @@ from .types import (
     RefundStatus,
     VoidRequest,
 )
-from .wire import MalformedBody, load_json
+from .wire import MalformedBody, load_json, load_json_object
 
 __all__ = [
     "DEFAULT_STRIPE_API_VERSION",
@@ -232,14 +232,16 @@ class StripeDialect(Dialect):
     def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
         """The listed PaymentIntents filed under `payment_reference` (others are skipped)."""
         items = _page(
-            _document(answer), found=lambda item: _reference(item, "payment") == payment_reference
+            _document(answer),
+            found=lambda item: _reference(item, "payment") == payment_reference,
         )
         return [_intent(item, f"data[{i}]", False) for i, item in items]
 
     def decode_lookup_refunds(self, answer: Answer, refund_reference: str) -> list[Refund]:
         """The listed refunds filed under `refund_reference`, oldest first."""
         items = _page(
-            _document(answer), found=lambda item: _reference(item, "refund") == refund_reference
+            _document(answer),
+            found=lambda item: _reference(item, "refund") == refund_reference,
         )
         refunds = [_refund(item, f"data[{i}]", False) for i, item in items]
         return sorted(refunds, key=lambda refund: refund.created_at)
@@ -341,10 +343,7 @@ def _intent_path(acquirer_reference: str, action: str) -> str:
 
 
 def _document(answer: Answer) -> dict[str, Any]:
-    document = load_json(answer.body or b"")
-    if not isinstance(document, dict):
-        raise MalformedBody("body is not a JSON object")
-    return document
+    return load_json_object(answer.body)
 
 
 def _page(document: dict[str, Any], *, found: Any) -> list[tuple[int, dict[str, Any]]]:

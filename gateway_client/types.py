@@ -28,6 +28,7 @@ __all__ = [
     "Authorization",
     "AuthorizationRequest",
     "CaptureRequest",
+    "Received",
     "Refund",
     "RefundRequest",
     "RefundStatus",
@@ -71,6 +72,11 @@ def _validate_optional_amount(value: object) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError("amount must be None or a positive integer in minor units")
+
+
+def _validate_optional_currency(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not _CURRENCY.fullmatch(value)):
+        raise ValueError("currency must be None or an ISO 4217 alpha-3 code in upper case")
 
 
 def _validate_base_url(value: object) -> None:
@@ -183,17 +189,25 @@ class CaptureRequest:
     `amount`: minor units to capture, at most the authorised amount (a partial capture
     releases the rest: one capture per charge); None captures the whole authorised amount.
     `idempotency_key`: fixed once per capture by the caller (e.g. `capture-<payment id>`) and
-    sent unchanged on every attempt and re-send. Raises ValueError on bad values.
+    sent unchanged on every attempt and re-send. `currency`: the charge's ISO 4217 code, for
+    a provider whose capture names it (Adyen; None: not sent). `reference`: our operation's
+    id, for a provider that files the capture under it (Adyen's `reference`; None: not
+    sent). Raises ValueError on bad values.
     """
 
     acquirer_reference: str
     amount: int | None
     idempotency_key: str
+    currency: str | None = None
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         _validate_reference("acquirer_reference", self.acquirer_reference)
         _validate_optional_amount(self.amount)
         _validate_idempotency_key(self.idempotency_key)
+        _validate_optional_currency(self.currency)
+        if self.reference is not None:
+            _validate_reference("reference", self.reference)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +216,20 @@ class VoidRequest:
     Release an authorised, uncaptured charge (`POST /charges/{id}/void`).
 
     `acquirer_reference`: the acquirer's charge id. `idempotency_key`: fixed once per void
-    (e.g. `void-<payment id>`), sent on every attempt. Raises ValueError on bad values.
+    (e.g. `void-<payment id>`), sent on every attempt. `reference`: our operation's id, for a
+    provider that files the void under it (Adyen; None: not sent). Raises ValueError on bad
+    values.
     """
 
     acquirer_reference: str
     idempotency_key: str
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         _validate_reference("acquirer_reference", self.acquirer_reference)
         _validate_idempotency_key(self.idempotency_key)
+        if self.reference is not None:
+            _validate_reference("reference", self.reference)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,19 +241,22 @@ class RefundRequest:
     as the wire's "reference"; `lookup_refunds` finds the refund by it after a lost answer.
     `amount`: minor units, at most what remains refundable (captured minus refunded); None
     refunds all that remains. `idempotency_key`: fixed once per refund (e.g.
-    `refund-<refund id>`), sent on every attempt. Raises ValueError on bad values.
+    `refund-<refund id>`), sent on every attempt. `currency`: the charge's ISO 4217 code, for
+    a provider whose refund names it (Adyen; None: not sent). Raises ValueError on bad values.
     """
 
     acquirer_reference: str
     refund_reference: str
     amount: int | None
     idempotency_key: str
+    currency: str | None = None
 
     def __post_init__(self) -> None:
         _validate_reference("acquirer_reference", self.acquirer_reference)
         _validate_reference("refund_reference", self.refund_reference)
         _validate_optional_amount(self.amount)
         _validate_idempotency_key(self.idempotency_key)
+        _validate_optional_currency(self.currency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +370,33 @@ class Refund:
     status: RefundStatus
     failure_code: str | None
     created_at: datetime
+    replayed: bool = False
+    attempts: int = field(default=1, compare=False)
+    attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """
+    A capture, void or refund the provider accepted without its outcome (Adyen's `201`
+    `"status": "received"`): pending, neither applied nor failed, until the provider says which
+    (a notification: CAPTURE / CAPTURE_FAILED, CANCELLATION, REFUND / REFUND_FAILED). Never
+    "done": the service keeps the operation pending (a capture's payment `capture_pending`).
+
+    `operation`: "capture", "void" or "refund". `acquirer_reference`: the provider's id of the
+    modification (Adyen's `pspReference`), which its notification names; `charge`: the
+    provider's id of the payment it modifies (Adyen's `paymentPspReference`). `reference`:
+    ours as the provider echoes it (the operation's or refund's id; None when it echoes none).
+    `amount`: minor units of `currency` (None for a void). `replayed`, `attempts`,
+    `attempt_log` as in Authorization (not part of equality).
+    """
+
+    operation: Literal["capture", "void", "refund"]
+    acquirer_reference: str
+    charge: str
+    reference: str | None
+    amount: int | None
+    currency: str | None
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
     attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)

@@ -49,6 +49,7 @@ __all__ = [
     "encode_void",
     "is_replayed",
     "load_json",
+    "load_json_object",
 ]
 
 #: The header carrying a call's `request_id` (the caller's id of the request behind the call,
@@ -235,6 +236,14 @@ def load_json(body: bytes) -> Any:
     """The JSON document of `body` (UTF-8/16/32, no NaN or Infinity), else MalformedBody
     saying so without quoting it; every dialect decodes its answers with it."""
     return _load(body)
+
+
+def load_json_object(body: bytes | None) -> dict[str, Any]:
+    """`load_json` of `body` (None: empty), which must be a JSON object, else MalformedBody."""
+    document = load_json(body or b"")
+    if not isinstance(document, dict):
+        raise MalformedBody("body is not a JSON object")
+    return document
 
 
 def _load(body: bytes) -> Any:

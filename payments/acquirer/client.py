@@ -20,6 +20,7 @@ from acquirers.specs import AcquirerSpec
 from gateway_client import (
     AcquirerClient,
     AcquirerConfig,
+    AdyenDialect,
     Dialect,
     RetryPolicy,
     SandboxDialect,
@@ -105,11 +106,15 @@ def acquirer_config(spec: AcquirerSpec | None = None) -> AcquirerConfig:
 
 def acquirer_dialect(spec: AcquirerSpec | None = None) -> Dialect:
     """The connector's dialect of the acquirer ``spec`` (None: the first configured): its
-    ``type``'s wire format (``sandbox``, or ``stripe`` with its pinned API version)."""
+    ``type``'s wire format (``sandbox``, ``stripe`` with its pinned API version, or ``adyen``
+    with its merchant account and return URL)."""
     spec = spec or acquirer_spec()
     if spec.type == "stripe":
         assert spec.api_version is not None  # required by acquirers/specs.py
         return StripeDialect(api_version=spec.api_version)
+    if spec.type == "adyen":
+        assert spec.merchant_account is not None and spec.return_url is not None  # required
+        return AdyenDialect(merchant_account=spec.merchant_account, return_url=spec.return_url)
     return SandboxDialect()
 
 

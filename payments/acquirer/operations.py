@@ -6,8 +6,9 @@ request (:class:`~gateway_client.CaptureRequest`, :class:`~gateway_client.VoidRe
 key and its fixed amount, so every attempt, re-send and reconciliation sends the same request.
 :func:`operation_send` makes the call outside any transaction and classifies it into the
 :class:`~payments.core.attempts.AcquirerAttempt` the authorization uses (``APPROVED`` =
-applied, ``DECLINED`` = a refund the acquirer recorded as failed; the gateway's error tree
-gives not sent / unknown / rejected). :func:`operation_found` reads a look-up's answer.
+applied, ``DECLINED`` = a refund the acquirer recorded as failed, ``PENDING`` = accepted
+without its outcome (:class:`~gateway_client.Received`, Adyen's ``received``); the gateway's
+error tree gives not sent / unknown / rejected). :func:`operation_found` reads a look-up's answer.
 
 Nothing here writes to the database.
 """
@@ -25,6 +26,7 @@ from gateway_client import (
     Authorization,
     CaptureRequest,
     GatewayError,
+    Received,
     Refund,
     RefundRequest,
     RetryPolicy,
@@ -44,20 +46,27 @@ def operation_request(
     """The request for ``operation`` on ``payment``'s charge (``payment.acquirer_reference``):
     a capture or refund of ``operation.amount`` minor units (always explicit, so a re-send is
     the same request), a void, each with ``operation.acquirer_idempotency_key``; a refund
-    carries the refund id as its reference (``GET /refunds?reference=`` finds it)."""
+    carries the refund id as its reference (``GET /refunds?reference=`` finds it). Each
+    names the payment's currency and a capture or void the operation's id, for a provider that
+    files modifications under them (Adyen; the others send neither)."""
     charge = payment.acquirer_reference or ""
     key = operation.acquirer_idempotency_key
     if operation.kind == OperationKind.CAPTURE:
         return CaptureRequest(
-            acquirer_reference=charge, amount=operation.amount, idempotency_key=key
+            acquirer_reference=charge,
+            amount=operation.amount,
+            idempotency_key=key,
+            currency=payment.currency,
+            reference=operation.id,
         )
     if operation.kind == OperationKind.VOID:
-        return VoidRequest(acquirer_reference=charge, idempotency_key=key)
+        return VoidRequest(acquirer_reference=charge, idempotency_key=key, reference=operation.id)
     return RefundRequest(
         acquirer_reference=charge,
         refund_reference=operation.id,
         amount=operation.amount,
         idempotency_key=key,
+        currency=payment.currency,
     )
 
 
@@ -66,7 +75,7 @@ def _call(
     payment: Payment,
     operation: PaymentOperation,
     policy: RetryPolicy | None,
-) -> Authorization | Refund:
+) -> Authorization | Refund | Received:
     request = operation_request(payment, operation)
     if isinstance(request, CaptureRequest):
         return client.capture(request, policy=policy, request_id=current_request_id())
@@ -75,7 +84,21 @@ def _call(
     return client.refund(request, policy=policy, request_id=current_request_id())
 
 
-def _answered(operation: PaymentOperation, answer: Authorization | Refund) -> AcquirerAttempt:
+def _answered(
+    operation: PaymentOperation, answer: Authorization | Refund | Received
+) -> AcquirerAttempt:
+    if isinstance(answer, Received):
+        return AcquirerAttempt(
+            outcome=AuthorizationOutcome.PENDING,
+            status_code=201,
+            attempts=answer.attempts,
+            elapsed_seconds=0.0,
+            operation=operation.kind,
+            acquirer_reference=answer.acquirer_reference,
+            replayed=answer.replayed,
+            amount=answer.amount,
+            attempt_log=attempt_log_data(answer.attempt_log),
+        )
     if isinstance(answer, Refund):
         succeeded = answer.status == "succeeded"
         return AcquirerAttempt(

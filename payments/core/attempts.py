@@ -20,6 +20,10 @@ class AuthorizationOutcome(enum.Enum):
     NOT_SENT = "not_sent"  #: certainly not applied: failed, key released.
     CIRCUIT_OPEN = "circuit_open"  #: refused by the open breaker, nothing sent: key released.
     REJECTED = "rejected"  #: the acquirer refused our request (permanent): failed.
+    #: A capture, void or refund the acquirer accepted without its outcome (Adyen's
+    #: ``received``): the operation stays pending until the outcome is known (a notification,
+    #: or a person after reconciliation's maximum age). Never "applied".
+    PENDING = "pending"
 
     @property
     def not_applied(self) -> bool:

@@ -347,7 +347,8 @@ def operation_escalate(
 
 
 #: Phase 2's one table for operations: the attempt's outcome -> (succeeded, failure code).
-#: Missing, :attr:`AuthorizationOutcome.UNKNOWN`: the operation stays ``pending``, reconciled.
+#: Missing, :attr:`AuthorizationOutcome.UNKNOWN` and ``PENDING`` (accepted, outcome later): the
+#: operation stays ``pending`` (a capture's payment ``capture_pending``), reconciled.
 #: ``DECLINED`` is a refund the acquirer recorded as failed (its code is the attempt's).
 OPERATION_OUTCOMES: dict[AuthorizationOutcome, tuple[bool, str | None]] = {
     AuthorizationOutcome.APPROVED: (True, None),
@@ -389,8 +390,10 @@ def operation_attempt_record(
 
     The ``operation_attempt`` event always; then, while the operation is ``pending``, the
     outcome :data:`OPERATION_OUTCOMES` gives (:func:`operation_settle`), or for an unknown
-    outcome an ``operation_outcome_unknown`` event, ``next_check_at = check_at`` and
-    ``on_unknown(operation)`` (the caller enqueues its task on commit). A not-applied outcome
+    or pending outcome an ``operation_outcome_unknown`` event (``received: true`` and the
+    acquirer's id of the modification kept on the operation for a pending one),
+    ``next_check_at = check_at`` and ``on_unknown(operation)`` (the caller enqueues its task on
+    commit). A not-applied outcome
     of a resumed operation counts as unknown (an earlier attempt may have been applied).
     Certainly not applied: the key is released, nothing stored. Otherwise the answer is stored
     for the key.
@@ -429,14 +432,23 @@ def operation_attempt_record(
             )
     else:
         unknown = True
+        data = {"operation": operation.id, "kind": operation.kind}
+        changed = ["next_check_at"]
+        if outcome is AuthorizationOutcome.PENDING:
+            # Accepted without its outcome (Adyen's `received`): the modification's id at the
+            # acquirer, which its notification names, is kept on the pending operation.
+            data["received"] = True
+            if attempt.acquirer_reference:
+                operation.acquirer_reference = attempt.acquirer_reference
+                changed.append("acquirer_reference")
         payment_event_record(
             payment=payment,
             event_type=PaymentEventType.OPERATION_OUTCOME_UNKNOWN,
             now=now,
-            data={"operation": operation.id, "kind": operation.kind},
+            data=data,
         )
         operation.next_check_at = check_at
-        operation.save(update_fields=["next_check_at"])
+        operation.save(update_fields=changed)
         if on_unknown is not None:
             on_unknown(operation)
     response = operation_answer_store(payment, operation, key=key, now=now)

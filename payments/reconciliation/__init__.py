@@ -2,7 +2,9 @@
 whose outcome is unknown.
 
 Holds the shared schedule (:mod:`.schedule`: leases, back-off, the due queries), payments
-(:mod:`.payments`), operations (:mod:`.operations`) and the Celery tasks of beat
+(:mod:`.payments`), operations (:mod:`.operations`), an operation's outcome as the acquirer
+notified it (:mod:`.notified`: Adyen's CAPTURE, REFUND, ... for the notification endpoint) and
+the Celery tasks of beat
 (:mod:`.tasks`; task names unchanged, ``payments.reconciliation.tasks.*``).
 
 May import: payments.monitoring, payments.acquirer, payments.core, payments.models. Never

@@ -14,7 +14,10 @@ module says what is the operations' (:class:`OperationReconciliation`):
    capture or void: the charge's capture state, ``GET /charges?reference=<payment id>``; a
    refund: ``GET /refunds?reference=<refund id>``). Found: record it. No trace after the grace
    period: re-send with the operation's own acquirer idempotency key (the acquirer answers from
-   its record if it has one, so a re-send never applies twice).
+   its record if it has one, so a re-send never applies twice). A provider with no look-up
+   (Adyen) is re-sent after the grace period; an operation it answered ``received`` (pending,
+   its modification's id kept) is awaited until its notification, never re-sent, and escalated
+   at the maximum age (docs/adr/0041).
 3. **Record** in one short transaction under the payment's, the operation's and the key's locks
    (``payments.core.operation_states.operation_settle``), and refresh the answer a replay returns.
 
@@ -109,7 +112,16 @@ class OperationReconciliation(Reconciliation[PaymentOperation]):
             return ReconciliationReport(row.pk, ReconciliationResult.ALREADY_RESOLVED)
         return None
 
+    def awaited(self, row: PaymentOperation, check: Check) -> str | None:
+        """A pending operation that carries the acquirer's id of its modification was
+        received without its outcome (Adyen's ``received``): its notification settles it."""
+        if row.acquirer_reference:
+            return "received by the acquirer; its outcome comes by notification"
+        return None
+
     def look_up(self, row: PaymentOperation, check: Check) -> ReconciliationReport | None:
+        if not check.client.dialect.supports_lookup:
+            return None  # no look-up by our reference (Adyen): a same-key re-send instead
         found = operation_lookup(check.client, row.payment, row, policy=check.acquirer_policy)
         if found.applied is None:
             return None
@@ -124,6 +136,13 @@ class OperationReconciliation(Reconciliation[PaymentOperation]):
         with transaction.atomic():
             recorded = operation_attempt_record(
                 row.pk, attempt, first_attempt=False, now=check.clock(), check_at=check.now
+            )
+        if attempt.outcome is AuthorizationOutcome.PENDING and recorded.unknown:
+            return self.reschedule(
+                recorded.operation,
+                check,
+                result=ReconciliationResult.WAITING,
+                detail="received by the acquirer; its outcome comes by notification",
             )
         return ReconciliationReport(
             row.pk, ReconciliationResult.RESOLVED, recorded.operation.status

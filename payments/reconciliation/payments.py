@@ -44,6 +44,7 @@ from gateway_client import (
     AcquirerClient,
     Authorization,
     GatewayError,
+    LookupUnsupported,
     PermanentError,
     RetryPolicy,
 )
@@ -119,6 +120,8 @@ class PaymentReconciliation(Reconciliation[Payment]):
         return None
 
     def look_up(self, row: Payment, check: Check) -> ReconciliationReport | None:
+        if not check.client.dialect.supports_lookup:
+            return None  # no look-up by our reference (Adyen): a same-key re-send instead
         authorizations = check.client.lookup(
             row.id, policy=check.acquirer_policy, request_id=current_request_id()
         )
@@ -301,6 +304,8 @@ def _look_up_for_review(
         authorizations = client.lookup(
             payment.id, policy=acquirer_policy, request_id=current_request_id()
         )
+    except LookupUnsupported:
+        detail, error = "the acquirer has no look-up by our reference", None
     except GatewayError as exc:
         detail, error = "look-up failed", exc
     else:

@@ -15,7 +15,10 @@ what to look up, what a found record means, what to re-send, and how to lock and
 2. **Check** (:meth:`Reconciliation.reconcile`), outside any transaction: a row whose merchant
    request still holds its idempotency key is left to that request; otherwise look it up at the
    acquirer; found: record it; no trace within the grace period: wait; after it: re-send with
-   the row's own acquirer idempotency key. An unexpected error frees the lease at once.
+   the row's own acquirer idempotency key. A provider with no look-up (Adyen) goes straight to
+   the re-send after the grace period; a row the acquirer accepted without its outcome (Adyen's
+   ``received``) is awaited (:meth:`Reconciliation.awaited`), never re-sent. An unexpected error
+   frees the lease at once.
 3. **Reschedule** a failed or inconclusive check with full-jitter backoff (bound
    ``min(cap, base * 2**attempt)``), never before the acquirer's ``Retry-After`` (or a rate
    gate's or breaker's "not before"); **escalate** to ``needs_review`` after the maximum age or
@@ -228,6 +231,13 @@ class Reconciliation(abc.ABC, Generic[Row]):
         """What a rescheduled check's event says about the row, before the common fields."""
         return {}
 
+    def awaited(self, row: Row, check: Check) -> str | None:
+        """Why ``row``'s outcome is to be awaited rather than looked up or re-sent (the
+        acquirer accepted it and says the outcome later: Adyen's ``received``), or None (the
+        default). An awaited row is rescheduled (``waiting``) until the maximum age or
+        attempts, then escalated; never re-sent."""
+        return None
+
     # --- The schedule --------------------------------------------------------------------------
 
     def _claimable(self, now: datetime, statuses: Collection[str] | None) -> Q:
@@ -411,6 +421,11 @@ class Reconciliation(abc.ABC, Generic[Row]):
             give_up = f"unresolved after {policy.max_attempts} reconciliation attempts"
         else:
             give_up = ""
+        awaited = self.awaited(row, check)
+        if awaited is not None:
+            if give_up:
+                return self.escalate(row, now=now, reason=f"{give_up}; {awaited}")
+            return self.reschedule(row, check, result=ReconciliationResult.WAITING, detail=awaited)
         try:
             found = self.look_up(row, check)
         except GatewayError as exc:
@@ -427,9 +442,12 @@ class Reconciliation(abc.ABC, Generic[Row]):
         if found is not None:
             return found
         if give_up:  # never re-send this late: the acquirer may have forgotten the key
-            return self.escalate(
-                row, now=now, reason=f"{give_up}; the acquirer has no record of it"
+            no_record = (
+                "the acquirer has no record of it"
+                if check.client.dialect.supports_lookup
+                else "the acquirer has no look-up by our reference (re-sent with the same key)"
             )
+            return self.escalate(row, now=now, reason=f"{give_up}; {no_record}")
         if age < policy.grace:
             return self.reschedule(
                 row,

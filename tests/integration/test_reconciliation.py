@@ -420,6 +420,7 @@ def test_an_unexpected_error_frees_the_lease_at_once(merchant_a, sandbox):
 
     class BrokenClient:
         config = acquirer_client().config  # the payment's acquirer's: reconciliation uses it
+        dialect = acquirer_client().dialect  # whether it has a look-up
 
         def lookup(self, reference, policy=None, request_id=None):
             raise RuntimeError("a bug")

@@ -14,22 +14,17 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from acquirers.specs import parse_acquirers
-from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment, PaymentOperation
-from payments.reconciliation.operations import operation_claim, operation_reconcile
 from payments.reconciliation.payments import (
     ReconciliationPolicy,
     ReconciliationResult,
-    payment_reconcile,
-    reconciliation_claim_payment,
 )
+from tests.support import reconcile as reconciliation
 from tests.support.fault_proxy import FaultProxy
 from tests.support.localstripe import LocalStripe
 
@@ -95,21 +90,11 @@ def our_refunds(localstripe: LocalStripe, payment_intent: str) -> list[dict]:
 
 
 def reconcile_payment(payment_id: str) -> ReconciliationResult:
-    at = timezone.now() + timedelta(seconds=5)
-    assert reconciliation_claim_payment(payment_id=payment_id, now=at, policy=POLICY)
-    return payment_reconcile(
-        payment_id=payment_id, client=acquirer_client(), policy=POLICY,
-        clock=lambda: at, random=lambda: 0.5,
-    ).result  # fmt: skip
+    return reconciliation.reconcile_payment(payment_id, POLICY)
 
 
 def reconcile_operation(operation_id: str) -> ReconciliationResult:
-    at = timezone.now() + timedelta(seconds=5)
-    assert operation_claim(operation_id=operation_id, now=at, policy=POLICY)
-    return operation_reconcile(
-        operation_id=operation_id, client=acquirer_client(), policy=POLICY,
-        clock=lambda: at, random=lambda: 0.5,
-    ).result  # fmt: skip
+    return reconciliation.reconcile_operation(operation_id, POLICY)
 
 
 def test_capture_partially_refund_twice_and_refuse_what_stripe_would_accept(

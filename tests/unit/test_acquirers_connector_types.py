@@ -1,5 +1,7 @@
 """ACQUIRERS entries with a connector `type` (acquirers/specs.py): a sandbox by default, a
-stripe acquirer with its secret from the environment and its API version pinned; every bad
+stripe acquirer with its secret from the environment and its API version pinned, an adyen
+acquirer with its API key from the environment, its merchant account and its test or live
+endpoint; every bad
 value refused at start with an ImproperlyConfigured naming the field, never the secret; and
 the client built with the type's dialect (payments/acquirer/client.py)."""
 
@@ -12,12 +14,14 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from acquirers.specs import parse_acquirers
+from gateway_client.adyen import AdyenDialect
 from gateway_client.sandbox_dialect import SandboxDialect
 from gateway_client.stripe import StripeDialect
 from payments.acquirer.client import acquirer_dialect
 
 SECRET = "sk_test_51StripeSecretNeverShown"
-ENV = {"STRIPE_SECRET_KEY": SECRET}
+ADYEN_KEY = "AQEyhmfxAdyenApiKeyNeverShown"
+ENV = {"STRIPE_SECRET_KEY": SECRET, "ADYEN_API_KEY": ADYEN_KEY}
 
 
 def stripe(**overrides: Any) -> dict[str, Any]:
@@ -26,6 +30,18 @@ def stripe(**overrides: Any) -> dict[str, Any]:
         "type": "stripe",
         "api_key_env": "STRIPE_SECRET_KEY",
         "api_version": "2024-06-20",
+    }
+    item.update(overrides)
+    return {key: value for key, value in item.items() if value is not None}
+
+
+def adyen(**overrides: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "name": "adyen",
+        "type": "adyen",
+        "api_key_env": "ADYEN_API_KEY",
+        "merchant_account": "AcmeECOM",
+        "return_url": "https://shop.example/return",
     }
     item.update(overrides)
     return {key: value for key, value in item.items() if value is not None}
@@ -65,7 +81,19 @@ def test_a_stripe_acquirer_never_takes_isk_or_ugx():
     ("item", "environ", "names"),
     [
         (stripe(type="paypal"), ENV, "type must be one of sandbox, stripe, adyen"),
-        (stripe(type="adyen", api_version=None), ENV, "type 'adyen' has no connector yet"),
+        (stripe(type="adyen"), ENV, "api_version is a field of type 'stripe'"),
+        (adyen(merchant_account=None), ENV, "merchant_account is required"),
+        (adyen(merchant_account="Acme ECOM"), ENV, "merchant_account is required"),
+        (adyen(return_url=None), ENV, "return_url is required"),
+        (adyen(return_url="shop.example"), ENV, "return_url is required"),
+        (adyen(api_key_env=None, api_key=ADYEN_KEY), ENV, "api_key_env is required"),
+        (adyen(live_url_prefix="Acme_Live"), ENV, "live_url_prefix must be lower-case"),
+        (
+            adyen(live_url_prefix="abc", base_url="https://x.example"),
+            ENV,
+            "give base_url or live_url_prefix, not both",
+        ),
+        (stripe(merchant_account="AcmeECOM"), ENV, "merchant_account is a field of type 'adyen'"),
         (stripe(api_version=None), ENV, "api_version must be the pinned Stripe-Version"),
         (stripe(api_version="latest"), ENV, "api_version must be the pinned Stripe-Version"),
         (stripe(api_key_env=None), ENV, "api_key_env is required"),
@@ -88,4 +116,23 @@ def test_bad_values_are_refused_naming_the_field_never_the_secret(item, environ,
     assert names in message
     assert "acquirer 0" in message
     assert SECRET not in message
+    assert ADYEN_KEY not in message
     assert "pk_test_publishable" not in message
+
+
+def test_an_adyen_acquirer_uses_the_test_endpoint_unless_given_its_live_prefix():
+    (spec,) = parse(adyen())
+    assert (spec.type, spec.base_url, spec.merchant_account) == (
+        "adyen",
+        "https://checkout-test.adyen.com/v71",
+        "AcmeECOM",
+    )
+    assert spec.api_key == ADYEN_KEY
+    assert ADYEN_KEY not in repr(spec)
+    assert acquirer_dialect(spec) == AdyenDialect(
+        merchant_account="AcmeECOM", return_url="https://shop.example/return"
+    )
+    (live,) = parse(adyen(live_url_prefix="1797a841fbb37ca7-acmecom"))
+    assert live.base_url == (
+        "https://1797a841fbb37ca7-acmecom-checkout-live.adyenpayments.com/checkout/v71"
+    )

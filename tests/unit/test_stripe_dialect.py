@@ -19,7 +19,6 @@ import pytest
 
 from gateway_client import (
     AcquirerClient,
-    AcquirerConfig,
     AuthenticationError,
     Authorization,
     AuthorizationRequest,
@@ -27,11 +26,9 @@ from gateway_client import (
     IdempotencyConflictError,
     InvalidRequestError,
     MalformedResponseError,
-    ManualClock,
     RateLimitedError,
     Refund,
     RefundRequest,
-    RetryPolicy,
     UpstreamServerError,
     VoidRequest,
 )
@@ -43,6 +40,7 @@ from gateway_client.stripe import (
     to_stripe_amount,
 )
 from gateway_client.wire import MalformedBody
+from tests.support.dialects import scripted_client
 
 FIXTURES = json.loads(
     (Path(__file__).parents[1] / "data" / "stripe" / "fixtures3-excerpt.json").read_text()
@@ -89,34 +87,13 @@ def stripe_error(status: int, error: dict[str, Any], **headers: str) -> httpx.Re
 def client(
     answers: list[httpx.Response], *, honours_keys: bool = True
 ) -> tuple[AcquirerClient, list[httpx.Request], list[float]]:
-    sent: list[httpx.Request] = []
-    slept: list[float] = []
-    clock = ManualClock()
-
-    def handler(http_request: httpx.Request) -> httpx.Response:
-        sent.append(http_request)
-        return answers[len(sent) - 1]
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.advance(seconds)
-
-    config = AcquirerConfig(
+    return scripted_client(
+        StripeDialect(),
+        answers,
         base_url="https://api.stripe.test",
         api_key=SECRET,
-        name="stripe",
-        honours_idempotency_keys=honours_keys,
+        honours_keys=honours_keys,
     )
-    built = AcquirerClient(
-        config,
-        transport=httpx.MockTransport(handler),
-        clock=clock,
-        sleep=sleep,
-        random=lambda: 0.5,
-        dialect=StripeDialect(),
-        policy=RetryPolicy(max_attempts=2, deadline=30, max_server_wait=10),
-    )
-    return built, sent, slept
 
 
 OK = httpx.Response(200, json=intent(), headers={"Request-Id": "req_ok"})
