@@ -31,6 +31,7 @@ __all__ = [
     "add_trace_ids",
     "current_traceparent",
     "payment_trace_span",
+    "span_note",
     "tracer",
 ]
 
@@ -51,6 +52,14 @@ def current_traceparent() -> str:
     if not context.is_valid:
         return ""
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def span_note(attributes: Mapping[str, AttributeValue | None]) -> None:
+    """Put ``attributes`` (None values left out) on the running span when it records: a fact
+    found on the way (the idempotency outcome, a payment's id, a result)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes({name: got for name, got in attributes.items() if got is not None})
 
 
 def _stored_context(traceparent: str) -> trace.SpanContext | None:

@@ -124,6 +124,15 @@ class Event(models.Model):
     object_id = models.CharField(max_length=32, help_text="The payment's or refund's id.")
     data = models.TextField(help_text='JSON text of {"object": ...}, in the API\'s key order.')
     created_at = models.DateTimeField()
+    #: The W3C ``traceparent`` of the span that recorded the event (empty when tracing was
+    #: off): each delivery's span joins that trace and the merchant's server gets it in the
+    #: ``traceparent`` header (ADR 0044).
+    trace_context = models.CharField(
+        max_length=55,
+        blank=True,
+        default="",
+        help_text="W3C traceparent of the change that made the event (empty: not traced).",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from idempotency.prepared_cursor import prepared_cursor
+from observability.trace_context import current_traceparent
 from webhooks.events import ALL_EVENTS, EVENT_TYPES
 from webhooks.models import Delivery, Event, WebhookEndpoint
 from webhooks.tasks import deliver_event_task
@@ -40,7 +41,8 @@ def event_record(
 ) -> Event:
     """Insert the event ``event_type`` (a key of :data:`~webhooks.events.EVENT_TYPES`) of the
     merchant's object ``object_id`` with ``obj`` (its API representation, JSON-ready) as
-    ``data.object``, and its deliveries, due at once. Inside the caller's transaction
+    ``data.object`` and the running span's ``traceparent`` (its deliveries join that trace;
+    ADR 0044), and its deliveries, due at once. Inside the caller's transaction
     (``RuntimeError`` otherwise); raises ``ValueError`` for an unknown type."""
     if not connection.in_atomic_block:
         raise RuntimeError("An event is written in the transaction of its state change.")
@@ -52,6 +54,7 @@ def event_record(
         object_id=object_id,
         data=json.dumps({"object": obj}, ensure_ascii=False),
         created_at=now,
+        trace_context=current_traceparent(),
     )
     # One round trip on the payments' hot path (ADR 0026): the event's INSERT and the look-up
     # of the merchant's endpoints in one statement.
