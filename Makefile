@@ -126,8 +126,8 @@ demo: $(VENV)/.local-installed
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
-         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
+BENCH ?= throughput stack_floor instructions hot_path_ab log_cost tracing_cost index_cost endpoint_compare \
+         replay_latency same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -137,6 +137,12 @@ bench: $(VENV)/.bench-installed
 	  && apt-get update -qq && apt-get install -y -qq valgrind; } \
 	  || { echo "valgrind is needed: apt-get install valgrind (Debian/Ubuntu)"; exit 1; }
 	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done
+
+## make bench-tracing: the CPU per payment with tracing off and on with a 10 % sampler, the
+## ratio printed (bench/tracing_cost.py, ADR 0044; about 2 minutes). BENCH_ARGS="--rounds 2".
+.PHONY: bench-tracing
+bench-tracing: $(VENV)/.bench-installed
+	$(BIN)/python bench/tracing_cost.py $(BENCH_ARGS)
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the
