@@ -4,8 +4,9 @@ in-memory exporter, on while a ``with traced()`` block runs.
 The SDK's tracer provider can be installed once per process, so the first block installs it
 (behind the same redacting exporter as production) and every block instruments the libraries
 on entry and removes the instrumentation on exit (Django's middleware leaves ``MIDDLEWARE``),
-with the sampler switched off between blocks: the rest of a pytest worker's tests run as if
-tracing were off. ``trace_of(spans, span)`` and ``by_name`` read what was exported.
+with the sampler switched off between blocks and the span ids then all zero (invalid): the
+rest of a pytest worker's tests run as if tracing were off (no ``trace_id`` in their log lines,
+no ``trace_context`` stored). ``trace_of(spans, span)`` and ``by_name`` read what was exported.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
 from opentelemetry.instrumentation.django import DjangoInstrumentor
@@ -21,6 +23,7 @@ from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
@@ -46,8 +49,22 @@ class _Switch(Sampler):
         return f"Switch(on={self.on})"
 
 
+class _Ids(IdGenerator):
+    """Random ids while ``on``; zeros (an invalid context: nothing current) otherwise."""
+
+    on = False
+    _random = RandomIdGenerator()
+
+    def generate_span_id(self) -> int:
+        return self._random.generate_span_id() if self.on else 0
+
+    def generate_trace_id(self) -> int:
+        return self._random.generate_trace_id() if self.on else 0
+
+
 _EXPORTER = InMemorySpanExporter()
 _SWITCH = _Switch()
+_IDS = _Ids()
 _INSTRUMENTORS = (
     DjangoInstrumentor,
     CeleryInstrumentor,
@@ -60,15 +77,17 @@ _INSTRUMENTORS = (
 @contextmanager
 def traced() -> Iterator[InMemorySpanExporter]:
     """Tracing on, every span sampled and exported (redacted) to the returned exporter."""
-    tracing_setup("payments-test", exporter=_EXPORTER, sampler=_SWITCH, instrument=False)
+    if tracing_setup("payments-test", exporter=_EXPORTER, sampler=_SWITCH, instrument=False):
+        # Before any tracer exists: the provider hands its id generator to each tracer it makes.
+        trace.get_tracer_provider().id_generator = _IDS  # type: ignore[attr-defined]
     for instrumentor in _INSTRUMENTORS:
         instrumentor().instrument()
-    _SWITCH.on = True
+    _SWITCH.on = _IDS.on = True
     _EXPORTER.clear()
     try:
         yield _EXPORTER
     finally:
-        _SWITCH.on = False
+        _SWITCH.on = _IDS.on = False
         for instrumentor in _INSTRUMENTORS:
             instrumentor().uninstrument()
         _EXPORTER.clear()

@@ -155,6 +155,8 @@ def test_a_sweep_joins_the_stored_trace_and_links_its_own():
     assert inside.split("-")[1] == f"{request.context.trace_id:032x}"
     assert by_name(spans, "deliver")[0].parent.span_id == sweep.get_span_context().span_id
     assert plain.get_span_context().trace_id == sweep.get_span_context().trace_id
+    with tracer.start_as_current_span("after the block"):
+        assert current_traceparent() == ""  # tracing as if off again for the next tests
     task = by_name(spans, "task")[0]
     assert child.get_span_context().trace_id == request.context.trace_id
     assert joined[1].parent.span_id == task.context.span_id and not joined[1].links
