@@ -104,7 +104,12 @@ def test_a_202_payment_is_one_trace_from_the_request_to_the_webhook(
     http = [s for s in finished if s.kind is SpanKind.CLIENT and s.parent == attempt.context]
     assert len(http) == 1  # httpx's span of the request the sandbox committed
     assert phase_two.attributes["payments.authorization.outcome"] == "unknown"
-    # The task ran outside the request (a worker): its own trace, linked from the payment's.
+    # Enqueued on commit: the message left inside the request's trace (Celery's instrumentation
+    # puts the context in its headers, so a worker's run is the publish span's child).
+    published = one(finished, "apply_async/payments.tasks.reconcile_payment")
+    assert published.kind is SpanKind.PRODUCER and published.context.trace_id == trace_id
+    # Here the task runs outside the request (as a sweep or a command would run it): its own
+    # trace, linked from the payment's.
     run = one(finished, "run/payments.tasks.reconcile_payment")
     assert run.context.trace_id != trace_id
     assert reconcile.parent.span_id == phase_one.context.span_id  # the stored trace_context
@@ -117,6 +122,8 @@ def test_a_202_payment_is_one_trace_from_the_request_to_the_webhook(
     stored = event.trace_context.split("-")
     assert stored[1:3] == [f"{trace_id:032x}", f"{reconcile.context.span_id:016x}"]
     assert deliver.parent.span_id == reconcile.context.span_id
+    enqueued = one(finished, "apply_async/webhooks.tasks.deliver_event")
+    assert enqueued.context.trace_id == trace_id  # the event's delivery task, on commit
     assert deliver.attributes["payments.webhook.outcome"] == "delivered"
     posted = next(s for s in finished if s.kind is SpanKind.CLIENT and s.parent == deliver.context)
     (received,) = receiver.at("/trace")
