@@ -93,6 +93,8 @@ def test_a_202_payment_is_one_trace_from_the_request_to_the_webhook(
     for span in (phase_one, authorize, phase_two):
         assert span.parent.span_id == request.context.span_id, span.name
     assert phase_one.attributes["payments.idempotency.outcome"] == "new"
+    statements = [s for s in finished if s.parent == phase_one.context]
+    assert [s.attributes["db.system"] for s in statements] == ["postgresql"]  # the one claim
     assert phase_one.attributes["payments.payment.id"] == payment.pk
     assert attempt.parent.span_id == authorize.context.span_id
     assert attempt.attributes["payments.attempt.number"] == 1
