@@ -126,8 +126,8 @@ demo: $(VENV)/.local-installed
 ## against the server of DATABASE_URL (or the embedded one), in a database of their own
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
-BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
-         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
+BENCH ?= throughput stack_floor instructions hot_path_ab log_cost tracing_cost index_cost endpoint_compare \
+         replay_latency same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
          webhook_fairness
 .PHONY: bench
 bench: $(VENV)/.bench-installed
@@ -146,6 +146,12 @@ bench: $(VENV)/.bench-installed
 .PHONY: bench-webhooks
 bench-webhooks: $(VENV)/.bench-installed
 	$(BIN)/python bench/webhook_fairness.py $(WEBHOOK_BENCH_ARGS)
+
+## make bench-tracing: the CPU per payment with tracing off and on with a 10 % sampler, the
+## ratio printed (bench/tracing_cost.py, ADR 0044; about 2 minutes). BENCH_ARGS="--rounds 2".
+.PHONY: bench-tracing
+bench-tracing: $(VENV)/.bench-installed
+	$(BIN)/python bench/tracing_cost.py $(BENCH_ARGS)
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the

@@ -58,8 +58,11 @@ CRASH = "card and API key in a crashing request's traceback"
 FOREIGN_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d |^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:")
 
 
-def _probes(api_key: str) -> list[tuple[str, dict]]:
-    """(name, request kwargs) of every input that carries a secret."""
+def secret_probes(api_key: str) -> list[tuple[str, dict]]:
+    """(name, request kwargs) of every input that carries a secret: ``json`` or ``content``
+    (bytes), ``method`` (default POST), ``path`` (default ``/payments``), ``params`` (the query
+    string), ``headers``, ``idempotency_key``, ``auth`` (False: no merchant key sent). Also
+    sent by tests/integration/test_tracing.py, which looks for the same secrets in spans."""
     body = {"amount": 1000, "currency": "EUR", "payment_method": "tok_visa"}
     bad_key = "sk_live_" + random_secrets.token_urlsafe(32)
     json_headers = {"Content-Type": "application/json"}
@@ -180,7 +183,7 @@ async def _send(stack: Stack, api_key: str) -> list[tuple[str, Answer]]:
     api = ApiClient(stack.web.url, api_key, max_connections=4)
     answers = []
     try:
-        for index, (name, spec) in enumerate(_probes(api_key)):
+        for index, (name, spec) in enumerate(secret_probes(api_key)):
             spec = dict(spec)
             method = spec.pop("method", "POST")
             path = spec.pop("path", "/payments")

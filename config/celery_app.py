@@ -11,6 +11,11 @@ same structured, redacted lines as the web tier) instead of Celery's own handler
 ``--loglevel`` given. A task published while a request (or another task) runs carries its
 request id in the message header ``request_id``; the task runs with it bound, so its log lines,
 its acquirer calls and the payment events it writes carry it too.
+
+Tracing (ADR 0044), off unless an exporter is configured: set up in each pool process after
+the fork (``worker_process_init``; in the worker itself for a pool without processes) and in
+beat; a pool process exports what it still holds before it exits. Celery's instrumentation
+carries the trace context in each message's headers beside the request id.
 """
 
 import logging.config
@@ -27,6 +32,7 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -36,6 +42,7 @@ from kombu.transport import redis as kombu_redis
 from heartbeats.celery import HeartbeatStep, forget_worker
 from observability.metrics_dir import metrics_dir_prepare, metrics_dir_remove
 from observability.request_context import bind_request_id, current_request_id
+from observability.tracing import tracing_flush, tracing_setup
 
 #: The message header carrying the request id into a task.
 REQUEST_ID_TASK_HEADER = "request_id"
@@ -97,15 +104,26 @@ worker_shutdown.connect(forget_worker)
 
 
 @worker_init.connect
-def _worker_refuses_to_start_on_errors(**kwargs) -> None:
-    """Exit the worker before it consumes anything when a system check fails."""
+def _worker_refuses_to_start_on_errors(sender=None, **kwargs) -> None:
+    """Exit the worker before it consumes anything when a system check fails; set tracing up
+    here when the pool runs tasks in this process (solo, threads), else in each pool process
+    (``worker_process_init``)."""
     _refuse_to_start_on_errors("worker")
+    if "prefork" not in str(getattr(sender, "pool_cls", "prefork")):
+        tracing_setup("payments-worker")
+
+
+@worker_process_init.connect
+def _tracing_in_pool_process(**kwargs) -> None:
+    """A prefork pool process starts: its own tracing (exporter thread, instrumentations)."""
+    tracing_setup("payments-worker")
 
 
 @beat_init.connect
 def _beat_refuses_to_start_on_errors(**kwargs) -> None:
-    """Exit beat before it schedules anything when a system check fails."""
+    """Exit beat before it schedules anything when a system check fails; set tracing up."""
     _refuse_to_start_on_errors("beat")
+    tracing_setup("payments-beat")
 
 
 def _refuse_to_start_on_errors(process: str) -> None:
@@ -133,6 +151,12 @@ def _forget_pool_process(pid=None, **kwargs) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_process_shutdown.connect
+def _flush_spans(**kwargs) -> None:
+    """A pool process ends: export the spans it still buffers (its exit skips ``atexit``)."""
+    tracing_flush()
 
 
 @worker_shutdown.connect

@@ -15,6 +15,8 @@ timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
 # a container's stop grace period must exceed it (docs/operations.md, "Stopping").
 graceful_timeout = int(os.environ.get("WEB_GRACEFUL_TIMEOUT", "25"))
 accesslog = "-"
+# No preload_app: each worker imports config/wsgi.py after the fork, where tracing is set up
+# (ADR 0044), so its exporter thread and instrumentations are the worker's own.
 # No control socket in the home directory: two copies on one machine would share it.
 control_socket_disable = True
 

@@ -8,7 +8,8 @@ attempt) and call_elapsed, decision (return, retry, raise) and stop_reason, the 
 and its source (retry-after, quota-header, gate, backoff), the server's wait and the rate
 headers seen, the gate's waits, the retry budget, the breaker's state and the caller's
 request id. Never the API key, the Authorization header, the card token or a body. Each event
-is also kept, as an `AttemptRecord`, in the call's `Progress.trail`: the call's `attempt_log`.
+is also kept, as an `AttemptRecord`, in the call's `Progress.trail` (the call's `attempt_log`),
+and put on the attempt's span, which it ends (`_tracing.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from resilience.clock import Clock
 
 from ._call import Attempt, Progress, Stop
+from ._tracing import attempt_span_end
 from .types import AttemptRecord
 
 __all__ = ["AttemptLog"]
@@ -84,27 +86,28 @@ class AttemptLog:
         status = fields["status"]
         elapsed = fields["elapsed"]
         level = logging.INFO if decision == "return" else logging.WARNING
-        progress.trail.append(
-            AttemptRecord(
-                attempt=fields["attempt"],
-                sent=fields["started_at"] is not None,
-                outcome=fields["outcome"],
-                decision=decision,
-                started_at=_ms(fields["started_at"]),
-                elapsed=_ms(elapsed),
-                status_code=status,
-                error=fields["error"],
-                stop_reason=reason,
-                wait=_ms(wait),
-                wait_source=progress.log.get("wait_source"),
-                server_wait=_ms(fields["server_wait"]),
-                budget_retries=budget,
-                gate_remaining=_ms(gate),
-                gate_waited=round(progress.gate_waited, 3),
-                breaker_state=progress.log.get("breaker"),
-                provider_request_id=fields["provider_request_id"],
-            )
+        record = AttemptRecord(
+            attempt=fields["attempt"],
+            sent=fields["started_at"] is not None,
+            outcome=fields["outcome"],
+            decision=decision,
+            started_at=_ms(fields["started_at"]),
+            elapsed=_ms(elapsed),
+            status_code=status,
+            error=fields["error"],
+            stop_reason=reason,
+            wait=_ms(wait),
+            wait_source=progress.log.get("wait_source"),
+            server_wait=_ms(fields["server_wait"]),
+            budget_retries=budget,
+            gate_remaining=_ms(gate),
+            gate_waited=round(progress.gate_waited, 3),
+            breaker_state=progress.log.get("breaker"),
+            provider_request_id=fields["provider_request_id"],
         )
+        progress.trail.append(record)
+        attempt_span_end(progress.span, self._name, record)
+        progress.span = None
         if not logger.isEnabledFor(level):
             return  # the trail above is the call's record; the log line is not wanted
         logger.log(

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from opentelemetry import trace
 
 from resilience.breaker_types import Recorded
 from resilience.budget import BudgetState
@@ -95,7 +96,8 @@ class Attempt:
 class Progress:
     """
     The running state of one call: attempts so far, the deadline, what the log needs, and
-    `trail`, the call's AttemptRecords so far (the attempt log writes one per line).
+    `trail`, the call's AttemptRecords so far (the attempt log writes one per line), and
+    `span`, the running attempt's span, which the attempt log ends with its record.
     `operation` labels the call (errors, metrics, log); `group` names its circuit breaker;
     `safe` is True for a GET (every ambiguous outcome may be repeated); `reference` as in
     CallLabel; `request_id` the caller's id of the request behind the call (sent on every
@@ -117,6 +119,7 @@ class Progress:
     log: dict[str, Any] = field(default_factory=dict)
     request_id: str | None = None
     trail: list[AttemptRecord] = field(default_factory=list)
+    span: trace.Span | None = None  # the running attempt's span (_tracing.py), until its record
 
 
 class Stop(Exception):  # a control-flow signal inside the client, never raised out

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import httpx
+from opentelemetry import trace
 
 from resilience import aimd as _aimd
 from resilience.aimd import AimdLimiter
@@ -46,6 +47,7 @@ from ._call import (
     set_wait,
 )
 from ._exchange import Exchange
+from ._tracing import attempt_span_end, attempt_span_start, call_span
 from ._validate import check_request_id
 from .classify import breaker_outcome, limiter_outcome
 from .dialect import Dialect
@@ -59,7 +61,7 @@ from .errors import (
     RateLimitedError,
 )
 from .policy import RetryPolicy
-from .types import AcquirerConfig, Authorization, Received, Refund
+from .types import AcquirerConfig, AttemptRecord, Authorization, Received, Refund
 from .wire import MalformedBody
 
 __all__ = ["RetryLoop"]
@@ -86,6 +88,9 @@ _LEASE_MARGIN = 1.0
 
 #: The wait suggested when no concurrency slot was free (seconds).
 CONCURRENCY_RETRY_AFTER = 1.0
+
+#: What an attempt's span says when the call ended without a record of it (a bug, cancelled).
+_ABANDONED = AttemptRecord(attempt=0, sent=False, outcome="abandoned", decision="raise")
 
 #: Wait sources of the breaker and the concurrency limiter.
 BREAKER = "breaker"
@@ -152,11 +157,33 @@ class RetryLoop:
         """One call: attempts until a result, a permanent or final error, or a stop.
         `decode` reads a 2xx answer; `refusal` (a write's) turns an error answer that the
         dialect counts as a result (a decline) into it, else returns None."""
+        with call_span(
+            progress.operation, self._config.name, progress.reference, progress.request_id
+        ):
+            try:
+                return self._attempts(progress, build, decode, outcome, refusal)
+            finally:
+                attempt_span_end(progress.span, self._config.name, _ABANDONED)  # a bug, cancelled
+
+    def _attempts(
+        self,
+        progress: Progress,
+        build: Callable[[httpx.Timeout], httpx.Request],
+        decode: Callable[[Answer], T],
+        outcome: Callable[[T], str],
+        refusal: Callable[[Answer], object] | None,
+    ) -> T:
+        """The loop of `_call`, inside the call's span; each attempt in a span of its own,
+        ended by the attempt log with the attempt's record."""
         last: GatewayError | None = None
         try:
             while True:
                 progress.log = {}
-                attempt = self._guarded_attempt(progress, build, decode, refusal, last)
+                progress.span = attempt_span_start(progress.operation)
+                with trace.use_span(
+                    progress.span, record_exception=False, set_status_on_exception=False
+                ):
+                    attempt = self._guarded_attempt(progress, build, decode, refusal, last)
                 if attempt.error is None:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result

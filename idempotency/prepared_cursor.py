@@ -13,6 +13,10 @@ Whether statements are prepared is the connection's ``prepare_threshold`` (``DAT
 ``DATABASE_PREPARED_STATEMENTS`` is false; behind PgBouncer's transaction pooling
 (``config/pooler.py``) it is None, and the same statements run server-bound but unprepared (an
 unnamed statement lives within one transaction, which that pooling allows).
+
+psycopg's OpenTelemetry instrumentation traces the cursors a connection's ``cursor_factory``
+makes; this cursor is made here, so it makes its own span per statement when the running span
+records (a traced, sampled request; ADR 0044), with the instrumentation's attributes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,26 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
+from opentelemetry import trace
+
+from observability.trace_context import tracer
+
+
+class _ServerBindingCursor(ServerBindingCursor):
+    """Django's server-binding cursor, each statement a client span of ``db.system``
+    ``postgresql`` when the running span records (never its parameters)."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if not trace.get_current_span().is_recording():
+            return super().execute(query, params, **kwargs)
+        statement = str(query)
+        attributes = {"db.system": "postgresql", "db.statement": statement}
+        with tracer.start_as_current_span(
+            statement.split(None, 1)[0].upper() if statement.strip() else "postgresql",
+            kind=trace.SpanKind.CLIENT,
+            attributes=attributes,
+        ):
+            return super().execute(query, params, **kwargs)
 
 
 class _LoggedPreparedCursor(CursorDebugWrapper):
@@ -48,7 +72,7 @@ def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
     db.ensure_connection()
     db.validate_thread_sharing()
     with db.wrap_database_errors:
-        cursor = ServerBindingCursor(db.connection)
+        cursor = _ServerBindingCursor(db.connection)
     if db.queries_logged:
         return _LoggedPreparedCursor(cursor, db)
     return db.make_cursor(cursor)

@@ -40,6 +40,7 @@ from django.db.models import Field, Model, Q
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.models import IdempotencyKey
 from idempotency.prepared_cursor import prepared_cursor
+from observability.trace_context import span_note
 
 #: Response headers kept for replay; everything else is produced fresh on each answer.
 REPLAYED_HEADERS = ("Content-Type", "Location", "Retry-After")
@@ -135,15 +136,23 @@ LOG_OUTCOMES = {
 }
 
 
+#: The span attribute of the claim's outcome (ADR 0044), the values of :data:`LOG_OUTCOMES`.
+SPAN_OUTCOME = "payments.idempotency.outcome"
+
+
 def _claimed(record: IdempotencyKey, outcome: ClaimOutcome) -> Claim:
-    """The claim's result, its outcome bound for the request's log lines."""
+    """The claim's result, its outcome bound for the request's log lines and put on the
+    running span."""
     structlog.contextvars.bind_contextvars(idempotency=LOG_OUTCOMES[outcome])
+    span_note({SPAN_OUTCOME: LOG_OUTCOMES[outcome]})
     return Claim(record=record, outcome=outcome)
 
 
 def _refused(error: IdempotencyKeyInUse | IdempotencyKeyReused) -> Exception:
-    """``error``, its outcome (``in_use``, ``reused``) bound for the request's log lines."""
+    """``error``, its outcome (``in_use``, ``reused``) bound for the request's log lines and
+    put on the running span."""
     structlog.contextvars.bind_contextvars(idempotency=LOG_OUTCOMES[type(error)])
+    span_note({SPAN_OUTCOME: LOG_OUTCOMES[type(error)]})
     return error
 
 

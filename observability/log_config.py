@@ -7,8 +7,9 @@ all use. Every record, from our code or a library's, is rendered by structlog's
 ``ProcessorFormatter``: ``LOG_FORMAT=json`` gives one JSON object per line (production),
 ``console`` a readable coloured-free line with ``key=value`` fields (development). Each line
 carries the bound context (``request_id`` and, in a task, ``task_id`` and ``task_name``;
-observability/request_context.py) and the record's ``extra`` fields (the acquirer attempt's
-``gateway_*``). The formatter of every handler is
+observability/request_context.py), the running span's ``trace_id`` and ``span_id`` when
+tracing is on (observability/trace_context.py; ADR 0044) and the record's ``extra`` fields (the
+acquirer attempt's ``gateway_*``). The formatter of every handler is
 :class:`~observability.log_filters.RedactingProcessorFormatter`: the one redaction step, over the
 whole rendered line, traceback included.
 """
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
+
+from observability.trace_context import add_trace_ids
 
 #: ``LOG_FORMAT`` values.
 FORMATS = ("json", "console")
@@ -92,6 +95,7 @@ def _short_numbers(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any
 def _shared_processors() -> list[Any]:
     return [
         structlog.contextvars.merge_contextvars,
+        add_trace_ids,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -182,6 +186,7 @@ def structlog_configure() -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.stdlib.filter_by_level,
             structlog.stdlib.PositionalArgumentsFormatter(),
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,

@@ -17,7 +17,8 @@ traceback alike, in plain text and in JSON.
   ``[redacted]``;
 * every run of 13-19 digits with separators (``card_data.redact_card_numbers`` without the
   Luhn check: a mistyped card number is still one) by ``[card number redacted]``; inside a
-  word shaped like our ids (``pay_`` + 24 hex), only a Luhn-valid run;
+  word shaped like our ids (``pay_`` + 24 hex) or a trace or span id (32 or 16 hex), only a
+  Luhn-valid run;
 * the same inside URL-encoded (``+``, ``%20``, ``%2D``, twice encoded) and JSON-escaped
   (``\\u0034``, ``\\n4111...``) text: such a word is decoded, redacted, and written back
   encoded (so a JSON line stays valid JSON), only when decoding revealed something.
@@ -105,8 +106,14 @@ _KEY = re.compile(
 _ENCODED_WORD = re.compile(
     r"[^\s\"]*(?:%[0-9A-Fa-f]{2}|\+|\\u[0-9A-Fa-f]{4}|\\[nrtbf\"\\/])[^\s\"]*"
 )
-#: Our ids (payments.models, the acquirer's charges): a prefix and 24 lower-case hex digits.
-_OUR_ID = re.compile(r"(?<![A-Za-z0-9])(?:pay|op|re|ch)_[0-9a-f]{24}(?![A-Za-z0-9])")
+#: Our ids (payments.models, the acquirer's charges): a prefix and 24 lower-case hex digits;
+#: and OpenTelemetry's trace and span ids (32 and 16 lower-case hex digits with a letter among
+#: them: a bare run of digits stays a card-number candidate), in every line beside the
+#: request id (ADR 0044).
+_OUR_ID = re.compile(
+    r"(?<![A-Za-z0-9])(?:(?:pay|op|re|ch)_[0-9a-f]{24}"
+    r"|(?=[0-9]*[a-f])(?:[0-9a-f]{32}|[0-9a-f]{16}))(?![A-Za-z0-9])"
+)
 _JSON_ESCAPE = re.compile(r"\\u[0-9A-Fa-f]{4}|\\[nrtbf\"\\/]")
 
 

@@ -251,6 +251,15 @@ class Payment(models.Model):
     deferred_attempts = models.PositiveIntegerField(
         default=0, help_text="Submissions of a deferred payment that were certainly not applied."
     )
+    #: The W3C ``traceparent`` of the span that created the payment (empty when tracing was
+    #: off): reconciliation and the deferred sweep, whoever runs them, add their spans to the
+    #: payment's trace (observability/trace_context.py; ADR 0044).
+    trace_context = models.CharField(
+        max_length=55,
+        blank=True,
+        default="",
+        help_text="W3C traceparent of the request that created the payment (empty: not traced).",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

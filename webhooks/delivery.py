@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from merchants.models import Merchant
 from observability.log_filters import redact
+from observability.trace_context import payment_trace_span
 from resilience import (
     FAILURE,
     SUCCESS,
@@ -562,6 +563,21 @@ def _attempt(delivery_id: int, token: str, runtime: DeliveryRuntime) -> AttemptO
     )
     if delivery is None:
         return None
+    event = delivery.event
+    found = {"payments.webhook.event_id": event.pk, "payments.webhook.event_type": event.type,
+             "payments.webhook.endpoint_id": delivery.endpoint_id}  # fmt: skip
+    # In the trace of the change that made the event, whoever sends it (ADR 0044); httpx's
+    # instrumentation sends the merchant that trace's traceparent.
+    with payment_trace_span("webhook deliver", event.trace_context, found) as span:
+        outcome = _attempt_loaded(delivery, token, runtime)
+        span.set_attribute("payments.webhook.outcome", outcome.value if outcome else "not_sent")
+        return outcome
+
+
+def _attempt_loaded(
+    delivery: Delivery, token: str, runtime: DeliveryRuntime
+) -> AttemptOutcome | None:
+    delivery_id = delivery.pk
     endpoint, policy, now = delivery.endpoint, runtime.policy, runtime.clock()
     if (
         delivery.status != DeliveryStatus.PENDING

@@ -132,6 +132,15 @@ class Event(models.Model):
         help_text="When a worker expanded it into its deliveries; null until then (ADR "
         "0042). Set at once when no endpoint was subscribed.",
     )
+    #: The W3C ``traceparent`` of the span that recorded the event (empty when tracing was
+    #: off): each delivery's span joins that trace and the merchant's server gets it in the
+    #: ``traceparent`` header (ADR 0044).
+    trace_context = models.CharField(
+        max_length=55,
+        blank=True,
+        default="",
+        help_text="W3C traceparent of the change that made the event (empty: not traced).",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from idempotency.prepared_cursor import prepared_cursor
+from observability.trace_context import current_traceparent
 from webhooks.events import EVENT_TYPES, subscribed_sql
 from webhooks.models import Event, WebhookEndpoint
 from webhooks.tasks import deliver_event_task
@@ -43,7 +44,8 @@ def event_record(
     created at or before ``now`` is subscribed to the type. If none is, the event is born
     fanned out (``fanned_out_at = now``: nobody is to receive it, and an endpoint created later
     never will); otherwise ``fanned_out_at`` stays null and the fan-out task is enqueued when
-    the transaction commits."""
+    the transaction commits. The event keeps the running span's ``traceparent``: its
+    deliveries join that trace (ADR 0044)."""
     if not connection.in_atomic_block:
         raise RuntimeError("An event is written in the transaction of its state change.")
     if event_type not in EVENT_TYPES:
@@ -54,6 +56,7 @@ def event_record(
         object_id=object_id,
         data=json.dumps({"object": obj}, ensure_ascii=False),
         created_at=now,
+        trace_context=current_traceparent(),
     )
     # One round trip on the payments' hot path (ADR 0026): the event's INSERT, with the look-up
     # of a subscribed endpoint as the value of its fanned_out_at.

@@ -41,6 +41,7 @@ from idempotency.services import (
 )
 from merchants.models import Merchant
 from observability.request_context import request_line_note
+from observability.trace_context import PAYMENT_ID, span_note, tracer
 from payments.acquirer.routing import acquirer_route
 from payments.authorization.deferral import DeferralPolicy, payment_defer
 from payments.authorization.failover import payment_authorize_routed, route_start
@@ -80,6 +81,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The span attribute of a payment's status after phase 2 (ADR 0044).
+STATUS = "payments.payment.status"
 
 
 #: Phase 2's one table: outcome -> (status it moves to, event type, failure code). The outcome
@@ -173,13 +177,16 @@ def payment_create(
             # Every breaker is open: answer at once, before anything is written; the key
             # stays free.
             return Unavailable(retry_after=max(1, math.ceil(retry_after)))
-    claimed = payment_claim(
-        merchant=merchant,
-        idempotency_key=idempotency_key,
-        body=body,
-        now=now,
-        acquirer=(start or route[0]) if route else "",
-    )
+    with tracer.start_as_current_span("payment phase 1"):
+        claimed = payment_claim(
+            merchant=merchant,
+            idempotency_key=idempotency_key,
+            body=body,
+            now=now,
+            acquirer=(start or route[0]) if route else "",
+        )
+        if not isinstance(claimed, Replayed):
+            span_note({PAYMENT_ID: claimed.payment.pk})
     if isinstance(claimed, Replayed):
         record_idempotency_replay()
         return claimed
@@ -196,13 +203,15 @@ def payment_create(
     # Phase 1's payment in memory serves phase 2's one-statement path unless it moved to
     # another acquirer (the switch changed its row): then phase 2 reads the row.
     unmoved = attempt.acquirer in (None, claimed.payment.acquirer)
-    return payment_authorization_record(
-        claimed.payment.pk,
-        attempt,
-        first_attempt=claimed.first_attempt,
-        now=clock(),
-        payment=claimed.payment if unmoved else None,
-    )
+    phase_two = {PAYMENT_ID: claimed.payment.pk}
+    with tracer.start_as_current_span("payment phase 2", attributes=phase_two):
+        return payment_authorization_record(
+            claimed.payment.pk,
+            attempt,
+            first_attempt=claimed.first_attempt,
+            now=clock(),
+            payment=claimed.payment if unmoved else None,
+        )
 
 
 def _defer(
@@ -312,7 +321,8 @@ def payment_authorization_record(
 def _authorize_outcome_log(payment: Payment, outcome: AuthorizationOutcome) -> None:
     """The authorization's outcome and the payment's status: two fields of the request line
     with its ``payment_id`` when a request is running (ADR 0028), else (a task, a command) a
-    line of their own."""
+    line of their own; and two attributes of the running span (phase 2's)."""
+    span_note({"payments.authorization.outcome": outcome.value, STATUS: str(payment.status)})
     if not request_line_note(
         payment_id=payment.id, payment_status=str(payment.status), authorize_outcome=outcome.value
     ):

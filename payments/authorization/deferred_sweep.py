@@ -41,6 +41,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from gateway_client import AcquirerClient
+from observability.trace_context import PAYMENT_ID, payment_trace_span
 from payments.acquirer.client import acquirer_specs, client_for, shared_state_store
 from payments.authorization.create import payment_authorization_record
 from payments.authorization.deferral import (
@@ -170,24 +171,30 @@ def deferred_sweep(
         if taken.expired:
             report.expired.append(payment.pk)
             continue
-        crash_point("deferred_after_phase1_commit")
-        attempt = submit(client, payment)
-        crash_point("deferred_after_acquirer_answer")
+        # In the payment's trace (its request's), linked to the sweep's (ADR 0044).
+        with payment_trace_span(
+            "payment deferred submit", payment.trace_context, {PAYMENT_ID: payment.pk}
+        ):
+            crash_point("deferred_after_phase1_commit")
+            attempt = submit(client, payment)
+            crash_point("deferred_after_acquirer_answer")
+            if attempt.outcome.not_applied:
+                payment_defer(
+                    payment.pk,
+                    attempt=attempt,
+                    reason=attempt.outcome.value,
+                    wait=attempt.retry_after_seconds,
+                    now=clock(),
+                    policy=policy,
+                    random=random,
+                )
+            else:
+                # Every earlier submission was certainly not applied: the first that may be.
+                payment_authorization_record(payment.pk, attempt, first_attempt=True, now=clock())
         if attempt.outcome.not_applied:
-            payment_defer(
-                payment.pk,
-                attempt=attempt,
-                reason=attempt.outcome.value,
-                wait=attempt.retry_after_seconds,
-                now=clock(),
-                policy=policy,
-                random=random,
-            )
             report.deferred_again.append(payment.pk)
             report.stopped = "refused"  # the acquirer could not take it: no storm after it
             break
-        # Every earlier submission was certainly not applied: this is the first that may be.
-        payment_authorization_record(payment.pk, attempt, first_attempt=True, now=clock())
         report.submitted.append(payment.pk)
     for result in ("submitted", "deferred_again", "expired"):
         for _ in getattr(report, result):

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gateway_client import AcquirerClient
+from observability.trace_context import PAYMENT_ID, tracer
 from payments.acquirer.authorize import payment_authorize
 from payments.acquirer.client import UnknownAcquirer, client_for
 from payments.acquirer.routing import (
@@ -93,10 +94,17 @@ def payment_authorize_routed(
         chosen, skipped, later = next_acquirer(later, client=client, time_left=time_left)
         if chosen is None:
             return attempt
-        switched = acquirer_switch(
-            payment.pk, attempt, from_acquirer=payment.acquirer, to_acquirer=chosen[0],
-            skipped=skipped, now=clock(),
-        )  # fmt: skip
+        move = {
+            PAYMENT_ID: payment.pk,
+            "payments.failover.from": payment.acquirer,
+            "payments.failover.to": chosen[0],
+            "payments.failover.reason": attempt.outcome.value,
+        }
+        with tracer.start_as_current_span("payment failover", attributes=move):
+            switched = acquirer_switch(
+                payment.pk, attempt, from_acquirer=payment.acquirer, to_acquirer=chosen[0],
+                skipped=skipped, now=clock(),
+            )  # fmt: skip
         if switched is None:
             return attempt  # resolved meanwhile: phase 2 records the attempt, answers the truth
         crash_point("after_acquirer_switch")

@@ -22,6 +22,7 @@ from idempotency.services import (
 )
 from merchants.models import Merchant
 from observability.request_context import current_request_id
+from observability.trace_context import current_traceparent
 from payments.acquirer.client import default_acquirer_name
 from payments.acquirer.routing import acquirer_idempotency_key
 from payments.authorization.key_claim import claim_refused, key_claim
@@ -121,8 +122,8 @@ def _payment_new(
 ) -> Payment:
     """The unsaved ``processing`` payment for the validated ``body``, at ``acquirer`` (a
     configured name; empty: the first in routing order), named before anything is sent, with
-    that acquirer's first acquirer idempotency key (``authorize-<id>``); its idempotency key
-    is set by the caller."""
+    that acquirer's first acquirer idempotency key (``authorize-<id>``) and the running
+    span's ``traceparent`` (ADR 0044); its idempotency key is set by the caller."""
     payment_id = new_payment_id()
     return Payment(
         id=payment_id,
@@ -140,6 +141,7 @@ def _payment_new(
         created_at=now,
         updated_at=now,
         next_check_at=check_at,
+        trace_context=current_traceparent(),
     )
 
 

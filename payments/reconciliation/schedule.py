@@ -46,6 +46,7 @@ from django.db.models import F, Q
 
 from gateway_client import AcquirerClient, GatewayError, RetryPolicy
 from idempotency.models import IdempotencyKey
+from observability.trace_context import PAYMENT_ID, payment_trace_span
 from payments.acquirer.client import client_for
 from payments.core.payment_states import payment_event_record
 from payments.models import Payment, PaymentEventType
@@ -366,11 +367,15 @@ class Reconciliation(abc.ABC, Generic[Row]):
             self.model._default_manager.filter(pk=pk).update(reconciliation_lease_until=None)
             raise
 
+    @staticmethod
+    def payment_of(row: Row) -> Payment:
+        """``row`` itself when it is a payment, else the payment of the operation ``row``."""
+        return row if isinstance(row, Payment) else row.payment  # type: ignore[attr-defined]
+
     def acquirer_of(self, row: Row) -> str:
         """The acquirer that holds ``row`` (a payment's ``acquirer``; an operation's payment's):
         every look-up and re-send of it goes there."""
-        payment = row if isinstance(row, Payment) else row.payment  # type: ignore[attr-defined]
-        return payment.acquirer
+        return self.payment_of(row).acquirer
 
     def _at_acquirer(self, row: Row, check: Check) -> Check:
         """``check`` with the client of ``row``'s acquirer (``client_for``): the caller's
@@ -392,8 +397,21 @@ class Reconciliation(abc.ABC, Generic[Row]):
         return replace(check, client=client, acquirer_policy=acquirer_policy)
 
     def _check(self, pk: str, check: Check) -> ReconciliationReport:
-        now, policy = check.now, check.policy
+        """:meth:`_check_row` in a span of the payment's trace (the row's payment's stored
+        ``trace_context``, whoever runs the check; ADR 0044), with the decision on it."""
         row = self.load(pk)
+        payment = self.payment_of(row)
+        found = {PAYMENT_ID: payment.pk, "payments.reconciliation.row": pk}
+        with payment_trace_span(f"reconcile {self.noun}", payment.trace_context, found) as span:
+            report = self._check_row(row, check)
+            span.set_attributes(
+                {"payments.reconciliation.result": report.result.value,
+                 "payments.reconciliation.detail": report.detail}
+            )  # fmt: skip
+            return report
+
+    def _check_row(self, row: Row, check: Check) -> ReconciliationReport:
+        now, policy = check.now, check.policy
         check = self._at_acquirer(row, check)
         early = self.before_check(row, check)
         if early is not None:

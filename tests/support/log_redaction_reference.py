@@ -34,7 +34,10 @@ _ENCODED_WORD = re.compile(
     r"[^\s\"]*(?:%[0-9A-Fa-f]{2}|\+|\\u[0-9A-Fa-f]{4}|\\[nrtbf\"\\/])[^\s\"]*"
 )
 #: Our ids (payments.models, the acquirer's charges): a prefix and 24 lower-case hex digits.
-_OUR_ID = re.compile(r"(?<![A-Za-z0-9])(?:pay|op|re|ch)_[0-9a-f]{24}(?![A-Za-z0-9])")
+_OUR_ID = re.compile(
+    r"(?<![A-Za-z0-9])(?:(?:pay|op|re|ch)_[0-9a-f]{24}"
+    r"|(?=[0-9]*[a-f])(?:[0-9a-f]{32}|[0-9a-f]{16}))(?![A-Za-z0-9])"
+)
 _JSON_ESCAPE = re.compile(r"\\u[0-9A-Fa-f]{4}|\\[nrtbf\"\\/]")
 
 
