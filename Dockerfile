@@ -34,6 +34,7 @@ COPY resilience resilience
 COPY gateway_client gateway_client
 COPY webhooks webhooks
 COPY heartbeats heartbeats
+COPY retention retention
 COPY manage.py Procfile ./
 # Production settings import with no variable set and collectstatic opens no database, so the
 # build starts no PostgreSQL and the image keeps no data directory.

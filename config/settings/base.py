@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "ledger",
     "heartbeats",
     "webhooks",
+    "retention",  # the purges of everything that grows (docs/data.md, ADR 0045)
 ]
 
 MIDDLEWARE = [
@@ -351,6 +352,21 @@ LEDGER_AUDIT_CSV_DIR = env("LEDGER_AUDIT_CSV_DIR", default=str(BASE_DIR / "audit
 LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
 LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 
+# --- Retention (retention/, docs/data.md, ADR 0045) ----------------------------------------
+# How long each growing table is kept, in days; beat's purge deletes what is older, in batches
+# of RETENTION_PURGE_BATCH_SIZE rows (one short transaction each). The system check
+# retention.E001 refuses a value below its floor (a dispute window, a year of audit trail, the
+# webhook retry window). Payments and their captures, voids and refunds are never purged here.
+RETENTION_PAYMENT_EVENT_DAYS = env.int("RETENTION_PAYMENT_EVENT_DAYS", default=730)
+RETENTION_WEBHOOK_EVENT_DAYS = env.int("RETENTION_WEBHOOK_EVENT_DAYS", default=30)
+RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS = env.int(
+    "RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS", default=30
+)
+RETENTION_AUDIT_TRAIL_DAYS = env.int("RETENTION_AUDIT_TRAIL_DAYS", default=400)
+RETENTION_ENDED_API_KEY_DAYS = env.int("RETENTION_ENDED_API_KEY_DAYS", default=400)
+RETENTION_HEARTBEAT_DAYS = env.int("RETENTION_HEARTBEAT_DAYS", default=7)
+RETENTION_PURGE_BATCH_SIZE = env.int("RETENTION_PURGE_BATCH_SIZE", default=1000)
+
 # --- Celery ---------------------------------------------------------------------------------
 # Required in production; config.settings.local falls back on the embedded Redis
 # (devtools/embedded_redis.py), the test settings on kombu's in-memory transport.
@@ -415,6 +431,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",
         "schedule": env.float("IDEMPOTENCY_KEY_PURGE_INTERVAL_SECONDS", default=3600.0),
+    },
+    "purge-expired-data": {
+        "task": "retention.tasks.purge_expired_data",
+        "schedule": env.float("RETENTION_PURGE_INTERVAL_SECONDS", default=3600.0),
     },
 }
 
