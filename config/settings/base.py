@@ -251,6 +251,9 @@ API_KEY_CACHE_SECONDS = env.float("API_KEY_CACHE_SECONDS", default=5.0)
 # Admin sessions: a working day, and none survives closing the browser.
 SESSION_COOKIE_AGE = env.int("ADMIN_SESSION_SECONDS", default=8 * 3600)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+# An admin refund form is refused this long after it was rendered: below the idempotency key's
+# retention, so a form re-sent after its key was purged never refunds again (payments.E010).
+ADMIN_REFUND_FORM_SECONDS = env.int("ADMIN_REFUND_FORM_SECONDS", default=3600)
 # Staff must log in with a TOTP code (django-otp); production.py turns it on.
 ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
 OTP_TOTP_ISSUER = "Payment service admin"
