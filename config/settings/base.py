@@ -228,6 +228,14 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
 
 # --- Per-merchant limits (payments/api/limits.py, ADR 0018); a merchant's own values in the admin
 # override them, 0 is no limit. The state is in the acquirer state store (ACQUIRER_STATE_*).
+# Requests with a missing or invalid API key per client address (an IPv6 one by its /64) and
+# window; past it, 429 before any key look-up (payments/api/limits.py). 0: no limit.
+API_AUTH_FAILURE_LIMIT = env.int("API_AUTH_FAILURE_LIMIT", default=20)
+API_AUTH_FAILURE_WINDOW_SECONDS = env.int("API_AUTH_FAILURE_WINDOW_SECONDS", default=60)
+# The header naming the client's address when a proxy in front sets it (deploy/nginx sets
+# X-Forwarded-For to the address it saw); empty: REMOTE_ADDR. Never set it where clients can
+# reach gunicorn directly: they would choose their own address.
+API_CLIENT_ADDRESS_HEADER = env.str("API_CLIENT_ADDRESS_HEADER", default="")
 MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=600)
 MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=60)
 # Below the web tier's threads per worker (WEB_THREADS, 4), so one merchant's slow payments
