@@ -264,6 +264,9 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 ADMIN_REFUND_FORM_SECONDS = env.int("ADMIN_REFUND_FORM_SECONDS", default=3600)
 # Staff must log in with a TOTP code (django-otp); production.py turns it on.
 ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
+# A first TOTP device is enrolled only through a one-time link (manage.py otp_enrolment_link
+# <user>), valid this long and until used (console/two_factor.py, ADR 0019).
+ADMIN_OTP_ENROLMENT_SECONDS = env.int("ADMIN_OTP_ENROLMENT_SECONDS", default=24 * 3600)
 OTP_TOTP_ISSUER = "Payment service admin"
 OTP_ADMIN_HIDE_SENSITIVE_DATA = True  # a TOTP secret is shown once, at enrolment
 # django-axes: this many failed admin logins for one username from one address lock that pair
