@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -134,20 +135,20 @@ class MerchantApi(APIView):
         """Authenticate, counting each failure (a missing or invalid key) against the
         client's address; a client over its limit is refused before the key's look-up,
         unless the key is one this process already trusts (no query)."""
-        client = client_address(request)
-        if not bearer_token_cached(request):
-            refusal = authentication_failures_refusal(client, count=False)
+        limited = settings.API_AUTH_FAILURE_LIMIT > 0
+        if limited and not bearer_token_cached(request):  # a trusted key costs nothing more
+            refusal = authentication_failures_refusal(client_address(request), count=False)
             if refusal is not None:
                 raise refusal
         try:
             user = request.user
         except exceptions.AuthenticationFailed:
-            refusal = authentication_failures_refusal(client, count=True)
+            refusal = authentication_failures_refusal(client_address(request), count=True)
             if refusal is not None:
                 raise refusal from None
             raise
         if not isinstance(user, Merchant):  # no Authorization header: 401 follows
-            refusal = authentication_failures_refusal(client, count=True)
+            refusal = authentication_failures_refusal(client_address(request), count=True)
             if refusal is not None:
                 raise refusal
 
