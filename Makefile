@@ -96,6 +96,30 @@ test-fast: $(VENV)/.test-installed
 lint: $(VENV)/.lint-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure
 
+## make audit: the locked dependencies against the known vulnerabilities (pip-audit, the PyPI
+## advisory database): the runtime image's (requirements/runtime.txt) and every tool's
+## (requirements/bench.txt, the full resolution). Exact pins and hashes, nothing resolved
+## (--require-hashes --disable-pip); a package it cannot check fails the run (--strict). Needs
+## pypi.org, so it is not part of make test; pip-audit lives in a virtualenv of its own
+## (.venv-audit) and never touches the project's. docs/security.md, "Dependencies".
+PIP_AUDIT_VERSION := 2.10.1
+AUDIT_VENV := .venv-audit
+AUDITED := requirements/runtime.txt requirements/bench.txt
+.PHONY: audit
+$(AUDIT_VENV)/.pip-audit-$(PIP_AUDIT_VERSION):
+	$(PYTHON) -m venv $(AUDIT_VENV)
+	$(AUDIT_VENV)/bin/python -m pip install --quiet pip-audit==$(PIP_AUDIT_VERSION)
+	@touch $@
+audit: $(AUDIT_VENV)/.pip-audit-$(PIP_AUDIT_VERSION)
+	$(AUDIT_VENV)/bin/pip-audit --strict --require-hashes --disable-pip --progress-spinner off \
+	  $(foreach file,$(AUDITED),--requirement $(file))
+
+## make pin-images: pin every image of the Dockerfile and docker-compose.yml to the digest its
+## tag names now on Docker Hub (scripts/pin_images.py; review the diff). Needs the network.
+.PHONY: pin-images
+pin-images: $(VENV)/.local-installed
+	$(BIN)/python scripts/pin_images.py
+
 ## make test-broker-restarts: the worker against a broker killed three times with tasks in
 ## flight, RUNS times (default 10), each run counted; make test runs it once
 ## (docs/operations.md, "The Celery worker and its broker").

@@ -3,6 +3,7 @@
 import os
 
 from observability.log_config import environment_log_format, logging_config
+from payments.api.server_errors import gunicorn_errors_as_problems
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -19,6 +20,9 @@ accesslog = "-"
 # (ADR 0044), so its exporter thread and instrumentations are the worker's own.
 # No control socket in the home directory: two copies on one machine would share it.
 control_socket_disable = True
+# gunicorn's own refusals (a malformed request line or header, before Django) answer
+# problem+json like the rest of the API, never an HTML page echoing the request.
+gunicorn_errors_as_problems()
 
 
 def on_starting(server):

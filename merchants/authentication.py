@@ -58,6 +58,11 @@ class ApiKeyCache:
                 self._entries[digest] = (now + timedelta(seconds=ttl), api_key)
         return api_key
 
+    def holds(self, raw_key: str) -> bool:
+        """True when ``raw_key`` is cached and fresh: authenticating it costs no query."""
+        entry = self._entries.get(api_key_hash(raw_key))
+        return entry is not None and entry[0] > self._clock()
+
     def clear(self) -> None:
         """Forget every key (the next request of each looks it up again)."""
         with self._lock:
@@ -71,6 +76,17 @@ API_KEY_CACHE = ApiKeyCache(lambda: settings.API_KEY_CACHE_SECONDS)
 def api_key_cache_clear(**_signal_kwargs: object) -> None:
     """Clear :data:`API_KEY_CACHE` (a ``post_save``/``post_delete`` receiver)."""
     API_KEY_CACHE.clear()
+
+
+def bearer_token_cached(request) -> bool:
+    """True when the request's ``Authorization: Bearer`` token is a key this process looked up
+    and still trusts (:meth:`ApiKeyCache.holds`): it authenticates without a query. False for
+    no header, another scheme, a malformed token or a key not cached."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != ApiKeyAuthentication.keyword.lower() or not API_KEY_SHAPE.fullmatch(token):
+        return False
+    return API_KEY_CACHE.holds(token)
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -88,3 +88,22 @@ def acquirer_currencies_are_supported(app_configs=None, **kwargs) -> list[Error]
                 )
             )
     return errors
+
+
+@register()
+def refund_form_expires_before_its_key(app_configs=None, **kwargs) -> list[Error]:
+    """An admin refund form must expire before its one-time idempotency key can be purged:
+    ``ADMIN_REFUND_FORM_SECONDS`` positive and below ``IDEMPOTENCY_KEY_RETENTION_SECONDS``
+    (payments.admin.operator_actions.admin_refund_form_key)."""
+    form = settings.ADMIN_REFUND_FORM_SECONDS
+    retention = settings.IDEMPOTENCY_KEY_RETENTION_SECONDS
+    if not 0 < form < retention:
+        return [
+            Error(
+                f"ADMIN_REFUND_FORM_SECONDS ({form}) must be above 0 and below "
+                f"IDEMPOTENCY_KEY_RETENTION_SECONDS ({retention}).",
+                hint="A refund form re-sent after its key was purged would refund again.",
+                id="payments.E010",
+            )
+        ]
+    return []

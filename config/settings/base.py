@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "ledger",
     "heartbeats",
     "webhooks",
+    "retention",  # the purges of everything that grows (docs/data.md, ADR 0045)
 ]
 
 MIDDLEWARE = [
@@ -228,6 +229,14 @@ PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int(
 
 # --- Per-merchant limits (payments/api/limits.py, ADR 0018); a merchant's own values in the admin
 # override them, 0 is no limit. The state is in the acquirer state store (ACQUIRER_STATE_*).
+# Requests with a missing or invalid API key per client address (an IPv6 one by its /64) and
+# window; past it, 429 before any key look-up (payments/api/limits.py). 0: no limit.
+API_AUTH_FAILURE_LIMIT = env.int("API_AUTH_FAILURE_LIMIT", default=20)
+API_AUTH_FAILURE_WINDOW_SECONDS = env.int("API_AUTH_FAILURE_WINDOW_SECONDS", default=60)
+# The header naming the client's address when a proxy in front sets it (deploy/nginx sets
+# X-Forwarded-For to the address it saw); empty: REMOTE_ADDR. Never set it where clients can
+# reach gunicorn directly: they would choose their own address.
+API_CLIENT_ADDRESS_HEADER = env.str("API_CLIENT_ADDRESS_HEADER", default="")
 MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=600)
 MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=60)
 # Below the web tier's threads per worker (WEB_THREADS, 4), so one merchant's slow payments
@@ -251,8 +260,14 @@ API_KEY_CACHE_SECONDS = env.float("API_KEY_CACHE_SECONDS", default=5.0)
 # Admin sessions: a working day, and none survives closing the browser.
 SESSION_COOKIE_AGE = env.int("ADMIN_SESSION_SECONDS", default=8 * 3600)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+# An admin refund form is refused this long after it was rendered: below the idempotency key's
+# retention, so a form re-sent after its key was purged never refunds again (payments.E010).
+ADMIN_REFUND_FORM_SECONDS = env.int("ADMIN_REFUND_FORM_SECONDS", default=3600)
 # Staff must log in with a TOTP code (django-otp); production.py turns it on.
 ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
+# A first TOTP device is enrolled only through a one-time link (manage.py otp_enrolment_link
+# <user>), valid this long and until used (console/two_factor.py, ADR 0019).
+ADMIN_OTP_ENROLMENT_SECONDS = env.int("ADMIN_OTP_ENROLMENT_SECONDS", default=24 * 3600)
 OTP_TOTP_ISSUER = "Payment service admin"
 OTP_ADMIN_HIDE_SENSITIVE_DATA = True  # a TOTP secret is shown once, at enrolment
 # django-axes: this many failed admin logins for one username from one address lock that pair
@@ -355,6 +370,21 @@ LEDGER_AUDIT_CSV_DIR = env("LEDGER_AUDIT_CSV_DIR", default=str(BASE_DIR / "audit
 LEDGER_AUDIT_WINDOW_HOURS = env.float("LEDGER_AUDIT_WINDOW_HOURS", default=25.0)
 LEDGER_ACQUIRER_RECORDS = env("LEDGER_ACQUIRER_RECORDS", default="")
 
+# --- Retention (retention/, docs/data.md, ADR 0045) ----------------------------------------
+# How long each growing table is kept, in days; beat's purge deletes what is older, in batches
+# of RETENTION_PURGE_BATCH_SIZE rows (one short transaction each). The system check
+# retention.E001 refuses a value below its floor (a dispute window, a year of audit trail, the
+# webhook retry window). Payments and their captures, voids and refunds are never purged here.
+RETENTION_PAYMENT_EVENT_DAYS = env.int("RETENTION_PAYMENT_EVENT_DAYS", default=730)
+RETENTION_WEBHOOK_EVENT_DAYS = env.int("RETENTION_WEBHOOK_EVENT_DAYS", default=30)
+RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS = env.int(
+    "RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS", default=30
+)
+RETENTION_AUDIT_TRAIL_DAYS = env.int("RETENTION_AUDIT_TRAIL_DAYS", default=400)
+RETENTION_ENDED_API_KEY_DAYS = env.int("RETENTION_ENDED_API_KEY_DAYS", default=400)
+RETENTION_HEARTBEAT_DAYS = env.int("RETENTION_HEARTBEAT_DAYS", default=7)
+RETENTION_PURGE_BATCH_SIZE = env.int("RETENTION_PURGE_BATCH_SIZE", default=1000)
+
 # --- Celery ---------------------------------------------------------------------------------
 # Required in production; config.settings.local falls back on the embedded Redis
 # (devtools/embedded_redis.py), the test settings on kombu's in-memory transport.
@@ -435,6 +465,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-idempotency-keys": {
         "task": "payments.tasks.purge_expired_idempotency_keys",
         "schedule": env.float("IDEMPOTENCY_KEY_PURGE_INTERVAL_SECONDS", default=3600.0),
+    },
+    "purge-expired-data": {
+        "task": "retention.tasks.purge_expired_data",
+        "schedule": env.float("RETENTION_PURGE_INTERVAL_SECONDS", default=3600.0),
     },
 }
 

@@ -30,6 +30,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {}
 # tests/integration/test_merchant_limits*.py do.
 MERCHANT_RATE_LIMIT_REQUESTS = 0
 MERCHANT_CONCURRENT_PAYMENTS = 0
+# Nor a limit on failed authentications (the suite sends thousands of bad keys from 127.0.0.1):
+# tests/integration/test_authentication_limit.py sets one.
+API_AUTH_FAILURE_LIMIT = 0
 # The suite's own, whatever a developer's .env (docker compose's, README) sets.
 METRICS_BEARER_TOKEN = ""
 # Webhook receivers on this machine (http://127.0.0.1:...); never in production.

@@ -71,8 +71,9 @@ REFUND_EXPLANATION = (
     "/payments/{id}/refunds: the amount is checked under the payment's lock against what "
     "remains refundable (the captured amount minus every refund that has not failed, pending "
     "ones included), and the refund is sent with its own acquirer idempotency key. This form "
-    "carries a one-time key: submitting it twice refunds once. Your name and note are recorded "
-    "in the payment's events."
+    "carries a one-time key: submitting it twice refunds once, and it expires an hour after the "
+    "page was opened (ADMIN_REFUND_FORM_SECONDS), long before its key is forgotten. Your name "
+    "and note are recorded in the payment's events."
 )
 
 

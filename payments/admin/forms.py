@@ -9,10 +9,17 @@ admin history and the breaker's log).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import forms
+from django.conf import settings
 
 from console.forms import CardDataRefusingFormMixin
-from payments.admin.operator_actions import ADMIN_REFUND_KEY_PATTERN, NOTE_MAX_LENGTH
+from payments.admin.operator_actions import (
+    NOTE_MAX_LENGTH,
+    OperationRefused,
+    admin_refund_form_key,
+)
 from payments.core.money import format_minor_units, parse_major_units
 from payments.models import RefundReason
 
@@ -58,18 +65,20 @@ class RefundForm(NoteForm):
     """A refund from the admin: ``amount`` typed in major units of the payment's ``currency``
     (``cleaned_data["amount"]`` is minor units; default, and initial value, ``refundable``
     minor units), an optional reason, the required note, and ``idempotency_key``: the one-time
-    key rendered with the page (a double submit sends the same key, so it cannot refund
-    twice)."""
+    key rendered with the page, signed with its time (a double submit sends the same key, so
+    it cannot refund twice; after ``ADMIN_REFUND_FORM_SECONDS`` the form is refused, before its
+    key can be purged). ``now``: the clock of the submission."""
 
     field_order = ["amount", "reason", "note"]
 
     amount = forms.CharField(max_length=20)
     reason = forms.ChoiceField(required=False, choices=[("", "(none)"), *RefundReason.choices])
-    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=64)
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
 
-    def __init__(self, *args, currency: str, refundable: int, **kwargs) -> None:
+    def __init__(self, *args, currency: str, refundable: int, now: datetime, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.currency = currency
+        self.now = now
         self.fields["amount"].initial = format_minor_units(refundable, currency)
         self.fields["amount"].label = f"Amount ({currency})"
         self.fields["amount"].help_text = (
@@ -90,7 +99,13 @@ class RefundForm(NoteForm):
         return self.cleaned_data["reason"] or None
 
     def clean_idempotency_key(self) -> str:
-        key = self.cleaned_data["idempotency_key"]
-        if not ADMIN_REFUND_KEY_PATTERN.match(key):
-            raise forms.ValidationError("The form's refund key is malformed; reload the page.")
-        return key
+        """The merchant idempotency key the signed value carries; refused when altered or
+        older than ``ADMIN_REFUND_FORM_SECONDS``."""
+        try:
+            return admin_refund_form_key(
+                self.cleaned_data["idempotency_key"],
+                now=self.now,
+                max_age=settings.ADMIN_REFUND_FORM_SECONDS,
+            )
+        except OperationRefused as refused:
+            raise forms.ValidationError(str(refused)) from None

@@ -18,7 +18,10 @@ the payment's append-only event log:
   (``payments.operations.flows.refund_create``, which this module must not stand on), called
   by the admin with the operator and note as its ``audit`` data, under the merchant idempotency
   key :func:`admin_refund_key` makes for each rendered form (a double submit replays instead
-  of refunding twice).
+  of refunding twice). The form carries it signed with the time it was rendered
+  (:func:`admin_refund_form_token`) and refuses it after ``ADMIN_REFUND_FORM_SECONDS``
+  (:func:`admin_refund_form_key`), which the check ``payments.E010`` keeps below the key's
+  retention: a form re-sent after its key was purged is refused, never refunded again.
 
 No action edits an amount, and no status changes except through ``ALLOWED_TRANSITIONS``.
 """
@@ -30,6 +33,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime
 
+from django.core.signing import BadSignature, Signer
 from django.db import transaction
 from django.utils import timezone
 
@@ -52,6 +56,8 @@ __all__ = [
     "RECONCILABLE_STATUSES",
     "RESOLUTIONS",
     "OperationRefused",
+    "admin_refund_form_key",
+    "admin_refund_form_token",
     "admin_refund_key",
     "clean_note",
     "payment_reconcile_request",
@@ -211,3 +217,38 @@ def admin_refund_key() -> str:
     """A new idempotency key for one admin refund form: ``admin-refund-`` + 32 lower-case hex
     characters (128 random bits), rendered with the form and sent back with it."""
     return "admin-refund-" + secrets.token_hex(16)
+
+
+#: The salt of the refund form's signed key (django.core.signing, keyed by SECRET_KEY).
+REFUND_FORM_SALT = "payments.admin.refund_form"
+#: How far a form's time may lie ahead of ``now`` (clocks of two web hosts), in seconds.
+REFUND_FORM_CLOCK_SKEW_SECONDS = 60
+
+
+def admin_refund_form_token(*, now: datetime) -> str:
+    """The refund form's hidden value: a new :func:`admin_refund_key` and ``now`` (whole Unix
+    seconds), signed: ``admin-refund-<32 hex>:<seconds>:<signature>``."""
+    return Signer(salt=REFUND_FORM_SALT).sign(f"{admin_refund_key()}:{int(now.timestamp())}")
+
+
+def admin_refund_form_key(token: str, *, now: datetime, max_age: float) -> str:
+    """The idempotency key of a refund form's ``token`` (:func:`admin_refund_form_token`),
+    if its signature holds and it was rendered at most ``max_age`` seconds before ``now``.
+
+    Raises :class:`OperationRefused` for a token altered or malformed, and for an expired one:
+    its key may be purged (24 h after its first use), and a key that is gone would refund
+    again. ``max_age`` stays below the key's retention (the check ``payments.E010``)."""
+    try:
+        value = Signer(salt=REFUND_FORM_SALT).unsign(token)
+    except BadSignature:
+        raise OperationRefused("The form's refund key is malformed; reload the page.") from None
+    key, _, issued = value.rpartition(":")
+    if not ADMIN_REFUND_KEY_PATTERN.match(key) or not issued.isdigit():
+        raise OperationRefused("The form's refund key is malformed; reload the page.")
+    age = now.timestamp() - int(issued)
+    if not -REFUND_FORM_CLOCK_SKEW_SECONDS <= age <= max_age:
+        raise OperationRefused(
+            f"This refund form is older than {max_age / 60:g} minutes and nothing was "
+            "refunded: open the refund page again."
+        )
+    return key

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from payments.acquirer.selectors import acquirer_client_or_none
@@ -27,7 +28,7 @@ from payments.admin.operator_actions import (
     RECONCILABLE_STATUSES,
     RESOLUTIONS,
     OperationRefused,
-    admin_refund_key,
+    admin_refund_form_token,
     clean_note,
     payment_reconcile_request,
     payment_resolve,
@@ -45,7 +46,10 @@ from payments.operations.flows import refund_create
 
 class PaymentActionsMixin:
     """The operator's action pages of :class:`~payments.admin.payment.PaymentAdmin`:
-    reconcile, resolve, refund, and the bulk "Reconcile now"."""
+    reconcile, resolve, refund, and the bulk "Reconcile now". ``clock``: the time the refund
+    form is signed and checked with (tests replace it)."""
+
+    clock = staticmethod(timezone.now)
 
     def _payment_or_404(self, request, object_id: str) -> Payment:
         if not self.has_view_permission(request):
@@ -161,11 +165,13 @@ class PaymentActionsMixin:
         payment = self._payment_or_404(request, object_id)
         if not self.has_refund_permission(request):
             raise PermissionDenied
+        now = self.clock()
         form = RefundForm(
             request.POST or None,
-            initial={"idempotency_key": admin_refund_key()},
+            initial={"idempotency_key": admin_refund_form_token(now=now)},
             currency=payment.currency,
             refundable=max(0, refundable_amount(payment)),
+            now=now,
         )
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data

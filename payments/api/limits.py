@@ -24,17 +24,27 @@ resilience kit's atomic scripts, :data:`~resilience.RATE_SCRIPT` and
   block), and expiring after ``lease`` seconds if the process dies holding it. Refused: ``429
   concurrency_limited``, ``Retry-After: 1``.
 
-Both checks run before the idempotency key is claimed: a refused request stores nothing, and
-its retry with the same key is a new request (a replay of a completed payment too: at the cap,
-it waits for a slot like any other POST).
+* **Failed authentications per client** (:func:`authentication_failures_refusal`): a client
+  (its address, an IPv6 one by its /64) that sent ``API_AUTH_FAILURE_LIMIT`` requests with a
+  missing, malformed, unknown or revoked key in ``API_AUTH_FAILURE_WINDOW_SECONDS`` is answered
+  ``429 authentication_rate_limited`` with ``Retry-After`` until the window ends, before any
+  key look-up: a flood of guessed keys costs one Redis round trip each, no query. A key this
+  process already trusts (its cache) still passes, so a merchant sharing an address with the
+  flood keeps working; a key not cached waits for the window like the rest.
+
+Both merchant checks run before the idempotency key is claimed: a refused request stores
+nothing, and its retry with the same key is a new request (a replay of a completed payment
+too: at the cap, it waits for a slot like any other POST).
 
 ``0`` (the setting or the merchant's field) means no limit.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +61,8 @@ __all__ = [
     "RATE_SCRIPT",
     "SLOTS_SCRIPT",
     "RateDecision",
+    "authentication_failures_refusal",
+    "client_address",
     "concurrency_limit",
     "payment_slot",
     "rate_limit",
@@ -155,3 +167,54 @@ def payment_slot(merchant: Merchant) -> Iterator[None]:
         yield
     finally:
         store.run(SLOTS_SCRIPT, key, ["release", lease_id])
+
+
+def client_address(request) -> str:
+    """The client's address for the per-client limits: ``REMOTE_ADDR``, or the last address
+    of the header ``API_CLIENT_ADDRESS_HEADER`` when set (the proxy's ``X-Forwarded-For``,
+    deploy/nginx: set it only where clients cannot reach gunicorn but through the proxy). An
+    IPv6 address is taken by its /64 (one host's share); anything unparsable is ``unknown``."""
+    raw = request.META.get("REMOTE_ADDR", "")
+    header = settings.API_CLIENT_ADDRESS_HEADER
+    if header:
+        forwarded = request.headers.get(header, "")
+        raw = forwarded.rsplit(",", 1)[-1].strip() or raw
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        return "unknown"
+    if address.version == 6:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+def authentication_failures_refusal(client: str, *, count: bool) -> Problem | None:
+    """The ``429 authentication_rate_limited`` problem when ``client`` (a
+    :func:`client_address`) has failed to authenticate ``API_AUTH_FAILURE_LIMIT`` times in the
+    current window of ``API_AUTH_FAILURE_WINDOW_SECONDS``, else None; None too when the limit
+    is 0 (off).
+
+    ``count=False`` only reads: :data:`RATE_SCRIPT` with a quota of 0 refuses, and a refused
+    request is not counted, so it answers ``-failures`` as its remaining. ``count=True``
+    counts one failure, and refuses it when it is one too many. Never raises for a store
+    outage (the in-memory fallback counts per process)."""
+    quota = settings.API_AUTH_FAILURE_LIMIT
+    if quota <= 0:
+        return None
+    window = settings.API_AUTH_FAILURE_WINDOW_SECONDS
+    allowed, remaining, reset = shared_state_store().run(
+        RATE_SCRIPT,
+        [f"auth_failures:{client}"],
+        [quota if count else 0, window, zlib.crc32(client.encode()) % window],
+    )
+    over = not allowed if count else -remaining >= quota
+    if not over:
+        return None
+    return Problem(
+        f"More than {quota} requests with a missing or invalid API key from this address in "
+        f"{window} s; retry after the Retry-After seconds.",
+        code="authentication_rate_limited",
+        title="Too many failed authentications",
+        status_code=429,
+        retry_after=max(1, math.ceil(reset)),
+    )

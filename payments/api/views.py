@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -21,10 +22,12 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
+from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency.keys import parse_idempotency_key
+from merchants.authentication import bearer_token_cached
 from merchants.models import Merchant
 from payments.api.card_data import (
     KEY_REFUSAL,
@@ -33,7 +36,13 @@ from payments.api.card_data import (
     looks_like_card_number,
     query_card_data_fields,
 )
-from payments.api.limits import payment_slot, rate_limited, request_rate_check
+from payments.api.limits import (
+    authentication_failures_refusal,
+    client_address,
+    payment_slot,
+    rate_limited,
+    request_rate_check,
+)
 from payments.api.parsers import request_json
 from payments.api.problems import Problem
 from payments.api.responses import create_answer, operation_answer
@@ -118,7 +127,30 @@ class MerchantApi(APIView):
     it is counted against the merchant's request rate (a refusal is ``429 rate_limited``), then
     query parameters (names and values) holding card data are refused with ``400
     card_data_not_accepted`` before any view reads them. Every answer to a counted request
-    carries ``RateLimit-Policy`` and ``RateLimit``."""
+    carries ``RateLimit-Policy`` and ``RateLimit``. Before that, a client with too many
+    failed authentications is refused ``429`` before its key is looked up
+    (:func:`~payments.api.limits.authentication_failures_refusal`)."""
+
+    def perform_authentication(self, request: Request) -> None:
+        """Authenticate, counting each failure (a missing or invalid key) against the
+        client's address; a client over its limit is refused before the key's look-up,
+        unless the key is one this process already trusts (no query)."""
+        limited = settings.API_AUTH_FAILURE_LIMIT > 0
+        if limited and not bearer_token_cached(request):  # a trusted key costs nothing more
+            refusal = authentication_failures_refusal(client_address(request), count=False)
+            if refusal is not None:
+                raise refusal
+        try:
+            user = request.user
+        except exceptions.AuthenticationFailed:
+            refusal = authentication_failures_refusal(client_address(request), count=True)
+            if refusal is not None:
+                raise refusal from None
+            raise
+        if not isinstance(user, Merchant):  # no Authorization header: 401 follows
+            refusal = authentication_failures_refusal(client_address(request), count=True)
+            if refusal is not None:
+                raise refusal
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication and permissions first

@@ -18,6 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from console.admin import CappedCountPaginator
+from idempotency.models import IdempotencyKey
+from idempotency.services import idempotency_keys_purge_expired
+from payments.admin.operator_actions import admin_refund_form_token
+from payments.admin.payment_actions import PaymentActionsMixin
 from payments.models import Payment, PaymentEvent, PaymentOperation
 from tests.factories import PaymentFactory
 from tests.support.api import PAYMENT_BODY
@@ -28,7 +32,8 @@ PAYMENTS_URL = "/admin/payments/payment/"
 REFUNDS_URL = "/admin/payments/refund/"
 ROLES_MIGRATION = importlib.import_module("payments.migrations.0004_operations_roles")
 REFUND_MIGRATION = importlib.import_module("payments.migrations.0007_refunds_console")
-KEY_FIELD = re.compile(r'name="idempotency_key" value="(admin-refund-[0-9a-f]{32})"')
+#: The form's hidden value: its one-time key and the time it was rendered, signed.
+KEY_FIELD = re.compile(r'name="idempotency_key" value="(admin-refund-[0-9a-f]{32}:\d+:[\w-]+)"')
 
 
 def staff_client(client, role: str):
@@ -68,10 +73,15 @@ def captured_payment(merchant, amount: int = 10000, token: str = "tok_visa") -> 
 
 
 def form_key(client, payment_id: str) -> str:
-    """Open the refund page and return the one-time key it rendered."""
+    """Open the refund page and return the one-time key it rendered (signed with its time;
+    :func:`key_of` is the merchant idempotency key inside)."""
     page = client.get(refund_url(payment_id))
     assert page.status_code == 200
     return KEY_FIELD.search(page.content.decode()).group(1)
+
+
+def key_of(form_value: str) -> str:
+    return form_value.split(":")[0]
 
 
 def submit(client, payment_id: str, key: str, **fields):
@@ -129,14 +139,14 @@ def test_refund_goes_through_the_service_and_is_audited(operator, merchant_a, sa
         "succeeded", 3000, "requested_by_customer",
     )  # fmt: skip
     assert refund.acquirer_idempotency_key == f"refund-{refund.id}"
-    assert refund.idempotency_key.key == key
+    assert refund.idempotency_key.key == key_of(key)
     assert Payment.objects.get(pk=payment_id).amount_refunded == 3000
     (at_acquirer,) = sandbox.refunds(refund.id)
     assert (at_acquirer["amount"], at_acquirer["status"]) == (3000, "succeeded")
     event = PaymentEvent.objects.get(payment_id=payment_id, type="operator_refund_requested")
     assert event.data == {
         "operator": "operator-1", "note": "ticket 42", "how": "admin",
-        "operation": refund.id, "amount": 3000, "idempotency_key": key,
+        "operation": refund.id, "amount": 3000, "idempotency_key": key_of(key),
     }  # fmt: skip
     assert LogEntry.objects.get().change_message == "Refund: ticket 42"
     page = operator.get(response["Location"])
@@ -169,6 +179,37 @@ def test_the_same_form_with_another_amount_is_refused(operator, merchant_a, sand
         messages_of(operator.get(again["Location"]))
     )
     assert len(sandbox.refund_listing()) == 1
+
+
+def test_a_form_re_sent_after_its_key_was_purged_refunds_nothing(
+    operator, merchant_a, sandbox, monkeypatch
+):
+    """The form's key lives 24 h after its use, the form one hour after it was rendered
+    (ADMIN_REFUND_FORM_SECONDS, at the admin's injected clock): re-sent after the key purge,
+    or first sent too late, or with its time altered, it is refused and nothing is refunded."""
+    now = timezone.now()
+    monkeypatch.setattr(PaymentActionsMixin, "clock", staticmethod(lambda: now))
+    payment_id = captured_payment(merchant_a)
+    key = form_key(operator, payment_id)
+    late_form = form_key(operator, payment_id)
+    assert submit(operator, payment_id, key).status_code == 302
+
+    later = now + timedelta(hours=25)
+    idempotency_keys_purge_expired(now=later)
+    assert not IdempotencyKey.objects.filter(key=key_of(key)).exists()  # the form's key is gone
+    monkeypatch.setattr(PaymentActionsMixin, "clock", staticmethod(lambda: later))
+    again = submit(operator, payment_id, key)
+    assert again.status_code == 200
+    assert "older than 60 minutes and nothing was refunded" in again.content.decode()
+
+    monkeypatch.setattr(
+        PaymentActionsMixin, "clock", staticmethod(lambda: now + timedelta(minutes=61))
+    )
+    assert "older than 60 minutes" in submit(operator, payment_id, late_form).content.decode()
+    forged = late_form.replace(late_form.split(":")[1], str(int(later.timestamp())))
+    assert "malformed" in submit(operator, payment_id, forged).content.decode()
+    assert len(sandbox.refund_listing()) == 1
+    assert Payment.objects.get(pk=payment_id).amount_refunded == 3000
 
 
 @pytest.mark.parametrize("note", ["", "   "])
@@ -207,7 +248,8 @@ def test_a_payment_not_succeeded_cannot_be_refunded(operator, merchant_a, sandbo
     assert "Refund</a>" not in operator.get(detail_url(payment_id)).content.decode()
     page = operator.get(refund_url(payment_id))
     assert page.status_code == 302
-    posted = submit(operator, payment_id, "admin-refund-" + "a" * 32, amount="1.00")
+    token = admin_refund_form_token(now=timezone.now())  # a form of another payment's page
+    posted = submit(operator, payment_id, token, amount="1.00")
     assert "Not refunded (invalid_payment_state)" in " ".join(
         messages_of(operator.get(posted["Location"]))
     )

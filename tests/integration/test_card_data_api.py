@@ -14,6 +14,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from card_data import contains_card_number
 from console.forms import CARD_DATA_MESSAGE
@@ -120,7 +121,8 @@ def test_forms_refuse_card_data_and_do_not_show_it_again(form_class):
     """A card number in any field is an error that does not repeat it, and the re-rendered
     form does not hold it (a choice field's own error would quote the value)."""
     pan = "4111 1111 1111 1111"
-    kwargs = {"currency": "EUR", "refundable": 1000} if form_class is RefundForm else {}
+    refund = {"currency": "EUR", "refundable": 1000, "now": timezone.now()}
+    kwargs = refund if form_class is RefundForm else {}
     data = {"note": f"customer sent {pan}", "reason": pan, "amount": "1.00", "idempotency_key": "x"}
     form = form_class(data=data, **kwargs)
     assert not form.is_valid()

@@ -70,6 +70,8 @@ def service_env(**overrides: str | None) -> dict[str, str]:
         # campaigns send one merchant's requests faster and more at once than the defaults.
         "MERCHANT_RATE_LIMIT_REQUESTS": "0",
         "MERCHANT_CONCURRENT_PAYMENTS": "0",
+        # Nor a limit on failed authentications per address: every test client is 127.0.0.1.
+        "API_AUTH_FAILURE_LIMIT": "0",
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
         "DJANGO_DEBUG": "false",

@@ -34,7 +34,7 @@ def test_docker_compose_has_the_agreed_services():
     """db (postgres:16 with a healthcheck), redis, web, worker, beat and sandbox."""
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     assert {"db", "redis", "web", "worker", "beat", "sandbox"} <= set(services)
-    assert services["db"]["image"] == "postgres:16"
+    assert services["db"]["image"].startswith("postgres:16@sha256:")
     assert "healthcheck" in services["db"]
     assert (
         services["web"]["environment"]["ACQUIRER_API_KEY"]
@@ -62,7 +62,7 @@ def test_ci_runs_the_readme_test_command():
 # devtools and acquirers sit below the apps and import none of them (card_data only).
 APPS = (
     "payments", "webhooks", "merchants", "idempotency", "ledger", "heartbeats", "console",
-    "card_data", "sandbox_acquirer", "gateway_client", "merchant_client",
+    "card_data", "sandbox_acquirer", "gateway_client", "merchant_client", "retention",
 )  # fmt: skip
 #: The packages below the apps (ADR 0036).
 BELOW_THE_APPS = ("observability", "devtools", "acquirers")
@@ -71,16 +71,16 @@ FORBIDDEN_IMPORTS = {
                    "merchants", "idempotency", "payments", "gateway_client", "sandbox_acquirer",
                    "ledger", "webhooks", "bench", "scripts", "heartbeats", "card_data",
                    "merchant_client", "tests", "observability", "devtools", "acquirers",
-                   "campaigns"},
+                   "campaigns", "retention"},
     "gateway_client": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                        "merchants", "config", "sandbox_acquirer"},
     "sandbox_acquirer": {"django", "rest_framework", "celery", "payments", "idempotency",
                          "merchants", "config", "gateway_client"},
     "idempotency": {"payments", "gateway_client", "sandbox_acquirer"},
     "merchants": {"payments", "idempotency", "gateway_client", "sandbox_acquirer"},
-    "payments": {"sandbox_acquirer"},
-    "webhooks": {"payments", "ledger", "sandbox_acquirer", "config"},
-    "ledger": {"sandbox_acquirer", "gateway_client"},
+    "payments": {"sandbox_acquirer", "retention"},
+    "webhooks": {"payments", "ledger", "sandbox_acquirer", "config", "retention"},
+    "ledger": {"sandbox_acquirer", "gateway_client", "retention"},
     # The card-number detector is plain Python: every layer uses it, it uses nothing.
     "card_data": {"django", "rest_framework", "celery", "kombu", "payments", "idempotency",
                   "merchants", "config", "gateway_client", "sandbox_acquirer", "ledger",
@@ -106,6 +106,10 @@ FORBIDDEN_IMPORTS = {
                   "heartbeats", "console", "gateway_client", "sandbox_acquirer",
                   "merchant_client", "observability", "devtools", "card_data", "celery",
                   "rest_framework"},
+    # Retention sits above every app whose rows it purges; it calls out to nothing but
+    # PostgreSQL and Redis, and no app imports it (config schedules it).
+    "retention": {"config", "gateway_client", "sandbox_acquirer", "merchant_client", "console",
+                  "bench", "campaigns"},
     # bench/ measures performance; campaigns/ proves correctness under faults: neither uses
     # the other (make bench and make campaign stay separate).
     "bench": {"campaigns"},
@@ -173,6 +177,7 @@ PROJECT_PACKAGES = (
     "config", "console", "merchants", "idempotency", "payments", "gateway_client",
     "sandbox_acquirer", "ledger", "webhooks", "bench", "campaigns", "scripts", "heartbeats",
     "card_data", "merchant_client", "observability", "devtools", "acquirers", "resilience",
+    "retention",
 )  # fmt: skip
 
 
