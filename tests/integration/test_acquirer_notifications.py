@@ -5,6 +5,7 @@ disputes (sandbox and Stripe) into the payment, the merchant's events and the le
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
@@ -12,6 +13,8 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.apps import apps
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.utils import timezone
 from prometheus_client import REGISTRY
@@ -361,3 +364,28 @@ def test_a_dispute_in_another_currency_is_ignored_not_recorded(client, stripe_ac
     assert apply_all() == ["ignored"]
     assert Dispute.objects.count() == 0
     assert "USD" in AcquirerNotification.objects.get().last_error
+
+
+# -- the console ----------------------------------------------------------------------------------
+
+
+def test_operators_see_disputes_and_notifications_read_only(client, stripe_acquirer):
+    roles = importlib.import_module("payments.migrations.0004_operations_roles")
+    roles.create_roles(apps, None)
+    user = User.objects.create_user("support-1", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="support"))
+    client.force_login(user)
+    payment = PaymentFactory(acquirer=STRIPE, acquirer_reference="pi_9", amount=900)
+    body = stripe_dispute_event("charge.dispute.created", dispute_id="dp_9", payment_intent="pi_9",
+                                amount=900, currency="eur", status="needs_response")  # fmt: skip
+    post_stripe(client, body)
+    apply_all()
+    dispute = Dispute.objects.get()
+    listing = client.get("/admin/payments/dispute/").content.decode()
+    assert dispute.id in listing and payment.pk in listing and "9.00 EUR" in listing
+    assert client.get(f"/admin/payments/dispute/{dispute.id}/change/").status_code == 200
+    assert client.get("/admin/payments/dispute/add/").status_code == 403
+    notifications = client.get("/admin/payments/acquirernotification/").content.decode()
+    assert "charge.dispute.created" in notifications and STRIPE_SECRET not in notifications
+    page = client.get(f"/admin/payments/payment/{payment.pk}/change/").content.decode()
+    assert "amount disputed (open and lost disputes)" in page.lower()
