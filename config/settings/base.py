@@ -164,6 +164,9 @@ ACQUIRER_WEBHOOK_SECRETS = env("ACQUIRER_WEBHOOK_SECRETS", default="")
 # may be from our clock, and when an unapplied one is tried again (seconds).
 NOTIFICATION_TOLERANCE_SECONDS = env.float("NOTIFICATION_TOLERANCE_SECONDS", default=300.0)
 NOTIFICATION_RETRY_BASE_SECONDS = env.float("NOTIFICATION_RETRY_BASE_SECONDS", default=2.0)
+NOTIFICATION_IN_FLIGHT_RETRY_SECONDS = env.float(
+    "NOTIFICATION_IN_FLIGHT_RETRY_SECONDS", default=0.25
+)
 NOTIFICATION_RETRY_CAP_SECONDS = env.float("NOTIFICATION_RETRY_CAP_SECONDS", default=300.0)
 NOTIFICATION_SWEEP_INTERVAL_SECONDS = env.float("NOTIFICATION_SWEEP_INTERVAL_SECONDS", default=30.0)
 # Which rate headers the acquirer sends: auto, ietf (RateLimit draft), github, retry-after.

@@ -14,8 +14,10 @@ A notification is re-read from its stored body (parsed by its acquirer's connect
 * about anything else, or another account's payment: ``ignored``.
 
 Early and out of order are normal: a notification for a payment whose phase 2 has not
-committed (its idempotency key held by a live request), or not known yet (Stripe's dispute
-names only its PaymentIntent, which we learn in phase 2), or not confirmed yet by the look-up,
+committed (its idempotency key held by a live request: looked at again every
+``NOTIFICATION_IN_FLIGHT_RETRY_SECONDS``, so it applies right after), or not known yet
+(Stripe's dispute names only its PaymentIntent, which we learn in phase 2), or not confirmed
+yet by the look-up,
 stays ``received`` with a ``next_attempt_at`` (backoff from ``NOTIFICATION_RETRY_BASE_SECONDS``
 doubling to ``NOTIFICATION_RETRY_CAP_SECONDS``) and is applied once, later. Nothing is dropped:
 ``payments_notifications_oldest_unapplied_age_seconds`` shows one waiting too long.
@@ -127,8 +129,13 @@ def _apply(row: AcquirerNotification, clock: Callable[[], datetime]) -> ApplyRep
         return _later(row, clock(), "no payment of ours matches it (yet)")
     if item.subject == "dispute":
         return _dispute(row, item, payment, clock())
-    if payment.status == PaymentStatus.DEFERRED or _in_flight(payment, clock()):
-        return _later(row, clock(), "our own request for it has not committed yet")
+    if _in_flight(payment, clock()):
+        # Our phase 2 commits within the request's deadline: look again soon, without growing
+        # the backoff, so the notification resolves the payment right after it.
+        wait = settings.NOTIFICATION_IN_FLIGHT_RETRY_SECONDS
+        return _later(row, clock(), "our own request for it has not committed yet", wait=wait)
+    if payment.status == PaymentStatus.DEFERRED:
+        return _later(row, clock(), "the payment has not been sent yet")
     if payment.status in _UNRESOLVED:
         reconciliation_run(payment.pk, include_review=True, clock=clock)
     pending = PaymentOperation.objects.filter(payment_id=payment.pk, status=OperationStatus.PENDING)
@@ -178,15 +185,22 @@ def _in_flight(payment: Payment, now: datetime) -> bool:
     )
 
 
-def _later(row: AcquirerNotification, now: datetime, detail: str) -> ApplyReport:
-    """Keep ``row`` for another attempt after the backoff (never dropped)."""
-    delay = min(
-        settings.NOTIFICATION_RETRY_CAP_SECONDS,
-        settings.NOTIFICATION_RETRY_BASE_SECONDS * 2 ** min(row.attempts, 30),
-    )
-    retry_at = now + timedelta(seconds=delay)
+def _later(
+    row: AcquirerNotification, now: datetime, detail: str, wait: float | None = None
+) -> ApplyReport:
+    """Keep ``row`` for another attempt after the backoff (never dropped); ``wait`` (seconds):
+    a fixed short wait instead, not counted as an attempt."""
+    if wait is None:
+        attempts = row.attempts + 1
+        wait = min(
+            settings.NOTIFICATION_RETRY_CAP_SECONDS,
+            settings.NOTIFICATION_RETRY_BASE_SECONDS * 2 ** min(row.attempts, 30),
+        )
+    else:
+        attempts = row.attempts
+    retry_at = now + timedelta(seconds=wait)
     AcquirerNotification.objects.filter(pk=row.pk, status=NotificationStatus.RECEIVED).update(
-        attempts=row.attempts + 1, next_attempt_at=retry_at, last_error=detail[:255]
+        attempts=attempts, next_attempt_at=retry_at, last_error=detail[:255]
     )
     return ApplyReport(row.pk, RETRY_LATER, detail, retry_at)
 
