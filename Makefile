@@ -127,7 +127,8 @@ demo: $(VENV)/.local-installed
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
-         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
+         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
+         notifications_time_to_final
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
