@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         # Every payment here times out on purpose: the breaker must not count them against the
         # acquirer (it would open after 20 and refuse the rest).
         "ACQUIRER_BREAKER_MINIMUM_CALLS": "100000",
+        "ACQUIRER_STATE_NAMESPACE": f"bench-notifications-{time.time_ns()}",  # no earlier state
     }
     results: dict[str, list[float]] = {}
     with service_stack(
