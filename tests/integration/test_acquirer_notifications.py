@@ -401,3 +401,18 @@ def test_operators_see_disputes_and_notifications_read_only(client, stripe_acqui
     assert "charge.dispute.created" in notifications and STRIPE_SECRET not in notifications
     page = client.get(f"/admin/payments/payment/{payment.pk}/change/").content.decode()
     assert "amount disputed (open and lost disputes)" in page.lower()
+
+
+def test_a_body_above_the_api_limit_is_read_in_full_and_one_above_256_kib_is_refused(
+    client, sandbox_notifications
+):
+    """A notification is bounded by its own limit (256 KiB), not the API's 16 KiB: a 40 KiB
+    one is verified on all its bytes and stored; a 300 KiB one answers 413, nothing stored."""
+    big = {"id": "ch_1", "reference": "pay_x", "padding": "x" * 40_000}
+    body, headers = sandbox_notification("charge.authorized", big)
+    assert post(client, SANDBOX_PATH, body, headers).status_code == 204
+    assert len(AcquirerNotification.objects.get().body) == len(body)
+    huge, headers = sandbox_notification("charge.authorized", {**big, "padding": "x" * 300_000})
+    answer = post(client, SANDBOX_PATH, huge, headers)
+    assert (answer.status_code, answer.json()["code"]) == (413, "body_too_large")
+    assert AcquirerNotification.objects.count() == 1
