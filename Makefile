@@ -152,7 +152,8 @@ demo: $(VENV)/.local-installed
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost tracing_cost index_cost endpoint_compare \
          replay_latency same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
-         webhook_fairness
+         webhook_fairness \
+         notifications_time_to_final
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \

@@ -32,6 +32,13 @@ only from the environment (``api_key_env``, sent as ``X-API-Key``); it takes
 ``https://<prefix>-checkout-live.adyenpayments.com/checkout/v71``; then no ``base_url``) or
 ``base_url`` (omitted: Adyen's test endpoint ``https://checkout-test.adyen.com/v71``).
 
+``webhook_secret_env``: the name of the environment variable holding the acquirer's
+notification signing secret(s) (``POST /acquirer_notifications/<name>``; docs/connectors.md,
+"Notifications"): one secret, or several separated by spaces during a rotation (newest first).
+A ``stripe`` acquirer's are its endpoint's ``whsec_...`` secrets; a ``sandbox`` acquirer's are
+Standard Webhooks secrets (``whsec_`` + base64). Without it the acquirer takes no notifications
+(its endpoint answers 404) and reconciliation alone finds its outcomes.
+
 Unset or empty: ``None``, and one acquirer is built from the ``ACQUIRER_*`` settings at call
 time (``payments.acquirer.client``), as before this setting existed. Bad values raise
 ``django.core.exceptions.ImproperlyConfigured`` naming the acquirer (by index and name) and
@@ -68,6 +75,7 @@ _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _FIELDS = frozenset(
     {"name", "base_url", "api_key", "currencies", "capture_methods", "priority", "policy"}
     | {"type", "api_key_env", "api_version", "merchant_account", "return_url", "live_url_prefix"}
+    | {"webhook_secret_env"}
 )
 #: The connector types ``type`` may name.
 ACQUIRER_TYPES = ("sandbox", "stripe", "adyen")
@@ -150,7 +158,9 @@ class AcquirerSpec:
     e.g. ``(("ACQUIRER_READ_TIMEOUT_SECONDS", 2.0),)``. ``api_key`` is kept out of repr().
     ``type``: the connector (``sandbox``, ``stripe`` or ``adyen``); ``api_version``: a
     ``stripe`` acquirer's pinned ``Stripe-Version`` (None for the others);
-    ``merchant_account`` and ``return_url``: an ``adyen`` acquirer's (None for the others)."""
+    ``merchant_account`` and ``return_url``: an ``adyen`` acquirer's (None for the others).
+    ``webhook_secrets``: the notification signing secrets, newest first (empty: no
+    notifications), kept out of repr()."""
 
     name: str
     base_url: str
@@ -163,6 +173,7 @@ class AcquirerSpec:
     api_version: str | None = None
     merchant_account: str | None = None
     return_url: str | None = None
+    webhook_secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def supports(self, currency: str, capture_method: str) -> bool:
         """Whether this acquirer takes a payment in ``currency`` (ISO 4217) with
@@ -253,6 +264,30 @@ def _secret(where: str, item: Mapping[str, Any], kind: str, environ: Mapping[str
     return api_key
 
 
+_WEBHOOK_SECRET = re.compile(r"whsec_[A-Za-z0-9+/=_-]{8,}")
+
+
+def _webhook_secrets(
+    where: str, item: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The notification secrets the variable ``webhook_secret_env`` names (space-separated),
+    or () without it. Errors name the variable, never a value."""
+    if "webhook_secret_env" not in item:
+        return ()
+    variable = item["webhook_secret_env"]
+    if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
+        raise _fail(where, "webhook_secret_env must name an environment variable (A-Z, 0-9, _)")
+    secrets = tuple(environ.get(variable, "").split())
+    if not secrets:
+        raise _fail(where, f"webhook_secret_env: the environment variable {variable} is not set")
+    if not all(_WEBHOOK_SECRET.fullmatch(secret) for secret in secrets):
+        raise _fail(
+            where,
+            f"the environment variable {variable} must hold whsec_... secrets, space-separated",
+        )
+    return secrets
+
+
 def _spec(
     index: int, item: object, known: frozenset[str] | None, environ: Mapping[str, str]
 ) -> AcquirerSpec:
@@ -318,6 +353,7 @@ def _spec(
         api_version=api_version,
         merchant_account=merchant_account,
         return_url=return_url,
+        webhook_secrets=_webhook_secrets(where, item, environ),
     )
 
 

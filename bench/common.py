@@ -206,7 +206,8 @@ def truncate_payments(db: Database) -> None:
 
     with psycopg.connect(db.conninfo(), autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE payments_paymentevent, payments_paymentoperation, payments_payment, "
+            "TRUNCATE payments_paymentevent, payments_paymentoperation, payments_dispute, "
+            "payments_acquirernotification, payments_payment, "
             "idempotency_idempotencykey"
         )
         conn.execute("VACUUM ANALYZE payments_payment")

@@ -13,6 +13,7 @@ Nothing here imports Django: the campaigns are black-box clients of the service.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -47,6 +48,11 @@ DEFAULT_SETTINGS = "campaigns.settings"
 
 #: Service settings of every campaign stack: reconciliation resolves in seconds, not minutes,
 #: and gives up (needs_review) after a short maximum age so a campaign ends.
+#: The acquirers' notification signing secret (Standard Webhooks; campaigns/notifications.py
+#: has the sandbox send notifications signed with it), in the variable ACQUIRERS names.
+NOTIFICATION_SECRET = "whsec_" + base64.b64encode(b"campaign-notification-secret-32b").decode()
+NOTIFICATION_SECRET_ENV = "CAMPAIGN_NOTIFICATION_SECRET"  # noqa: S105 - a variable's name
+
 SERVICE_ENV: dict[str, str] = {
     "DJANGO_DEBUG": "false",
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -528,8 +534,16 @@ class Stack:
         priority 10; ``beta``: the second one, priority 20), in that order."""
         assert self.sandbox is not None and self.beta is not None
         known = {
-            "alpha": {"base_url": self.sandbox.url, "api_key": self.acquirer_api_key},
-            "beta": {"base_url": self.beta.url, "api_key": self.beta_api_key},
+            "alpha": {
+                "base_url": self.sandbox.url,
+                "api_key": self.acquirer_api_key,
+                "webhook_secret_env": NOTIFICATION_SECRET_ENV,
+            },
+            "beta": {
+                "base_url": self.beta.url,
+                "api_key": self.beta_api_key,
+                "webhook_secret_env": NOTIFICATION_SECRET_ENV,
+            },
         }
         priority = {"alpha": 10, "beta": 20}
         return json.dumps(
@@ -553,6 +567,7 @@ class Stack:
             "CELERY_BROKER_URL": celery_broker_url(self.options.redis_url),
             "CELERY_DEFAULT_QUEUE": self.queue,
             "LEDGER_AUDIT_CSV_DIR": str(self.out_dir / "audits"),
+            NOTIFICATION_SECRET_ENV: NOTIFICATION_SECRET,
             **self.options.env,
             **overrides,
         }

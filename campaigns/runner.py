@@ -19,6 +19,7 @@ CAMPAIGNS: dict[str, str] = {
     "webhooks": "campaigns.webhooks",
     "deferred": "campaigns.deferred",
     "failover": "campaigns.failover",
+    "notifications": "campaigns.notifications",
     "secrets": "campaigns.secrets",
 }
 
@@ -32,6 +33,7 @@ MERCHANTS = {
     "webhooks": "webhooks",
     "deferred": "deferred",
     "failover": "failover",
+    "notifications": "notifications",
     "secrets": "secrets",
 }
 
@@ -48,6 +50,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 600, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
+        "notifications": {"payments": 1000, "concurrency": 16, "recovery_timeout": 0, "pace": 8},
         "deferred": {"payments": 500, "concurrency": 16, "capacity": 20, "drain_timeout": 300},
         # Per arm (two arms at once): 1000 payments at 6/s, alpha 4 s healthy then 6 s down.
         "failover": {"payments": 1000, "pace": 6, "outage_seconds": 6, "healthy_seconds": 4},
@@ -63,6 +66,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "soak": {"seconds": 60, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
+        "notifications": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
         "deferred": {"payments": 50, "concurrency": 16, "capacity": 20, "drain_timeout": 60},
         # 50 per arm (100 in all) over one cycle of alpha's four outages.
         "failover": {

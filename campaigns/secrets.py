@@ -37,7 +37,7 @@ from urllib.parse import quote, urljoin
 import httpx
 
 from campaigns.client import Answer, ApiClient
-from campaigns.harness import CampaignError, CampaignResult, Stack
+from campaigns.harness import NOTIFICATION_SECRET, CampaignError, CampaignResult, Stack
 
 #: Card-like numbers (test PANs that pass the Luhn check), as sent.
 CARDS = (
@@ -317,6 +317,7 @@ def _needles(stack: Stack) -> dict[str, str]:
     }
     needles["acquirer API key"] = stack.acquirer_api_key
     needles["second acquirer's API key"] = stack.beta_api_key
+    needles["acquirer notification secret"] = NOTIFICATION_SECRET
     return needles
 
 

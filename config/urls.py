@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
+from payments.api.notification_views import acquirer_notification
 from payments.api.views import (
     PaymentCaptureApi,
     PaymentDetailApi,
@@ -43,6 +44,11 @@ urlpatterns = [
     ),
     path("events", EventListApi.as_view(), name="events"),
     path("events/<str:event_id>", EventDetailApi.as_view(), name="event-detail"),
+    path(
+        "acquirer_notifications/<str:acquirer>",
+        acquirer_notification,
+        name="acquirer-notifications",
+    ),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

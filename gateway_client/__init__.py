@@ -52,6 +52,13 @@ from .adyen import AdyenDialect
 from .classify import classify_exception
 from .client import AcquirerClient
 from .dialect import Dialect, LookupUnsupported, WireRequest
+from .disputes import (
+    ADYEN_DISPUTE_EVENTS,
+    ADYEN_DISPUTE_STATUSES,
+    CLOSED_DISPUTE_STATUSES,
+    STRIPE_DISPUTE_STATUSES,
+    DisputeNotice,
+)
 from .errors import (
     AcquirerUnavailableError,
     AmbiguousOutcomeError,
@@ -71,9 +78,17 @@ from .errors import (
     RetryBudgetExhaustedError,
     UpstreamServerError,
 )
+from .notifications import (
+    MAX_NOTIFICATION_BYTES,
+    NotificationConnector,
+    NotificationRejected,
+    ProviderNotification,
+)
 from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
+from .sandbox_notifications import SandboxNotifications, standard_webhooks_signature
 from .stripe import StripeDialect
+from .stripe_notifications import StripeNotifications, stripe_signature_header
 from .types import (
     AcquirerConfig,
     AttemptRecord,
@@ -116,6 +131,20 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "SandboxDialect",
     "StripeDialect",
     "WireRequest",
+    # provider notifications (notifications.py) and disputes (disputes.py), per connector
+    "ADYEN_DISPUTE_EVENTS",
+    "ADYEN_DISPUTE_STATUSES",
+    "CLOSED_DISPUTE_STATUSES",
+    "MAX_NOTIFICATION_BYTES",
+    "STRIPE_DISPUTE_STATUSES",
+    "DisputeNotice",
+    "NotificationConnector",
+    "NotificationRejected",
+    "ProviderNotification",
+    "SandboxNotifications",
+    "StripeNotifications",
+    "standard_webhooks_signature",
+    "stripe_signature_header",
     # the error tree (errors.py)
     "GatewayError",
     "RetryableError",

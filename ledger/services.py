@@ -75,6 +75,7 @@ from ledger.acquirer_records import (
     AcquirerRefundRecord,
     acquirer_records_from_settings,
 )
+from ledger.disputes import DisputeCounts, dispute_counts
 from ledger.models import STORED_ROWS_LIMIT, AuditRun
 from payments.acquirer.client import acquirer_spec, acquirer_specs
 from payments.models import (
@@ -259,6 +260,8 @@ class AuditReport:
     discrepancies: list[Discrepancy] = field(default_factory=list)
     unresolved: list[Unresolved] = field(default_factory=list)
     duration_seconds: float = 0.0
+    #: The audited payments' disputes (ledger/disputes.py): counted, not matched.
+    disputes: DisputeCounts = field(default_factory=DisputeCounts)
 
     @property
     def clean(self) -> bool:
@@ -295,6 +298,7 @@ class AuditReport:
             + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())) + ")"
                if by_status else "")
         )  # fmt: skip
+        lines.append(self.disputes.summary())
         lines.append(
             "result: clean" if self.clean else f"result: {len(self.discrepancies)} discrepancies"
         )
@@ -317,6 +321,7 @@ class AuditReport:
             "clean": self.clean,
             "discrepancies": [item.as_row() for item in self.discrepancies],
             "unresolved": [item.as_row() for item in self.unresolved],
+            "disputes": self.disputes.as_json(),
         }
 
 
@@ -657,6 +662,7 @@ def audit_acquirer(
         )
     report.payments_checked = len(payments)
     report.payments_by_status = dict(by_status)
+    report.disputes = dispute_counts(payments)
     report.discrepancies.sort(key=lambda d: (list(Category).index(d.category), d.payment_id or ""))
     report.unresolved.sort(key=lambda u: (u.created_at, u.payment_id))
     report.duration_seconds = time.monotonic() - started
@@ -728,6 +734,7 @@ def audit_acquirers(
         merged.discrepancies.extend(report.discrepancies)
         merged.unresolved.extend(report.unresolved)
         merged.duration_seconds += report.duration_seconds
+        merged.disputes.add(report.disputes)
         for status, count in report.payments_by_status.items():
             by_status[status] += count
     merged.payments_by_status = dict(by_status)

@@ -21,6 +21,15 @@ from django.db import models
 
 from payments.core.money import MAX_AMOUNT, MIN_AMOUNT
 
+# The notification log and disputes live in a module of their own; Django finds an app's
+# models here, so they are imported (and re-exported) by this module.
+from payments.core.notification_models import (  # noqa: F401
+    AcquirerNotification,
+    Dispute,
+    DisputeStatus,
+    NotificationStatus,
+)
+
 
 def new_payment_id() -> str:
     """Return a new payment id: ``pay_`` + 24 lower-case hex characters (96 random bits)."""
@@ -170,6 +179,13 @@ class PaymentEventType(models.TextChoices):
     #: An operator issued a refund from the admin (data: operator, note, operation, amount,
     #: idempotency_key). Recorded in the transaction that creates the refund, so once per refund.
     OPERATOR_REFUND_REQUESTED = "operator_refund_requested", "Operator requested a refund"
+    #: A verified provider notification about this payment was applied (data: acquirer,
+    #: event_id, event_type, result); once per notification (payments/notifications/).
+    ACQUIRER_NOTIFICATION = "acquirer_notification", "Acquirer notification applied"
+    #: A dispute was opened, changed or closed (data: dispute, status, amount, reason).
+    DISPUTE_OPENED = "dispute_opened", "Dispute opened"
+    DISPUTE_UPDATED = "dispute_updated", "Dispute updated"
+    DISPUTE_CLOSED = "dispute_closed", "Dispute closed"
 
 
 class Payment(models.Model):
@@ -205,6 +221,12 @@ class Payment(models.Model):
     )
     amount_refunded = models.BigIntegerField(
         default=0, help_text="Minor units of the succeeded refunds."
+    )
+    amount_disputed = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Minor units held or withdrawn by disputes: open ones and lost ones "
+        "(payments.core.dispute_states).",
     )
     decline_code = models.CharField(max_length=64, null=True, blank=True)
     failure_code = models.CharField(max_length=64, null=True, blank=True)

@@ -41,6 +41,8 @@ from types import FrameType
 from typing import Any
 
 from sandbox_acquirer.conditions import ConditionError, parse_cli_value, parse_condition
+from sandbox_acquirer.models import InvalidRequest
+from sandbox_acquirer.notifications import NotificationTarget
 from sandbox_acquirer.scenarios import DEFAULT_HANG_SECONDS, DEFAULT_TRICKLE_SECONDS_PER_BYTE
 from sandbox_acquirer.server import DEFAULT_HOST, DEFAULT_PORT, SandboxConfig, build_server
 from sandbox_acquirer.store import DEFAULT_MAX_ARRIVAL_BUCKETS, DEFAULT_MAX_TRACKED_KEYS
@@ -122,6 +124,14 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         f"else the development key {DEV_API_KEY})",
     )
     parser.add_argument(
+        "--notification-url",
+        metavar="URL",
+        default=os.environ.get("SANDBOX_NOTIFICATION_URL") or None,
+        help="send signed notifications there (default: $SANDBOX_NOTIFICATION_URL; the "
+        "secrets, whsec_..., space-separated, from $SANDBOX_NOTIFICATION_SECRET; see "
+        "docs/sandbox.md, 'Notifications')",
+    )
+    parser.add_argument(
         "--hang-seconds",
         type=_non_negative,
         metavar="SECONDS",
@@ -192,7 +202,19 @@ def parse_args(argv: Sequence[str] | None = None) -> SandboxConfig:
         except ConditionError as exc:
             parser.error(f"--{flag}: {exc.detail}")
         conditions[name] = data
+    notification = None
+    if args.notification_url:
+        try:
+            notification = NotificationTarget.from_json(
+                {
+                    "url": args.notification_url,
+                    "secrets": os.environ.get("SANDBOX_NOTIFICATION_SECRET", "").split(),
+                }
+            )
+        except InvalidRequest as exc:
+            parser.error(f"--notification-url: {exc.detail} ($SANDBOX_NOTIFICATION_SECRET)")
     return SandboxConfig(
+        notification=notification,
         api_keys=tuple(key.strip() for key in api_keys),
         host=args.host,
         port=args.port,

@@ -28,6 +28,13 @@ path                                   auth    methods
 ``/_sandbox/conditions``               no      GET -> every condition; DELETE -> clears them
 ``/_sandbox/conditions/<name>``        no      GET; POST or PUT a JSON object -> sets it;
                                                DELETE -> clears it
+``/_sandbox/notifications``            no      GET -> the sender's counters and target; PUT
+                                               ``{"url", "secrets", ...}`` -> sends from now
+                                               on; DELETE -> stops (``notifications.py``)
+``/_sandbox/disputes``                 no      POST ``{"charge", "amount"?, "reason"?}`` -> 201
+                                               a dispute, notified ``dispute.created``
+``/_sandbox/disputes/<id>``            no      POST ``{"status"}`` -> 200, notified
+                                               ``dispute.updated`` or ``dispute.closed``
 =====================================  ======  ==============================================
 
 Every POST of the acquirer API runs the same steps (``_execute``): count the attempt per
@@ -83,6 +90,7 @@ from sandbox_acquirer.models import (
     parse_refund_request,
     parse_void_request,
 )
+from sandbox_acquirer.notifications import DisputeBook, NotificationTarget, Notifier
 from sandbox_acquirer.scenarios import (
     Operation,
     Scenario,
@@ -264,6 +272,7 @@ class SandboxApp:
         scenario_settings: ScenarioSettings | None = None,
         conditions: ConditionSet | None = None,
         wait: Callable[[float], object] = time.sleep,
+        notifier: Notifier | None = None,
     ) -> None:
         if not api_keys or any(not key for key in api_keys):
             raise ValueError("at least one non-empty API key is required")
@@ -275,6 +284,8 @@ class SandboxApp:
         self.conditions = conditions or ConditionSet()
         self.conditions.reset(self._epoch())
         self._wait = wait
+        self.notifier = notifier or Notifier()
+        self.disputes = DisputeBook()
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -282,6 +293,10 @@ class SandboxApp:
         """Answer ``request``. May block for as long as its scenario or conditions say."""
         if request.path.startswith(_CONDITION_PREFIX):
             return self._condition(request, request.path[len(_CONDITION_PREFIX) :])
+        if request.path.startswith(_DISPUTE_PREFIX):
+            if request.method != "POST":
+                return _method_not_allowed(request.path, {"POST": None})
+            return self._dispute_move(request, request.path[len(_DISPUTE_PREFIX) :])
         route = _route(request.path)
         methods = _ROUTES.get(route)
         if methods is None:
@@ -413,6 +428,7 @@ class SandboxApp:
 
     def _reset(self, request: Request) -> Response:
         self.store.reset()
+        self.disputes.reset()
         self.conditions.reset(self._epoch())
         return json_response(200, {"status": "reset"})
 
@@ -455,6 +471,8 @@ class SandboxApp:
                 visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
                 plan=plan,
             )
+            kind = "charge.authorized" if charge.status == "approved" else "charge.declined"
+            self.notifier.emit(kind, charge.to_json(), charge.created_at)
             return created
 
         return self._execute(
@@ -558,8 +576,11 @@ class SandboxApp:
         def record(claim: Claim) -> Response:
             rendered: list[Response] = []
 
+            recorded: list[tuple[Charge, Refund | None]] = []
+
             def store_render(charge: Charge, refund: Refund | None) -> StoredResponse:
                 rendered.append(render(charge, refund))
+                recorded.append((charge, refund))
                 return StoredResponse(status=status, body=rendered[0].body)
 
             result = self.store.commit_operation(
@@ -572,9 +593,18 @@ class SandboxApp:
             )
             if result is None:  # a reset raced this request: answer, record nothing
                 return render(*rule(snapshot, self.store.now()))
+            self._notify_operation(kind, *recorded[0])
             return rendered[0]
 
         return self._execute(account, key, f"POST {path}", body, scenario, record, f"tok_{kind}_")
+
+    def _notify_operation(self, kind: Operation, charge: Charge, refund: Refund | None) -> None:
+        now = self.store.now()
+        if refund is not None:
+            self.notifier.emit(f"refund.{refund.status}", refund.to_json(), now)
+        else:
+            event = "charge.captured" if kind == "capture" else "charge.voided"
+            self.notifier.emit(event, charge.to_json(), now)
 
     def _execute(
         self,
@@ -713,6 +743,52 @@ class SandboxApp:
         except ConditionError as exc:
             return _invalid(exc.detail, "The condition is invalid")
         return json_response(200, {name: condition.to_json()})
+
+    # -- notifications and disputes (notifications.py) -----------------------------------
+
+    def _notifications(self, request: Request) -> Response:
+        if request.method == "PUT":
+            try:
+                target = NotificationTarget.from_json(parse_json_body(request.body))
+            except InvalidRequest as exc:
+                return _invalid(exc.detail, "The notification target is invalid")
+            self.notifier.configure(target)
+        elif request.method == "DELETE":
+            self.notifier.configure(None)
+        return json_response(200, self.notifier.stats())
+
+    def _dispute_open(self, request: Request) -> Response:
+        try:
+            data = parse_json_body(request.body)
+            charge_id = data.get("charge") if isinstance(data, dict) else None
+            dispute = self.disputes.open(
+                self._any_charge(str(charge_id)).to_json(), data, self.store.now()
+            )
+        except InvalidRequest as exc:
+            return _invalid(exc.detail, "The dispute is invalid")
+        except OperationRefused as exc:
+            return _refused(exc)
+        self.notifier.emit("dispute.created", dispute, self.store.now())
+        return json_response(201, dispute)
+
+    def _dispute_move(self, request: Request, dispute_id: str) -> Response:
+        try:
+            event, dispute = self.disputes.move(dispute_id, parse_json_body(request.body))
+        except InvalidRequest as exc:
+            return _invalid(exc.detail, "The dispute change is invalid")
+        except OperationRefused as exc:
+            return _refused(exc)
+        self.notifier.emit(event, dispute, self.store.now())
+        return json_response(200, dispute)
+
+    def _any_charge(self, charge_id: str) -> Charge:
+        """The charge ``charge_id`` of any account. OperationRefused 404 otherwise."""
+        for account in self._accounts.values():
+            try:
+                return self.store.charge_plan(account, charge_id)[0]
+            except OperationRefused:
+                continue
+        raise OperationRefused("charge_not_found", f"No charge {charge_id[:40]!r}.", status=404)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -893,6 +969,7 @@ def stats_csv(stats: Mapping[str, Any]) -> str:
 
 
 _CONDITION_PREFIX = "/_sandbox/conditions/"
+_DISPUTE_PREFIX = "/_sandbox/disputes/"
 
 _ROUTES: dict[str, dict[str, Handler | None]] = {
     "/healthz": {"GET": SandboxApp._healthz},
@@ -907,6 +984,12 @@ _ROUTES: dict[str, dict[str, Handler | None]] = {
     "/_sandbox/charges": {"GET": SandboxApp._charge_ledger},
     "/_sandbox/refunds": {"GET": SandboxApp._refund_ledger},
     "/_sandbox/conditions": {"GET": SandboxApp._conditions, "DELETE": SandboxApp._conditions},
+    "/_sandbox/notifications": {
+        "GET": SandboxApp._notifications,
+        "PUT": SandboxApp._notifications,
+        "DELETE": SandboxApp._notifications,
+    },
+    "/_sandbox/disputes": {"POST": SandboxApp._dispute_open},
 }
 
 _ACQUIRER_HANDLERS: dict[str, AcquirerHandler] = {

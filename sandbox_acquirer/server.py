@@ -54,6 +54,7 @@ from sandbox_acquirer.app import (
 )
 from sandbox_acquirer.conditions import ConditionSet
 from sandbox_acquirer.journal import Journal
+from sandbox_acquirer.notifications import NotificationTarget
 from sandbox_acquirer.scenarios import (
     DEFAULT_HANG_SECONDS,
     DEFAULT_TRICKLE_SECONDS_PER_BYTE,
@@ -100,7 +101,8 @@ class SandboxConfig:
     ``conditions`` the command line's acquirer-wide conditions (name -> JSON object), applied
     at start and again after every reset; ``max_tracked_keys`` and ``max_arrival_buckets``
     bound the store's memory; ``data_dir`` (None: memory only) keeps the records in a journal
-    there across restarts (``sandbox_acquirer/journal.py``).
+    there across restarts (``sandbox_acquirer/journal.py``); ``notification``: where to send
+    signed notifications from the start (None: nowhere until ``PUT /_sandbox/notifications``).
     """
 
     api_keys: tuple[str, ...]
@@ -115,6 +117,7 @@ class SandboxConfig:
     max_tracked_keys: int = DEFAULT_MAX_TRACKED_KEYS
     max_arrival_buckets: int = DEFAULT_MAX_ARRIVAL_BUCKETS
     data_dir: Path | None = None
+    notification: NotificationTarget | None = None
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -155,6 +158,7 @@ class SandboxServer(ThreadingHTTPServer):
     def stop(self) -> None:
         """Stop serving (call from a thread other than the one in ``serve_forever``)."""
         self.stopping.set()
+        self.app.notifier.stop()
         self.shutdown()
         self.server_close()
 
@@ -182,6 +186,7 @@ def build_server(config: SandboxConfig) -> SandboxServer:
         conditions=ConditionSet(config.conditions),
         wait=stopping.wait,
     )
+    app.notifier.configure(config.notification)
     return SandboxServer(
         (config.host, config.port),
         app,

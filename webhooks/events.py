@@ -1,6 +1,7 @@
 """The catalog of event types a merchant may subscribe to (``enabled_events``).
 
-One event per state change of a payment or a refund into one of these states (the pending
+One event per state change of a payment or a refund into one of these states, and of a
+dispute (created, updated, closed) (the pending
 states ``processing``, ``capture_pending`` and ``void_pending`` have none: the answer of the
 call that caused them says so). ``*`` subscribes to every type, present and future.
 """
@@ -20,6 +21,9 @@ EVENT_TYPES: dict[str, str] = {
     "refund.succeeded": "the acquirer refunded",
     "refund.failed": "the refund was not applied",
     "refund.needs_review": "reconciliation gave up on the refund; an operator resolves it",
+    "dispute.created": "the acquirer reported a dispute (a chargeback or an inquiry) of a payment",
+    "dispute.updated": "an open dispute changed (its status, amount or deadline)",
+    "dispute.closed": "the dispute was won or lost (final)",
 }
 
 #: ``enabled_events: ["*"]``: every type.

@@ -159,6 +159,18 @@ ACQUIRER_CONNECT_TIMEOUT_SECONDS = env.float("ACQUIRER_CONNECT_TIMEOUT_SECONDS",
 ACQUIRER_READ_TIMEOUT_SECONDS = env.float("ACQUIRER_READ_TIMEOUT_SECONDS", default=3.0)
 ACQUIRER_HONOURS_IDEMPOTENCY_KEYS = env.bool("ACQUIRER_HONOURS_IDEMPOTENCY_KEYS", default=True)
 ACQUIRER_NAME = env("ACQUIRER_NAME", default="sandbox")
+# Its notification signing secrets (whsec_..., space-separated during a rotation; empty: no
+# notifications). With ACQUIRERS set, each acquirer's webhook_secret_env names them instead.
+ACQUIRER_WEBHOOK_SECRETS = env("ACQUIRER_WEBHOOK_SECRETS", default="")
+# Provider notifications (docs/connectors.md, "Notifications"): how far a signature's timestamp
+# may be from our clock, and when an unapplied one is tried again (seconds).
+NOTIFICATION_TOLERANCE_SECONDS = env.float("NOTIFICATION_TOLERANCE_SECONDS", default=300.0)
+NOTIFICATION_RETRY_BASE_SECONDS = env.float("NOTIFICATION_RETRY_BASE_SECONDS", default=2.0)
+NOTIFICATION_IN_FLIGHT_RETRY_SECONDS = env.float(
+    "NOTIFICATION_IN_FLIGHT_RETRY_SECONDS", default=0.25
+)
+NOTIFICATION_RETRY_CAP_SECONDS = env.float("NOTIFICATION_RETRY_CAP_SECONDS", default=300.0)
+NOTIFICATION_SWEEP_INTERVAL_SECONDS = env.float("NOTIFICATION_SWEEP_INTERVAL_SECONDS", default=30.0)
 # Which rate headers the acquirer sends: auto, ietf (RateLimit draft), github, retry-after.
 ACQUIRER_QUOTA_PROFILE = env("ACQUIRER_QUOTA_PROFILE", default="auto")
 ACQUIRER_RATE_SCOPE = env("ACQUIRER_RATE_SCOPE", default=None)
@@ -433,7 +445,11 @@ HEARTBEAT_INTERVAL_SECONDS = env.float("HEARTBEAT_INTERVAL_SECONDS", default=15.
 CELERY_BEAT_SCHEDULER = "heartbeats.celery:HeartbeatScheduler"
 # The task modules of payments' rooms (docs/adr/0037-rooms-inside-payments.md), also gathered
 # by payments/tasks.py for autodiscovery (``<app>.tasks``); task names unchanged.
-CELERY_IMPORTS = ["payments.authorization.deferred_tasks", "payments.reconciliation.tasks"]
+CELERY_IMPORTS = [
+    "payments.authorization.deferred_tasks",
+    "payments.reconciliation.tasks",
+    "payments.notifications.tasks",
+]
 CELERY_BEAT_SCHEDULE = {
     "audit-acquirer-daily": {
         "task": "ledger.tasks.audit_acquirer_daily",
@@ -454,6 +470,10 @@ CELERY_BEAT_SCHEDULE = {
     "void-expired-authorizations": {
         "task": "payments.tasks.void_expired_authorizations",
         "schedule": env.float("AUTHORIZATION_HOLD_SWEEP_INTERVAL_SECONDS", default=3600.0),
+    },
+    "apply-due-notifications": {
+        "task": "payments.notifications.tasks.apply_due_notifications",
+        "schedule": NOTIFICATION_SWEEP_INTERVAL_SECONDS,
     },
     "deliver-due-webhooks": {
         "task": "webhooks.tasks.deliver_due",

@@ -41,7 +41,8 @@ from resilience import (
 def acquirer_specs() -> tuple[AcquirerSpec, ...]:
     """Every configured acquirer in routing order (priority, then configuration order): the
     ``ACQUIRERS`` setting (acquirers/specs.py), or when it is unset one acquirer named
-    ``ACQUIRER_NAME`` built from the ``ACQUIRER_*`` settings, read now (so tests' settings
+    ``ACQUIRER_NAME`` built from the ``ACQUIRER_*`` settings (its notification secrets from
+    ``ACQUIRER_WEBHOOK_SECRETS``), read now (so tests' settings
     overrides apply)."""
     configured = getattr(settings, "ACQUIRERS", None)
     if configured:
@@ -51,6 +52,7 @@ def acquirer_specs() -> tuple[AcquirerSpec, ...]:
             name=settings.ACQUIRER_NAME,
             base_url=settings.ACQUIRER_BASE_URL,
             api_key=settings.ACQUIRER_API_KEY,
+            webhook_secrets=tuple(settings.ACQUIRER_WEBHOOK_SECRETS.split()),
         ),
     )
 

@@ -172,6 +172,7 @@ class PaymentAdmin(PaymentActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                     "capture_method",
                     "display_amount_captured",
                     "display_amount_refunded",
+                    "display_amount_disputed",
                     "payment_method",
                     "reference",
                     "description",
@@ -230,6 +231,10 @@ class PaymentAdmin(PaymentActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="amount refunded")
     def display_amount_refunded(self, payment: Payment) -> str:
         return fmt_amount(payment.amount_refunded, payment.currency)
+
+    @admin.display(description="amount disputed (open and lost disputes)")
+    def display_amount_disputed(self, payment: Payment) -> str:
+        return fmt_amount(payment.amount_disputed, payment.currency)
 
     @admin.display(description="decline / failure code")
     def code(self, payment: Payment) -> str:

@@ -99,6 +99,7 @@ def payment_document(payment: Payment) -> dict[str, object]:
         "capture_method": str(payment.capture_method),
         "amount_captured": payment.amount_captured,
         "amount_refunded": payment.amount_refunded,
+        "amount_disputed": payment.amount_disputed,
         "not_before": _rfc3339(payment.not_before),
         "acquirer": payment.acquirer,
         "created_at": _rfc3339(payment.created_at),

@@ -43,6 +43,7 @@ class PaymentSerializer(serializers.ModelSerializer):
             "capture_method",
             "amount_captured",
             "amount_refunded",
+            "amount_disputed",
             "not_before",
             "acquirer",
             "created_at",

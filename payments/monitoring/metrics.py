@@ -24,6 +24,8 @@ Gauges, computed at scrape time:
   has been due for its reconciliation check (``next_check_at`` in the past; 0 when none is).
 * ``payments_deferred_lag_seconds``: how long the most overdue ``deferred`` payment has been
   due for submission (``not_before`` in the past; 0 when none is): the backlog not draining.
+* ``payments_notifications_oldest_unapplied_age_seconds``: the age of the oldest stored
+  provider notification not applied yet (0 if none): growing, notifications wait for ever.
 * ``payments_collector_up``: 1 when the scrape-time queries succeeded, else 0.
 
 Counters:
@@ -35,6 +37,13 @@ Counters:
   applied: a later ``not_before``), ``expired`` (failed ``acquirer_unavailable`` at the
   maximum age); and ``payments_deferred_sweep_stops_total{reason}``: sweeps stopped before
   their batch by ``breaker``, ``rate_gate`` or ``refused`` (a submission certainly not applied).
+* ``payments_acquirer_notifications_total{acquirer,outcome}``: verified provider notifications
+  by ``stored`` (new) or ``duplicate`` (the same event identity again: nothing stored);
+  ``payments_acquirer_notifications_rejected_total{acquirer,reason}``: notifications that
+  failed verification or could not be read (``bad_signature``, ``missing_signature``,
+  ``stale_timestamp``, ``malformed``, ``too_large``): nothing changed, alerted on;
+  ``payments_acquirer_notifications_applied_total{acquirer,result}``: what one apply did
+  (``applied``, ``retry_later``, ``ignored``).
 * ``payments_idempotency_replays_total``: answers replayed from a stored idempotency key.
 * ``payments_idempotency_key_in_use_total``: ``409 idempotency_key_in_use`` answers.
 * ``payments_idempotency_key_reused_total``: ``422 idempotency_key_reused`` answers.
@@ -55,7 +64,7 @@ from django.utils import timezone
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from payments.models import Payment, PaymentStatus
+from payments.models import AcquirerNotification, NotificationStatus, Payment, PaymentStatus
 
 __all__ = [
     "PaymentsCollector",
@@ -64,6 +73,9 @@ __all__ = [
     "record_idempotency_key_in_use",
     "record_idempotency_key_reused",
     "record_idempotency_replay",
+    "record_notification",
+    "record_notification_applied",
+    "record_notification_rejected",
     "record_reconciliation",
 ]
 
@@ -88,6 +100,21 @@ DEFERRED_SWEEP_STOPS = Counter(
     "payments_deferred_sweep_stops",
     "Deferred sweeps stopped before their batch, by reason (breaker, rate_gate, refused).",
     ["reason"],
+)
+NOTIFICATIONS = Counter(
+    "payments_acquirer_notifications",
+    "Verified provider notifications, by acquirer and outcome (stored, duplicate).",
+    ["acquirer", "outcome"],
+)
+NOTIFICATIONS_REJECTED = Counter(
+    "payments_acquirer_notifications_rejected",
+    "Provider notifications refused (failed verification or unreadable), by acquirer and reason.",
+    ["acquirer", "reason"],
+)
+NOTIFICATIONS_APPLIED = Counter(
+    "payments_acquirer_notifications_applied",
+    "Applications of one stored notification, by acquirer and result.",
+    ["acquirer", "result"],
 )
 IDEMPOTENCY_REPLAYS = Counter(
     "payments_idempotency_replays", "Answers replayed from a completed idempotency key."
@@ -122,6 +149,22 @@ def record_deferred_submission(result: str) -> None:
 def record_deferred_sweep_stop(reason: str) -> None:
     """Count one deferred sweep stopped early (``breaker``, ``rate_gate``, ``refused``)."""
     _safely(lambda: DEFERRED_SWEEP_STOPS.labels(reason=str(reason)).inc())
+
+
+def record_notification(acquirer: str, outcome: str) -> None:
+    """Count one verified notification of ``acquirer`` (``stored`` or ``duplicate``)."""
+    _safely(lambda: NOTIFICATIONS.labels(acquirer=acquirer, outcome=outcome).inc())
+
+
+def record_notification_rejected(acquirer: str, reason: str) -> None:
+    """Count one notification refused at ``acquirer``'s endpoint, with its ``reason`` code."""
+    _safely(lambda: NOTIFICATIONS_REJECTED.labels(acquirer=acquirer, reason=reason).inc())
+
+
+def record_notification_applied(acquirer: str, result: str) -> None:
+    """Count one application of a stored notification (``applied``, ``retry_later``,
+    ``ignored``)."""
+    _safely(lambda: NOTIFICATIONS_APPLIED.labels(acquirer=acquirer, result=result).inc())
 
 
 def record_idempotency_replay() -> None:
@@ -178,6 +221,10 @@ class PaymentsCollector:
             "check (0 when none is due).",
         )
         yield GaugeMetricFamily(
+            "payments_notifications_oldest_unapplied_age_seconds",
+            "Age of the oldest stored provider notification not applied yet (0 when none is).",
+        )
+        yield GaugeMetricFamily(
             "payments_deferred_lag_seconds",
             "How long the most overdue deferred payment has been due for submission (0 when "
             "none is): growing, the backlog is not draining.",
@@ -185,11 +232,12 @@ class PaymentsCollector:
 
     def collect(self) -> Iterable[Metric]:
         """Run the queries; on a database error only ``payments_collector_up 0`` is exported."""
-        unresolved, oldest, estimated, up, lag, deferred_lag = self._families()
+        unresolved, oldest, estimated, up, lag, unapplied, deferred_lag = self._families()
         try:
             counts, oldest_at, estimates = self._query()
             due_since = _earliest_due()
             deferred_due_since = _earliest_deferred_due()
+            unapplied_since = _oldest_unapplied_notification()
         except Exception:  # a scrape answers even when the database does not
             logger.exception("payments metrics collector failed")
             up.add_metric([], 0)
@@ -208,8 +256,11 @@ class PaymentsCollector:
             [],
             max((now - deferred_due_since).total_seconds(), 0.0) if deferred_due_since else 0.0,
         )
+        unapplied.add_metric(
+            [], max((now - unapplied_since).total_seconds(), 0.0) if unapplied_since else 0.0
+        )
         up.add_metric([], 1)
-        return [unresolved, oldest, estimated, up, lag, deferred_lag]
+        return [unresolved, oldest, estimated, up, lag, unapplied, deferred_lag]
 
     @staticmethod
     def _query() -> tuple[dict[str, int], dict[str, object], dict[str, float]]:
@@ -223,6 +274,14 @@ class PaymentsCollector:
         counts = {row["status"]: row["n"] for row in rows}
         oldest_at = {row["status"]: row["oldest"] for row in rows}
         return counts, oldest_at, _estimated_by_status()
+
+
+def _oldest_unapplied_notification():
+    """The ``received_at`` of the oldest notification still ``received`` (the partial index
+    ``acquirer_notification_due`` bounds the rows read), or None."""
+    return AcquirerNotification.objects.filter(status=NotificationStatus.RECEIVED).aggregate(
+        oldest=Min("received_at")
+    )["oldest"]
 
 
 def _earliest_due():

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PAYMENT_FIELDS = {
     "id", "object", "status", "amount", "currency", "payment_method", "reference", "description",
     "decline_code", "failure_code", "acquirer_reference", "created_at", "updated_at",
-    "capture_method", "amount_captured", "amount_refunded", "not_before", "acquirer",
+    "capture_method", "amount_captured", "amount_refunded", "amount_disputed", "not_before",
+    "acquirer",
 }  # fmt: skip
 
 

@@ -89,6 +89,26 @@ STORED_TEXT: dict[str, tuple[str, str]] = {
     "payments.PaymentEvent.to_status": ("ours", "a closed set"),
     "payments.PaymentEvent.data": ("refused", "operator notes: the action forms' check"),
     "payments.PaymentEvent.request_id": ("refused", "X-Request-Id is adopted only without one"),
+    **{
+        f"payments.AcquirerNotification.{field}": (
+            "redacted",
+            "payments/notifications/intake.py: the body redacted before it is parsed or stored",
+        )
+        for field in ("event_id", "event_type", "body")
+    },
+    "payments.AcquirerNotification.acquirer": ("ours", "acquirer names from the settings"),
+    "payments.AcquirerNotification.subject": ("ours", "a closed set"),
+    "payments.AcquirerNotification.payment_id": ("ours", "our payment id, found by a query"),
+    "payments.AcquirerNotification.last_error": ("ours", "our messages"),
+    "payments.Dispute.id": ("ours", "generated"),
+    "payments.Dispute.acquirer": ("ours", "acquirer names from the settings"),
+    **{
+        f"payments.Dispute.{field}": (
+            "redacted",
+            "parsed from a notification body redacted at intake (payments/notifications/)",
+        )
+        for field in ("acquirer_dispute_reference", "currency", "reason", "provider_status")
+    },
     "ledger.AuditRun.source": ("ours", "a closed set"),
     "ledger.AuditRun.triggered_by": ("ours", "the operator's user name, refused at creation"),
     "ledger.AuditRun.discrepancies": ("ours", "ids and amounts"),

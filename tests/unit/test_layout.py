@@ -369,6 +369,8 @@ PAYMENTS_FLOORS: list[tuple[str, set[str]]] = [
      {"api", "admin", "management", "app"}),
     ("the flows after the authorization: capture, void, refund", {"operations"}),
     ("the create flow: key claim, phase 1, failover, deferral", {"authorization"}),
+    ("provider notifications: intake, apply (a hint to re-fetch, or a dispute's record)",
+     {"notifications"}),
     ("reconciliation: the schedule, payments, operations, the beat tasks", {"reconciliation"}),
     ("monitoring: counters, /metrics, health", {"monitoring"}),
     ("the acquirer boundary: the only calls out", {"acquirer"}),

@@ -1,0 +1,94 @@
+"""
+The connector seam of provider notifications: what a provider pushes to us, verified on the
+raw bytes and parsed into plain values. Framework-free: no Django, no storage, no settings.
+
+Each provider has one `NotificationConnector` next to its dialect (`stripe_notifications.py`,
+`sandbox_notifications.py`; Adyen's plugs in the same way):
+
+    connector = StripeNotifications(secrets=("whsec_...",), clock=time.time)
+    connector.verify(raw_body, headers)          # raises NotificationRejected, else None
+    for notice in connector.parse(raw_body):     # [ProviderNotification], or NotificationRejected
+        ...
+    status, body, content_type = connector.acknowledgement()   # what the provider expects back
+
+`verify` checks the whole request (Stripe's `Stripe-Signature`, the sandbox's Standard Webhooks
+headers; Adyen's Basic authentication); a provider that signs each item instead (Adyen's HMAC
+per `NotificationRequestItem`) verifies in `parse`, which may raise `NotificationRejected` too.
+`headers` maps lower-case names to values. Nothing here logs; a rejection's message never holds
+a secret, a signature or the body.
+
+A notification is a hint or a record (ADR 0046): `ProviderNotification.subject` says what it is
+about (`payment`, `refund`, `dispute`, or `other`: stored and ignored), with our references
+where the provider echoes them (`payment_reference`: our payment id; `refund_reference`: our
+refund id) and the provider's (`acquirer_reference`: its payment's id). A dispute carries its
+`DisputeNotice` (disputes.py): a dispute exists only as the provider's word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from .disputes import DisputeNotice
+
+__all__ = [
+    "MAX_NOTIFICATION_BYTES",
+    "NotificationConnector",
+    "NotificationRejected",
+    "ProviderNotification",
+    "Subject",
+]
+
+#: The largest notification body any connector accepts (bytes): Stripe's events and Adyen's
+#: batches stay well below it.
+MAX_NOTIFICATION_BYTES = 256 * 1024
+
+#: What a notification is about.
+Subject = Literal["payment", "refund", "dispute", "other"]
+
+
+class NotificationRejected(Exception):
+    """A notification that failed verification or cannot be read. `reason` is a short stable
+    code for the metric's label (`missing_signature`, `bad_signature`, `stale_timestamp`,
+    `malformed`, `too_large`); the message says what was wrong without quoting a secret, a
+    signature or the body."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderNotification:
+    """One verified notification item.
+
+    `event_id`: the provider's identity of the event (Stripe's `evt_...`, the sandbox's
+    `ntf_...`; Adyen: the item's `eventCode:pspReference` and success flag), the key that
+    deduplicates; `event_type`: the provider's name for it; `occurred_at`: when the provider
+    says it happened (aware UTC), when it says. `payment_reference` / `refund_reference`: ours,
+    echoed by the provider; `acquirer_reference`: the provider's id of the payment.
+    """
+
+    event_id: str
+    event_type: str
+    subject: Subject
+    occurred_at: datetime | None = None
+    payment_reference: str | None = None
+    acquirer_reference: str | None = None
+    refund_reference: str | None = None
+    dispute: DisputeNotice | None = None
+
+
+class NotificationConnector(Protocol):
+    """A provider's notification verifier and parser (see the module docstring)."""
+
+    def verify(self, raw: bytes, headers: dict[str, str]) -> None:
+        """Check `raw` (the body's exact bytes) against its signature headers. Raises
+        `NotificationRejected`; returns None when the request is the provider's."""
+
+    def parse(self, raw: bytes) -> list[ProviderNotification]:
+        """The items of a verified body. Raises `NotificationRejected` (`malformed`)."""
+
+    def acknowledgement(self) -> tuple[int, bytes, str]:
+        """(status, body, content type) the provider expects for a notification accepted."""
