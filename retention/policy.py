@@ -32,6 +32,10 @@ FLOORS_DAYS = {
     "RETENTION_AUDIT_TRAIL_DAYS": AUDIT_TRAIL_FLOOR_DAYS,
     "RETENTION_ENDED_API_KEY_DAYS": 1,
     "RETENTION_HEARTBEAT_DAYS": 1,
+    # Adyen re-sends an unanswered notification for up to 30 days: a stored one must outlive
+    # that, or a late duplicate would be taken for a new one (applying it again changes
+    # nothing, but it would be counted and stored twice).
+    "RETENTION_ACQUIRER_NOTIFICATION_DAYS": 31,
 }
 
 
@@ -45,6 +49,7 @@ class RetentionPolicy:
     audit_trail: timedelta
     ended_api_key: timedelta
     heartbeat: timedelta
+    acquirer_notification: timedelta
     #: django-axes' ``AXES_COOLOFF_TIME``: a failed-login counter older than this locks nobody.
     login_cooloff: timedelta
     batch_size: int = 1000
@@ -61,6 +66,7 @@ class RetentionPolicy:
             audit_trail=timedelta(days=settings.RETENTION_AUDIT_TRAIL_DAYS),
             ended_api_key=timedelta(days=settings.RETENTION_ENDED_API_KEY_DAYS),
             heartbeat=timedelta(days=settings.RETENTION_HEARTBEAT_DAYS),
+            acquirer_notification=timedelta(days=settings.RETENTION_ACQUIRER_NOTIFICATION_DAYS),
             login_cooloff=settings.AXES_COOLOFF_TIME,
             batch_size=settings.RETENTION_PURGE_BATCH_SIZE,
         )
@@ -90,6 +96,12 @@ INVENTORY: dict[str, Entry] = {
     "payments.PaymentOperation": Entry("kept", "with its payment", "captures, voids, refunds: "
         "part of the payment's money record"),
     "payments.Refund": Entry("kept", "with its payment", "a proxy of PaymentOperation"),
+    "payments.AcquirerNotification": Entry(
+        "purged", "RETENTION_ACQUIRER_NOTIFICATION_DAYS (35) after receipt, once applied or "
+        "ignored (one still waiting is kept)", "the provider's raw notification (card numbers "
+        "redacted) and the deduplication of its re-sends, which stop within 30 days"),
+    "payments.Dispute": Entry("kept", "with its payment", "a chargeback is part of the "
+        "payment's money record"),
     "payments.PaymentEvent": Entry(
         "purged", "RETENTION_PAYMENT_EVENT_DAYS (730) after the payment's last change, once "
         "final", "the history support and disputes read; kept past the dispute window"),

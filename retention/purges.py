@@ -27,7 +27,13 @@ from django.db.models import Max, Q, QuerySet
 from heartbeats.models import Heartbeat
 from ledger.models import AuditRun
 from merchants.models import ApiKey
-from payments.models import OperationStatus, PaymentEvent, PaymentStatus
+from payments.models import (
+    AcquirerNotification,
+    NotificationStatus,
+    OperationStatus,
+    PaymentEvent,
+    PaymentStatus,
+)
 from retention.policy import RetentionPolicy
 from webhooks.models import DeliveryStatus, Event, OperatorAction, WebhookEndpoint
 
@@ -125,6 +131,15 @@ def heartbeats(now: datetime, policy: RetentionPolicy) -> QuerySet:
     return Heartbeat.objects.filter(seen_at__lt=now - policy.heartbeat).exclude(seen_at__in=newest)
 
 
+def acquirer_notifications(now: datetime, policy: RetentionPolicy) -> QuerySet:
+    """Notifications received longer ago than the period and applied or ignored (one still
+    ``received`` waits for its payment and is kept)."""
+    return AcquirerNotification.objects.filter(
+        received_at__lt=now - policy.acquirer_notification,
+        status__in=(NotificationStatus.APPLIED, NotificationStatus.IGNORED),
+    )
+
+
 #: Model label -> its purge: every ``purged`` entry of retention.policy.INVENTORY but the
 #: idempotency keys (payments.tasks.purge_expired_idempotency_keys) has one.
 PURGES: dict[str, Selector] = {
@@ -140,6 +155,7 @@ PURGES: dict[str, Selector] = {
     "merchants.ApiKey": ended_api_keys,
     "ledger.AuditRun": audit_runs,
     "heartbeats.Heartbeat": heartbeats,
+    "payments.AcquirerNotification": acquirer_notifications,
 }
 
 

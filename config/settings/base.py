@@ -393,6 +393,9 @@ RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS = env.int(
     "RETENTION_DELETED_WEBHOOK_ENDPOINT_DAYS", default=30
 )
 RETENTION_AUDIT_TRAIL_DAYS = env.int("RETENTION_AUDIT_TRAIL_DAYS", default=400)
+# Acquirers' notifications once applied or ignored: longer than any provider re-sends one
+# (Stripe: 3 days; Adyen: up to 30), so a late duplicate still meets its stored twin.
+RETENTION_ACQUIRER_NOTIFICATION_DAYS = env.int("RETENTION_ACQUIRER_NOTIFICATION_DAYS", default=35)
 RETENTION_ENDED_API_KEY_DAYS = env.int("RETENTION_ENDED_API_KEY_DAYS", default=400)
 RETENTION_HEARTBEAT_DAYS = env.int("RETENTION_HEARTBEAT_DAYS", default=7)
 RETENTION_PURGE_BATCH_SIZE = env.int("RETENTION_PURGE_BATCH_SIZE", default=1000)

@@ -17,9 +17,16 @@ from django.core.checks import run_checks
 from heartbeats.models import Heartbeat
 from ledger.models import AuditRun
 from merchants.models import ApiKey
-from payments.models import OperationKind, OperationStatus, PaymentEvent, PaymentOperation
+from payments.models import (
+    AcquirerNotification,
+    NotificationStatus,
+    OperationKind,
+    OperationStatus,
+    PaymentEvent,
+    PaymentOperation,
+)
 from retention.policy import RetentionPolicy
-from retention.purges import payment_events, purge_in_batches
+from retention.purges import acquirer_notifications, payment_events, purge_in_batches
 from retention.redis_keys import webhook_breaker_keys_purge
 from retention.tasks import expired_data_purge
 from tests.factories import MerchantFactory, PaymentFactory
@@ -38,6 +45,7 @@ def policy(**changes) -> RetentionPolicy:
         payment_event=730 * DAY, webhook_event=30 * DAY, deleted_webhook_endpoint=30 * DAY,
         audit_trail=400 * DAY, ended_api_key=400 * DAY, heartbeat=7 * DAY,
         login_cooloff=timedelta(minutes=15), batch_size=1000,
+        acquirer_notification=35 * DAY,
     )  # fmt: skip
     return RetentionPolicy(**{**base.__dict__, **changes})
 
@@ -132,6 +140,27 @@ def test_webhook_events_go_with_their_deliveries_and_attempts_unless_still_neede
     assert not DeliveryAttempt.objects.filter(event_id=done.pk).exists()
     assert DeliveryAttempt.objects.filter(event=recent).count() == 1
     assert OperatorAction.objects.count() == 1
+
+
+def test_acquirer_notifications_go_after_the_period_once_applied_or_ignored():
+    """An applied or ignored notification older than the period goes; one still waiting for
+    its payment stays whatever its age, and a recent one stays (re-sends still meet it)."""
+
+    def notification(event_id, status, age_days):
+        return AcquirerNotification.objects.create(
+            acquirer="alpha", event_id=event_id, event_type="charge.succeeded",
+            subject="payment", body="{}", status=status, received_at=NOW - age_days * DAY,
+        )  # fmt: skip
+
+    notification("old-applied", NotificationStatus.APPLIED, 36)
+    notification("old-ignored", NotificationStatus.IGNORED, 36)
+    notification("old-waiting", NotificationStatus.RECEIVED, 90)
+    notification("recent-applied", NotificationStatus.APPLIED, 34)
+
+    deleted = purge_in_batches(acquirer_notifications, now=NOW, policy=policy(batch_size=1))
+    assert deleted == 2
+    kept = set(AcquirerNotification.objects.values_list("event_id", flat=True))
+    assert kept == {"old-waiting", "recent-applied"}
 
 
 def test_deleted_endpoints_go_with_their_breaker_keys_in_redis():
