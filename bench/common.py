@@ -235,8 +235,9 @@ def merchant_id(db: Database, merchant: str = "bench") -> int:
     return int(row[0])
 
 
-def django_env(db: Database, **overrides: str) -> dict[str, str]:
-    """The environment of a service process pointed at the benchmark database."""
+def django_env(db: Database, **overrides: str | None) -> dict[str, str]:
+    """The environment of a service process pointed at the benchmark database; an override of
+    None removes the variable (the setting's default applies)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -250,7 +251,7 @@ def django_env(db: Database, **overrides: str) -> dict[str, str]:
         "MERCHANT_CONCURRENT_PAYMENTS": "0",
     }
     env.update(overrides)
-    return env
+    return {name: value for name, value in env.items() if value is not None}
 
 
 def count_rows(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
@@ -355,7 +356,7 @@ def service_stack(
     *,
     settings_module: str = "config.settings.local",
     sandbox_args: Sequence[str] = (),
-    **env_overrides: str,
+    **env_overrides: str | None,
 ) -> Iterator[tuple[Any, Gunicorn]]:
     """The sandbox and gunicorn (Procfile command) pointed at it and at ``db``; yields both,
     stops both. Logs go to ``bench/results/<name>-gunicorn-<timestamp>.log``."""

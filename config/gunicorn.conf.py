@@ -6,7 +6,18 @@ from observability.log_config import environment_log_format, logging_config
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-threads = int(os.environ.get("WEB_THREADS", "4"))
+# The concurrency model (ADR 0048): gthread, one thread per request in flight; "gevent" is the
+# alternative bench/latency.py measures (WEB_WORKER_CONNECTIONS greenlets per worker).
+worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
+# A thread waits on the acquirer most of its request, cheaply (ADR 0048, docs/scaling.md): 64
+# per worker, 128 payments in flight on 2 workers, what 2 cores' throughput needs at a 1 s
+# acquirer (Little's law: payments/s x seconds in flight).
+threads = int(os.environ.get("WEB_THREADS", "64"))
+worker_connections = int(os.environ.get("WEB_WORKER_CONNECTIONS", "1000"))
+# The web process's database connections come from a pool per worker (config/database.py), and
+# go back to it around every acquirer call (payments/acquirer/connection.py): threads do not
+# multiply connections. DATABASE_POOL=false keeps one persistent connection per thread.
+os.environ.setdefault("DATABASE_POOL", "true")
 # Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is
 # never cut off by the worker timeout in the middle of phase 2.
 timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
