@@ -127,7 +127,7 @@ demo: $(VENV)/.local-installed
 ## (BENCH_DATABASE, default payments_bench). Needs wrk and valgrind (installed here with apt-get
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost index_cost endpoint_compare replay_latency \
-         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity
+         same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity latency
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -137,6 +137,13 @@ bench: $(VENV)/.bench-installed
 	  && apt-get update -qq && apt-get install -y -qq valgrind; } \
 	  || { echo "valgrind is needed: apt-get install valgrind (Debian/Ubuntu)"; exit 1; }
 	@for b in $(BENCH); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit $$?; done
+
+## make bench-latency: the service with an acquirer answering at once, in 300 ms and in 1 s, in
+## rotating rounds (bench/latency.py, about 3 minutes; docs/benchmarks.md, "A slow acquirer").
+## BENCH_LATENCY_ARGS="--server gevent" measures ADR 0048's alternative.
+.PHONY: bench-latency
+bench-latency: $(VENV)/.bench-installed
+	$(BIN)/python bench/latency.py $(BENCH_LATENCY_ARGS)
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the

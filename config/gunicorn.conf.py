@@ -14,10 +14,7 @@ worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
 # acquirer (Little's law: payments/s x seconds in flight).
 threads = int(os.environ.get("WEB_THREADS", "64"))
 worker_connections = int(os.environ.get("WEB_WORKER_CONNECTIONS", "1000"))
-# The web process's database connections come from a pool per worker (config/database.py), and
-# go back to it around every acquirer call (payments/acquirer/connection.py): threads do not
-# multiply connections. DATABASE_POOL=false keeps one persistent connection per thread.
-os.environ.setdefault("DATABASE_POOL", "true")
+
 # Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is
 # never cut off by the worker timeout in the middle of phase 2.
 timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
@@ -30,12 +27,22 @@ accesslog = "-"
 control_socket_disable = True
 
 
+def web_environment_defaults(environ):
+    """What the web process's settings read unless the environment says otherwise: its database
+    connections come from a pool per worker (config/database.py) and go back to it around
+    every acquirer call (payments/acquirer/connection.py), so threads do not multiply
+    connections (ADR 0048). DATABASE_POOL=false keeps one persistent connection per thread."""
+    environ.setdefault("DATABASE_POOL", "true")
+
+
 def on_starting(server):
     """Before the workers fork: one metrics directory for all of them (PROMETHEUS_MULTIPROC_DIR,
     or a temporary one), emptied, so /metrics adds up every worker
-    (observability/metrics_dir.py)."""
+    (observability/metrics_dir.py). The web process's defaults go into the environment the
+    workers inherit (web_environment_defaults)."""
     from observability.metrics_dir import metrics_dir_prepare
 
+    web_environment_defaults(os.environ)
     path = metrics_dir_prepare("web")
     server.log.info("Prometheus multiprocess directory: %s", path)
 
