@@ -34,6 +34,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ LATENCIES: dict[str, dict[str, Any] | None] = {
 }
 #: The worker class and its knobs per ``--server``.
 SERVERS = {"gthread": "gthread", "gevent": "gevent"}
+#: The label of ``--versus-before``'s stack, appended to its cases' names.
+BEFORE = " (before)"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cases", nargs="+", choices=list(LATENCIES), default=list(LATENCIES),
         help="a subset of the cases (the ratios need instant, 300ms and 1s; alone needs 300ms)",
     )  # fmt: skip
+    parser.add_argument(
+        "--versus-before", action="store_true",
+        help="also a stack with 4 threads and no pool (issue 30's settings off), case by case",
+    )  # fmt: skip
     parser.add_argument("--database", default=None, help="benchmark database name")
     return parser.parse_args(argv)
 
@@ -92,9 +99,12 @@ class Sampler(threading.Thread):
     """Every 100 ms: the service's connections to the benchmark database, the acquirer's
     requests in flight, and the web tier's RSS (bytes) at the in-flight peak."""
 
-    def __init__(self, db: Database, sandbox_url: str, web_pids: list[int]) -> None:
+    def __init__(
+        self, db: Database, sandbox_url: str, web_pids: list[int], application: str
+    ) -> None:
         super().__init__(daemon=True)
         self.db, self.sandbox_url, self.web_pids = db, sandbox_url, web_pids
+        self.application = application
         self.stop = threading.Event()
         self.peak_connections = 0
         self.peak_in_flight = 0
@@ -108,8 +118,8 @@ class Sampler(threading.Thread):
             while not self.stop.wait(0.1):
                 (connections,) = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
-                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
-                    [self.db.name],
+                    "AND application_name = %s AND backend_type = 'client backend'",
+                    [self.db.name, self.application],
                 ).fetchone()
                 self.peak_connections = max(self.peak_connections, connections)
                 stats = client.get(f"{self.sandbox_url}/_sandbox/stats").json()
@@ -117,6 +127,18 @@ class Sampler(threading.Thread):
                 if in_flight > self.peak_in_flight:
                     self.peak_in_flight = in_flight
                     self.rss_at_peak = sum(rss_bytes(pid) for pid in self.web_pids)
+
+
+def application_name(label: str) -> str:
+    """The stack's name in its log file and in ``pg_stat_activity``."""
+    return "latency-before" if label else "latency-now"
+
+
+def application_url(db: Database, name: str) -> str:
+    """``db``'s URL with ``application_name`` (libpq's), so ``pg_stat_activity`` tells one
+    stack's connections from another's."""
+    url = db.url()
+    return f"{url}{'&' if '?' in url else '?'}application_name={name}"
 
 
 def rss_bytes(pid: int) -> int:
@@ -184,6 +206,7 @@ def run_case(
     keys: dict[str, list[str]],
     clients: list[httpx.Client],
     args: Any,
+    application: str,
 ) -> dict[str, Any]:
     """One case of one round: set the sandbox's latency, load, sample; the case's figures."""
     sandbox, server = stack
@@ -197,7 +220,7 @@ def run_case(
         else:
             control.put(path, json=condition).raise_for_status()
     web_pids = [server.process.pid, *server.worker_pids()]
-    sampler = Sampler(db, sandbox.url, web_pids)
+    sampler = Sampler(db, sandbox.url, web_pids, application)
     sampler.start()
     before = cpu_snapshot()
     latencies, statuses = load(
@@ -274,22 +297,43 @@ def main(argv: list[str] | None = None) -> int:
         env["WEB_THREADS"] = str(args.threads)
     if args.workers:
         env["WEB_CONCURRENCY"] = str(args.workers)
+    variants = {"": env}
+    if args.versus_before:
+        # The same code with issue 30's server settings off: 4 threads per worker, a persistent
+        # connection per thread, the same limits; rotated with the new one, case by case.
+        variants[BEFORE] = {**env, "WEB_THREADS": "4", "DATABASE_POOL": "false",
+                            "WEB_WORKER_CLASS": "gthread"}  # fmt: skip
     runs: list[dict[str, Any]] = []
     clients = [httpx.Client(timeout=30) for _ in range(args.clients)]
-    with service_stack(db, f"latency-{args.server}", **env) as stack:
-        for i, client in enumerate(clients[:16]):  # every worker's first requests, untimed
-            post_payment(client, f"{stack[1].url}/payments", keys["many"][0], f"warm-{i}")
+    with ExitStack() as started:
+        stacks = {}
+        for label, variant in variants.items():
+            name = application_name(label)
+            url = application_url(db, name)
+            stacks[label] = started.enter_context(
+                service_stack(db, name, DATABASE_URL=url, **variant)
+            )
+        for label, stack in stacks.items():
+            for i, client in enumerate(clients[:16]):  # every worker's first requests, untimed
+                post_payment(
+                    client,
+                    f"{stack[1].url}/payments",
+                    keys["many"][0],
+                    f"warm-{i}-{application_name(label)}",
+                )
         for round_number in range(args.rounds):
             for case in args.cases:
-                run = run_case(case, stack, db, keys, clients, args)
-                runs.append(run)
-                shown = {k: v for k, v in run.items() if k != "latencies"}
-                print(f"round {round_number + 1} {json.dumps(shown)}", flush=True)
+                for label, stack in stacks.items():
+                    run = run_case(case, stack, db, keys, clients, args, application_name(label))
+                    run["case"] = case + label
+                    runs.append(run)
+                    shown = {k: v for k, v in run.items() if k != "latencies"}
+                    print(f"round {round_number + 1} {json.dumps(shown)}", flush=True)
     for client in clients:
         client.close()
     summary = summarize(runs)
     succeeded = count_rows(db, "SELECT count(*) FROM payments_payment WHERE status = 'succeeded'")
-    answered = sum(run["payments"] for run in runs) + 16
+    answered = sum(run["payments"] for run in runs) + 16 * len(variants)
     for case, figures in summary.items():
         assert figures["payments"] > 0, f"{case}: no payment made"
     assert succeeded >= answered, f"{answered} answered 201 but {succeeded} succeeded rows"
@@ -301,13 +345,23 @@ def main(argv: list[str] | None = None) -> int:
           f["peak_connections"], f["rss_mb"], f["rss_kb_per_in_flight"],
           f["cpu_ms_per_payment"], f["statuses"]) for case, f in summary.items()],
     )  # fmt: skip
-    pairs = {"300ms / instant": ("300ms", "instant"), "1s / instant": ("1s", "instant"),
-             "alone / 300ms": ("alone", "300ms")}  # fmt: skip
+    pairs = {
+        "300ms / instant": ("300ms", "instant"),
+        "1s / instant": ("1s", "instant"),
+        "alone / 300ms": ("alone", "300ms"),
+        "300ms: before / now": ("300ms" + BEFORE, "300ms"),
+        "1s: before / now": ("1s" + BEFORE, "1s"),
+    }
     ratios = {
         name: ratio(summary[top]["per_second"], summary[bottom]["per_second"])
         for name, (top, bottom) in pairs.items()
         if top in summary and bottom in summary
     }
+    if "instant" + BEFORE in summary:
+        ratios["instant CPU per payment: now / before"] = ratio(
+            summary["instant"]["cpu_ms_per_payment"],
+            summary["instant" + BEFORE]["cpu_ms_per_payment"],
+        )
     print("\nratios (one run): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     print(f"payments: {answered} answered 201, {succeeded} succeeded rows in the database")
     path = write_results(
