@@ -72,6 +72,8 @@ LATENCIES: dict[str, dict[str, Any] | None] = {
 SERVERS = {"gthread": "gthread", "gevent": "gevent"}
 #: The label of ``--versus-before``'s stack, appended to its cases' names.
 BEFORE = " (before)"
+#: The label of ``--versus-gevent``'s stack.
+GEVENT = " (gevent)"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--versus-before", action="store_true",
         help="also a stack with 4 threads and no pool (issue 30's settings off), case by case",
+    )  # fmt: skip
+    parser.add_argument(
+        "--versus-gevent", action="store_true",
+        help="also the same settings on gunicorn's gevent worker, case by case",
     )  # fmt: skip
     parser.add_argument("--database", default=None, help="benchmark database name")
     return parser.parse_args(argv)
@@ -130,8 +136,9 @@ class Sampler(threading.Thread):
 
 
 def application_name(label: str) -> str:
-    """The stack's name in its log file and in ``pg_stat_activity``."""
-    return "latency-before" if label else "latency-now"
+    """The stack's name in its log file and in ``pg_stat_activity``: ``latency-now``,
+    ``latency-before`` or ``latency-gevent``."""
+    return "latency-" + (label.strip(" ()") or "now")
 
 
 def application_url(db: Database, name: str) -> str:
@@ -158,7 +165,8 @@ def load(
     """A loop of fresh payments per client (made beforehand: an ``httpx.Client`` takes tens of
     milliseconds to make) for ``duration`` s, client ``i`` with ``keys[i % len(keys)]``; a
     ``429`` or ``503`` is followed by a wait of its ``Retry-After`` (capped by the time left).
-    Returns the latencies (ms) of the 201s and the count of each status."""
+    Returns the latencies (ms) of the 201s answered within the window, and the count of each
+    status (``"201 late"``: answered after it, while a queue drained; counted apart)."""
     latencies: list[float] = []
     statuses: Counter = Counter()
     lock = threading.Lock()
@@ -179,9 +187,10 @@ def load(
             except httpx.HTTPError as exc:
                 answer, status = None, type(exc).__name__
             elapsed = (time.perf_counter() - started) * 1000
+            late = time.monotonic() > end  # answered after the window: not in its throughput
             with lock:
-                statuses[status] += 1
-                if status == 201:
+                statuses[f"{status} late" if late else status] += 1
+                if status == 201 and not late:
                     latencies.append(elapsed)
             if answer is not None and status in (429, 503):
                 time.sleep(min(left, float(answer.headers.get("Retry-After", "1"))))
@@ -232,10 +241,10 @@ def run_case(
     after = cpu_snapshot()
     sampler.stop.set()
     sampler.join()
-    made = statuses.get(201, 0)
     return {
         "case": case,
-        "payments": made,
+        "payments": statuses.get(201, 0),
+        "answered_201": statuses.get(201, 0) + statuses.get("201 late", 0),
         "seconds": args.duration,
         "latencies": latencies,
         "statuses": {str(k): v for k, v in statuses.items()},
@@ -303,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         # connection per thread, the same limits; rotated with the new one, case by case.
         variants[BEFORE] = {**env, "WEB_THREADS": "4", "DATABASE_POOL": "false",
                             "WEB_WORKER_CLASS": "gthread"}  # fmt: skip
+    if args.versus_gevent:
+        variants[GEVENT] = {**env, "WEB_WORKER_CLASS": "gevent"}
     runs: list[dict[str, Any]] = []
     clients = [httpx.Client(timeout=30) for _ in range(args.clients)]
     with ExitStack() as started:
@@ -333,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
     summary = summarize(runs)
     succeeded = count_rows(db, "SELECT count(*) FROM payments_payment WHERE status = 'succeeded'")
-    answered = sum(run["payments"] for run in runs) + 16 * len(variants)
+    answered = sum(run["answered_201"] for run in runs) + 16 * len(variants)
     for case, figures in summary.items():
         assert figures["payments"] > 0, f"{case}: no payment made"
     assert succeeded >= answered, f"{answered} answered 201 but {succeeded} succeeded rows"
@@ -351,17 +362,20 @@ def main(argv: list[str] | None = None) -> int:
         "alone / 300ms": ("alone", "300ms"),
         "300ms: before / now": ("300ms" + BEFORE, "300ms"),
         "1s: before / now": ("1s" + BEFORE, "1s"),
+        "300ms: gevent / gthread": ("300ms" + GEVENT, "300ms"),
+        "1s: gevent / gthread": ("1s" + GEVENT, "1s"),
     }
     ratios = {
         name: ratio(summary[top]["per_second"], summary[bottom]["per_second"])
         for name, (top, bottom) in pairs.items()
         if top in summary and bottom in summary
     }
-    if "instant" + BEFORE in summary:
-        ratios["instant CPU per payment: now / before"] = ratio(
-            summary["instant"]["cpu_ms_per_payment"],
-            summary["instant" + BEFORE]["cpu_ms_per_payment"],
-        )
+    for label in (BEFORE, GEVENT):
+        if "instant" + label in summary:
+            ratios[f"instant CPU per payment: now / {label.strip(' ()')}"] = ratio(
+                summary["instant"]["cpu_ms_per_payment"],
+                summary["instant" + label]["cpu_ms_per_payment"],
+            )
     print("\nratios (one run): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     print(f"payments: {answered} answered 201, {succeeded} succeeded rows in the database")
     path = write_results(
