@@ -285,8 +285,9 @@ def start_sandbox(extra_args: Sequence[str] = ()):
 
 @dataclass
 class Gunicorn:
-    """The web process as the Procfile runs it (``config/gunicorn.conf.py``: 2 workers x 4
-    threads by default), on a free port, its access log and app logs in a file."""
+    """The web process as the Procfile runs it (``config/gunicorn.conf.py``: 2 workers x 64
+    threads and a pool of 8 connections each by default), on a free port, its access log and
+    app logs in a file."""
 
     env: dict[str, str]
     log_path: Path
