@@ -7,6 +7,19 @@ from __future__ import annotations
 import json
 
 import schemathesis
+from hypothesis import strategies as st
+
+#: The document's ``format: printable`` (payments/api/openapi.py): drawn by Unicode category,
+#: as Python's ``str.isprintable`` reads them (the pattern beside it filters, and decides).
+schemathesis.openapi.format(
+    "printable",
+    st.text(
+        st.characters(
+            exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"),
+            include_characters=" ",
+        )
+    ),
+)
 
 
 @schemathesis.check
@@ -62,3 +75,71 @@ def before_load_schema(context, raw_schema):
         props["reference"] = {"type": "string", "minLength": 1, "maxLength": 128}
         props["description"] = {"type": "string", "minLength": 1, "maxLength": 255}
         body["additionalProperties"] = False
+
+
+def _documented_response(case, status: int) -> dict:
+    responses = case.operation.definition.raw.get("responses", {})
+    return responses.get(str(status)) or responses.get(f"{str(status)[0]}XX") or {}
+
+
+def _problem(response) -> dict:
+    try:
+        document = json.loads(response.content)
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+@schemathesis.check
+def problem_code_is_documented(ctx, response, case):
+    """A problem's ``code`` is one the operation documents for that status (``x-problem-codes``
+    of the response, payments/api/openapi_answers.py): no undocumented refusal."""
+    if response.status_code < 400 or case.method.upper() != case.operation.method.upper():
+        return None
+    codes = _documented_response(case, response.status_code).get("x-problem-codes")
+    code = _problem(response).get("code")
+    if codes is not None and code not in codes:
+        raise AssertionError(
+            f"{case.operation.label}: {response.status_code} {code!r} is not among the "
+            f"documented codes {codes}"
+        )
+    return None
+
+
+#: The answers to a request the schema says is valid that depend on state, not on the request:
+#: no such object (404), the object's state (409), the key used before for another body (422).
+STATE_DEPENDENT = (404, 409, 422)
+
+
+@schemathesis.check
+def valid_requests_are_accepted(ctx, response, case):
+    """A request generated as valid (positive mode) is accepted (2xx), answered with a
+    state-dependent 4xx (:data:`STATE_DEPENDENT`), or refused with a 400 for a rule the
+    operation lists in ``x-refusals-beyond-schema`` (with its field codes)."""
+    meta = getattr(case, "meta", None)
+    generation = getattr(meta, "generation", None)
+    if generation is None or not generation.mode.is_positive:
+        return None
+    if case.method.upper() != case.operation.method.upper():
+        return None
+    status = response.status_code
+    if status < 400 or status in STATE_DEPENDENT or status >= 500:
+        return None
+    problem = _problem(response)
+    beyond = case.operation.definition.raw.get("x-refusals-beyond-schema", [])
+    field_codes = {code for rule in beyond for code in rule["field_codes"]}
+    allowed = {rule["code"] for rule in beyond}
+    errors = problem.get("errors") or []
+    if (
+        status == 400
+        and problem.get("code") in allowed
+        and (
+            problem.get("code") != "validation_error"
+            or (errors and all(error.get("code") in field_codes for error in errors))
+        )
+    ):
+        return None
+    raise AssertionError(
+        f"{case.operation.label}: a valid request was answered {status} "
+        f"{problem.get('code')!r} {errors}"
+    )

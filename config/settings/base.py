@@ -136,7 +136,7 @@ SPECTACULAR_SETTINGS = {
     # Problems, headers, links and the rules beyond the schema (ADR 0043; the hook's table).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "payments.api.openapi.postprocess",
+        "payments.api.openapi_answers.postprocess",
     ],
     # Three objects have a `status` with its own values: name each enum after its object.
     "ENUM_NAME_OVERRIDES": {

@@ -27,8 +27,6 @@ class WebhookUrlField(StrictStringField):
     ``validate_url``); its OpenAPI ``pattern`` is ``url_safety.url_pattern`` under this
     process's ``WEBHOOK_ALLOW_LOCAL_URLS``."""
 
-    openapi_format = "uri"
-
     def openapi_pattern(self) -> str:
         return url_pattern(allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS)
 

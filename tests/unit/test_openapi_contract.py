@@ -24,7 +24,7 @@ from rest_framework import serializers
 
 from idempotency.errors import IdempotencyKeyInvalid
 from idempotency.keys import MAX_KEY_LENGTH, parse_idempotency_key
-from payments.api import openapi
+from payments.api import openapi_answers as openapi
 from payments.api.card_data import card_data_fields, looks_like_card_number
 from payments.api.problems import Problem
 from payments.api.serializers import (
