@@ -1,6 +1,9 @@
-"""Schemathesis hooks of the fuzz campaign
-(``SCHEMATHESIS_HOOKS=campaigns.schemathesis_hooks`` in the environment): every error
-answer must be an RFC 9457 problem, served as ``application/problem+json``."""
+"""The project's Schemathesis checks, for the fuzz campaign
+(``SCHEMATHESIS_HOOKS=campaigns.schemathesis_hooks`` in the environment) and the suite's run
+(tests/support/schemathesis_run.py): every error answer an RFC 9457 problem served as
+``application/problem+json``, with a ``code`` its operation documents for that status; every
+valid request accepted, or refused by its state or a rule the document lists beyond the schema
+(ADR 0043). Also the generator of the document's ``format: printable``."""
 
 from __future__ import annotations
 
@@ -47,34 +50,6 @@ def error_is_problem_json(ctx, response, case):
             f"{response.status_code}"
         )
     return None
-
-
-#: With CAMPAIGN_SCHEMA=contract, the schema Schemathesis generates from is tightened to the
-#: contract of docs/api.md (the served one is looser: see the campaign's findings), so that "valid"
-#: requests are valid and reach the payment flow with fuzzed references and descriptions. The
-#: service is unchanged; only what is generated differs.
-CONTRACT_CURRENCIES = ["EUR", "USD", "GBP", "CHF", "SEK", "JPY", "KWD", "BHD"]
-
-
-@schemathesis.hook
-def before_load_schema(context, raw_schema):
-    import os
-
-    if os.environ.get("CAMPAIGN_SCHEMA") != "contract":
-        return
-    post = raw_schema["paths"]["/payments"]["post"]
-    for parameter in post.get("parameters", []):
-        if parameter.get("name") == "Idempotency-Key":
-            # Bare keys: visible ASCII without the comma (a list) and the quote (a string).
-            parameter["schema"] = {"type": "string", "pattern": "^[!#-+\\--~]{1,255}$"}
-    body = raw_schema["components"]["schemas"].get("PaymentCreateInputRequest")
-    if body:
-        props = body["properties"]
-        props["currency"] = {"type": "string", "enum": CONTRACT_CURRENCIES}
-        props["payment_method"] = {"type": "string", "pattern": "^tok_[A-Za-z0-9_]{1,64}$"}
-        props["reference"] = {"type": "string", "minLength": 1, "maxLength": 128}
-        props["description"] = {"type": "string", "minLength": 1, "maxLength": 255}
-        body["additionalProperties"] = False
 
 
 def _documented_response(case, status: int) -> dict:

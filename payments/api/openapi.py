@@ -10,11 +10,8 @@ Two halves:
   parser's own :data:`~idempotency.keys.IDEMPOTENCY_KEY_PATTERN`, and "printable" is the
   character class of every character ``str.isprintable`` refuses (:data:`PRINTABLE_TEXT`).
 - **What an answer may be**, from the tables of ``payments.api.openapi_answers`` (its
-  ``postprocess``, a drf-spectacular post-processing hook): every problem ``code`` an operation can answer with its status (one
-  shared RFC 9457 ``Problem`` schema, an example per code, the codes under
-  ``x-problem-codes``), the response headers, the links from each create to its reads and
-  actions, and the rules no JSON Schema can state under ``x-refusals-beyond-schema`` (also in
-  the operation's description).
+  ``postprocess``, a drf-spectacular post-processing hook): each operation's problem codes,
+  response headers, links, and the rules no JSON Schema can state.
 
 ``tests/unit/test_openapi_contract.py`` proves both halves: a generated corpus judged by the
 document and by the API's validation, every code the table names raised somewhere; Schemathesis

@@ -31,8 +31,10 @@ def generated(tmp_path_factory) -> ModuleType:
     document.write_text(json.dumps(SchemaGenerator().get_schema(request=None, public=True)))
     config = where / "config.yaml"
     config.write_text("post_hooks: []\n")
-    command = [sys.executable, "-m", "openapi_python_client", "generate", "--path", str(document),
-               "--output-path", str(where / PACKAGE), "--meta", "none", "--config", str(config)]  # fmt: skip
+    command = [
+        sys.executable, "-m", "openapi_python_client", "generate", "--path", str(document),
+        "--output-path", str(where / PACKAGE), "--meta", "none", "--config", str(config),
+    ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "Warning" not in completed.stdout, completed.stdout

@@ -1,7 +1,9 @@
-"""One Schemathesis run of the API against its own OpenAPI document over HTTP: every check
-(Schemathesis' own and ``campaigns.schemathesis_hooks``'), the fuzzing phase and the stateful phase that follows the
-document's links. Shared by tests/integration/test_openapi_schemathesis.py (a short run) and the
-``openapi`` campaign's in-process twin (campaigns/openapi.py runs the CLI against gunicorn)."""
+"""One Schemathesis run of the API against its own OpenAPI document over HTTP, in the test's
+process (the engine Schemathesis' CLI runs): every check (Schemathesis' own and
+``campaigns.schemathesis_hooks``'), the fuzzing phase and the stateful phase that follows the
+document's links. tests/integration/test_openapi_schemathesis.py runs a short one; the
+``schemathesis`` campaign (campaigns/fuzz.py, ``make campaign-openapi``) runs the CLI against
+gunicorn with the same checks."""
 
 from __future__ import annotations
 
