@@ -117,18 +117,20 @@ _CURSOR = Beyond(
 @dataclass(frozen=True)
 class Operation:
     """What the document adds to one operation: its problem codes, its links (response status
-    -> {link name: (operationId, {parameter: runtime expression})}), and its rules beyond the
-    schema."""
+    -> {link name: (operationId, {parameter: runtime expression}[, request body])}), and its
+    rules beyond the schema."""
 
     codes: tuple[str, ...]
-    links: dict[int, dict[str, tuple[str, dict[str, str]]]]
+    links: dict[int, dict[str, tuple[Any, ...]]]
     beyond_schema: tuple[Beyond, ...] = (_CARD_DATA,)
     idempotent: bool = False
 
 
 _PAYMENT = {"payment_id": "$response.body#/id"}
 _PAYMENT_LINKS = {
-    "capture": ("payments_capture", _PAYMENT),
+    # Capture what was authorized: the link's body names the amount (a generated one would
+    # mostly exceed it).
+    "capture": ("payments_capture", _PAYMENT, {"amount": "$response.body#/amount"}),
     "void": ("payments_void", _PAYMENT),
     "refund": ("refunds_create", _PAYMENT),
     "refunds": ("refunds_list", _PAYMENT),
@@ -358,8 +360,9 @@ def _complete(operation_id: str, entry: dict[str, Any]) -> None:
         }
     for status, links in operation.links.items():
         responses[str(status)]["links"] = {
-            name: {"operationId": target, "parameters": parameters}
-            for name, (target, parameters) in links.items()
+            name: {"operationId": link[0], "parameters": link[1]}
+            | ({"requestBody": link[2]} if len(link) > 2 else {})
+            for name, link in links.items()
         }
     entry["x-refusals-beyond-schema"] = [
         {"code": rule.code, "field_codes": list(rule.field_codes), "where": rule.where,

@@ -20,8 +20,8 @@ def test_schemathesis_finds_no_failure_and_follows_the_links(live_server, mercha
         live_server.url,
         merchant_a.api_key,
         seed=33,
-        max_examples=5,
-        max_steps=30,
+        max_examples=3,
+        max_steps=20,
         coverage=False,
     )
     print(sorted(found.answers.items()), sorted(found.through_links.items()), found.checks)
