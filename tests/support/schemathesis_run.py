@@ -25,7 +25,9 @@ DESIGNED_5XX = ["502", "503"]
 VALID_REQUEST_ANSWERS = ["2xx", "400", "404", "409", "422", *DESIGNED_5XX]
 
 
-def config(api_key: str, *, seed: int, max_examples: int, max_steps: int, coverage: bool):
+def config(
+    api_key: str, *, seed: int, max_examples: int, max_steps: int, coverage: bool, fuzzing: bool
+):
     """Schemathesis' configuration: every check, the project's expected statuses."""
     return SchemathesisConfig.from_dict(
         {
@@ -40,6 +42,7 @@ def config(api_key: str, *, seed: int, max_examples: int, max_steps: int, covera
             "phases": {
                 "examples": {"enabled": coverage},
                 "coverage": {"enabled": coverage},
+                "fuzzing": {"enabled": fuzzing},
                 "stateful": {"max-steps": max_steps},
             },
         }
@@ -56,6 +59,10 @@ class Run:
     checks: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     phases: set[str] = field(default_factory=set)
+
+    def linked_calls(self, operation_id: str) -> int:
+        """Calls of ``operation_id`` whose parameters came through a link, whatever the answer."""
+        return sum(n for (op, _), n in self.through_links.items() if op == operation_id)
 
     def linked_successes(self, operation_id: str) -> int:
         """2xx answers of ``operation_id`` to calls whose parameters came through a link."""
