@@ -94,7 +94,7 @@ def test_a_generated_client_pays_captures_refunds_and_lists_events(
 
     events = part("api.events.events_list").sync(client=client)
     assert isinstance(events, models.EventList)
-    assert {"payment.requires_capture", "payment.succeeded"} <= {str(e.type) for e in events.data}
+    assert {"payment.requires_capture", "payment.succeeded"} <= {str(e.type_) for e in events.data}
 
     refused = payments["payments_create"].sync(
         client=client,
