@@ -8,7 +8,7 @@ Two halves:
   ``choices``, :class:`~payments.api.serializers.StrictIntegerField`'s bounds, ...), every
   strict body gets ``additionalProperties: false``, the ``Idempotency-Key`` header the
   parser's own :data:`~idempotency.keys.IDEMPOTENCY_KEY_PATTERN`, and "printable" is the
-  character class of every character ``str.isprintable`` refuses (:data:`PRINTABLE_TEXT`).
+  character class of every character ``str.isprintable`` refuses (:func:`printable_text`).
 - **What an answer may be**, from the tables of ``payments.api.openapi_answers`` (its
   ``postprocess``, a drf-spectacular post-processing hook): each operation's problem codes,
   response headers, links, and the rules no JSON Schema can state.
@@ -22,6 +22,7 @@ document says and checks every answer against it.
 from __future__ import annotations
 
 import sys
+from functools import cache
 from typing import Any
 
 from drf_spectacular.extensions import (
@@ -57,8 +58,13 @@ def _not_printable_class() -> str:
 
 #: The ``format`` of printable text (``PrintableText``): a name, defined by its pattern.
 PRINTABLE_FORMAT = "printable"
-#: Text ``str.isprintable`` accepts (the rule of every strict string field), as a class.
-PRINTABLE_TEXT = f"[^{_not_printable_class()}]"
+
+
+@cache
+def printable_text() -> str:
+    """Text ``str.isprintable`` accepts (the rule of every strict string field), as a class;
+    built when the document is (a scan of every code point, not at every process's start)."""
+    return f"[^{_not_printable_class()}]"
 
 
 def anchored(pattern: str) -> str:
@@ -98,7 +104,7 @@ class StrictStringFieldSchema(OpenApiSerializerFieldExtension):
                 "description": "Characters Python's str.isprintable accepts, each one: no "
                 "control, format, line or paragraph separator, no space other than U+0020, no "
                 "surrogate, private-use or unassigned code point.",
-                "pattern": anchored(f"{PRINTABLE_TEXT}*"),
+                "pattern": anchored(f"{printable_text()}*"),
             },
         )
         auto_schema.registry.register_on_missing(component)
