@@ -179,9 +179,9 @@ def run(
         curl = next((line.strip() for line in lines if line.strip().startswith("curl ")), "")
         summary = next((line.strip("- ").strip() for line in lines if line.startswith("- ")), codes)
         if "ST302" in codes or "ST302" in summary:
-            # A created object not found afterwards: so far always a replay (Hypothesis re-sends
-            # a case with its key) of a create whose object a later step deleted; the key's
-            # stored 201 is the idempotency contract (docs/api.md). Printed, for a person.
+            # A created object not found afterwards: seen once, on a create Hypothesis re-sent
+            # with its key, most likely the key's stored 201 replayed after a later step deleted
+            # the endpoint (the idempotency contract, docs/api.md). Printed for a person to judge.
             result.notes.append(f"ST302 (a replayed create?): {operation}: {summary} | {curl}")
             continue
         violations.append(f"{operation}: {summary} | {curl}")
