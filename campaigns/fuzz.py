@@ -12,7 +12,9 @@ acquirer_error`` and ``503 acquirer_unavailable`` (or any 500/504 in the web log
 that is not as documented (status, headers, schema, problem code), a valid request refused
 other than by its state or a rule the document lists beyond the schema, an invalid one
 accepted. The campaign also counts the captures, refunds and rotations that succeeded (only a
-real id, which only a link carries, makes one succeed) and requires one of each.
+real id, which only a link carries, makes one succeed) and requires one of each
+(``require_linked``; the short profile's two rounds print them: a capture needs a generated
+payment that is manual and a link chosen to it, which two rounds do not always draw).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def run(
     workers: int = 2,
     max_rounds: int = 20,
     min_rounds: int = 2,
+    require_linked: bool = True,
 ) -> CampaignResult:
     result = CampaignResult("schemathesis")
     assert stack.web is not None
@@ -200,7 +203,8 @@ def run(
         }
     )
     for name, count in linked.items():
-        result.check(count > 0, f"the stateful phase never reached a successful {name}")
+        if require_linked:
+            result.check(count > 0, f"the stateful phase never reached a successful {name}")
     result.check(requests >= min_requests, f"only {requests} requests (< {min_requests})")
     result.check(not unexpected, f"server errors in the web log: {unexpected}")
     result.violations.extend(violations)
