@@ -199,6 +199,21 @@ campaign: $(VENV)/.test-installed
 campaign-short: $(VENV)/.test-installed
 	$(BIN)/python -m campaigns --short $(if $(CAMPAIGN_ARGS),$(CAMPAIGN_ARGS),all)
 
+## make campaign-openapi: the Schemathesis campaign alone (every check, the stateful phase
+## through the document's links, >= 10,000 requests; ADR 0043), with its ledger audit.
+.PHONY: campaign-openapi
+campaign-openapi: $(VENV)/.test-installed
+	$(BIN)/python -m campaigns schemathesis $(CAMPAIGN_ARGS)
+
+## make client: a Python client generated from the OpenAPI document with openapi-python-client,
+## in build/payments_api_client (docs/api.md); the document itself in build/openapi.json.
+.PHONY: client
+client: $(VENV)/.test-installed
+	@mkdir -p build
+	$(BIN)/python manage.py spectacular --format openapi-json --file build/openapi.json
+	$(BIN)/openapi-python-client generate --path build/openapi.json \
+	  --output-path build/payments_api_client --meta none --overwrite
+
 ## make test-pgbouncer: the concurrency and end-to-end tests and a short throughput run through
 ## a private PgBouncer in transaction pooling mode (docs/scaling.md). Needs Debian's pgbouncer
 ## (apt-get install pgbouncer) and DATABASE_URL over TCP, so it is not part of make test.

@@ -129,6 +129,8 @@ SERIAL = (
 #: seconds, by path prefix; a test's own ``@pytest.mark.timeout`` wins.
 SLOW = {
     "tests/campaigns/": 900,  # the first test starts the whole stack (module fixture)
+    # About 60 s with 3 workers busy: Schemathesis' stateful phase, every check, ~400 requests.
+    "tests/integration/test_openapi_schemathesis.py": 400,
 }
 
 

@@ -16,11 +16,10 @@ from webhooks.events import EVENT_TYPES
 from webhooks.models import EndpointStatus, Event, WebhookEndpoint
 
 __all__ = [
-    "EndpointListQuerySerializer",
+    "EndpointDeletedSerializer",
     "EndpointListSerializer",
     "EndpointSerializer",
     "EndpointWithSecretSerializer",
-    "EventListQuerySerializer",
     "EventListSerializer",
     "EventSerializer",
     "endpoint_document",
@@ -94,6 +93,14 @@ class EndpointWithSecretSerializer(EndpointSerializer):
     secret = serializers.CharField()
 
 
+class EndpointDeletedSerializer(serializers.Serializer):
+    """The answer to ``DELETE /webhook_endpoints/{id}`` (``webhooks.services.endpoint_delete``)."""
+
+    id = serializers.CharField()
+    object = serializers.CharField(default="webhook_endpoint")
+    deleted = serializers.BooleanField()
+
+
 class EndpointListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
     data = EndpointSerializer(many=True)
@@ -118,23 +125,3 @@ class EventListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
     data = EventSerializer(many=True)
     has_more = serializers.BooleanField()
-
-
-class EndpointListQuerySerializer(serializers.Serializer):
-    """Query parameters of ``GET /webhook_endpoints``: ``limit`` (1-100, default 20) and the
-    keyset cursor ``starting_after`` (an endpoint id)."""
-
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
-    starting_after = serializers.CharField(max_length=32, required=False)
-
-
-class EventListQuerySerializer(serializers.Serializer):
-    """Query parameters of ``GET /events``."""
-
-    type = serializers.ChoiceField(
-        choices=sorted(EVENT_TYPES),
-        required=False,
-        error_messages={"invalid_choice": "Must be one of the event types."},
-    )
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
-    starting_after = serializers.CharField(max_length=32, required=False)

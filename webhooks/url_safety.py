@@ -37,6 +37,7 @@ __all__ = [
     "UnsafeUrl",
     "check_url",
     "resolve_allowed",
+    "url_pattern",
 ]
 
 MAX_URL_LENGTH = 2048
@@ -65,6 +66,30 @@ IPV6_SPECIAL = tuple(
     _net(block)
     for block in ("2001::/23", "2001:db8::/32", "2002::/16", "2620:4f:8000::/48", "3fff::/20")
 )
+
+#: A host name of letters, digits and hyphens, at least two labels, the last alphabetic.
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+#: A TCP port 1-65535 in decimal (no leading zero).
+_ANY_PORT = (
+    r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+)
+#: A path and a query of RFC 3986 characters (percent-encoded or not); no fragment.
+_PATH_QUERY = r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?(?:\?[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?"
+
+
+def url_pattern(*, allow_local: bool) -> str:
+    """A regular expression (Python and ECMA-262: an OpenAPI ``pattern``) of URLs whose form
+    :func:`check_url` accepts: ``https``, a host name, one of :data:`ALLOWED_PORTS`, and with
+    ``allow_local`` also ``http(s)://127.0.0.1`` on any port. A subset of what is accepted
+    (an IP literal or an internationalised name are accepted too); whether the host resolves,
+    and only to allowed addresses, no pattern can say (``unresolvable``, ``forbidden_address``,
+    ``insecure_scheme``)."""
+    ports = "|".join(str(port) for port in sorted(ALLOWED_PORTS))
+    hosts = rf"https://{_HOST}(?::(?:{ports}))?"
+    if allow_local:
+        hosts += rf"|https?://127\.0\.0\.1(?::{_ANY_PORT})?"
+    return rf"^(?:{hosts}){_PATH_QUERY}(?![\s\S])"
+
 
 Resolver = Callable[..., list]
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -135,6 +135,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Problems, headers, links and the rules beyond the schema (ADR 0043; the hook's table).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "payments.api.openapi_answers.postprocess",
+    ],
     # Three objects have a `status` with its own values: name each enum after its object.
     "ENUM_NAME_OVERRIDES": {
         "PaymentStatusEnum": "payments.models.PaymentStatus",

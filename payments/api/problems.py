@@ -45,6 +45,15 @@ DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
 POOL_EXHAUSTED_RETRY_AFTER_SECONDS = 1
 
 
+#: The 409 state conflicts of the operations (capture, void, refund): never stored, the key
+#: stays free.
+CONFLICT_TITLES = {
+    "invalid_payment_state": "The payment's status does not allow this",
+    "amount_exceeds_capturable": "The amount is more than can be captured",
+    "amount_exceeds_refundable": "The amount is more than can be refunded",
+}
+
+
 class Problem(exceptions.APIException):
     """An API error with a stable ``code``, a ``title`` and optional field ``errors``.
 

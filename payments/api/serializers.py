@@ -8,9 +8,9 @@ error message echoes the value it refuses.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from payments.api.card_data import card_data_fields, card_data_refusal
@@ -35,9 +35,10 @@ CREATE_MAX_LENGTHS = {
 }
 
 
-@extend_schema_field({"type": "integer", "minimum": MIN_AMOUNT, "maximum": MAX_AMOUNT})
 class StrictIntegerField(serializers.Field):
-    """A JSON integer (not a float, string or boolean) within [min_value, max_value]."""
+    """A JSON integer (not a float, string or boolean) within [min_value, max_value]. Its
+    OpenAPI schema (``integer``, ``minimum``, ``maximum``) is read from the same attributes
+    (``payments.api.openapi``)."""
 
     default_error_messages = {
         "invalid": "Must be a JSON integer.",
@@ -62,9 +63,13 @@ class StrictIntegerField(serializers.Field):
         return value
 
 
-@extend_schema_field({"type": "string"})
 class StrictStringField(serializers.Field):
-    """A JSON string of 1..max_length printable characters, optionally matching ``pattern``."""
+    """A JSON string of 1..max_length printable characters (``str.isprintable``), matching
+    ``pattern`` in full when one is given (a pattern must match printable text only), and one
+    of ``choices`` when they are given (refused with the error ``choice_error``, a key of
+    ``error_messages`` and the field error's code). Its OpenAPI schema (``minLength``,
+    ``maxLength``, ``pattern``, ``enum``) is read from the same attributes
+    (``payments.api.openapi``), so the document states exactly what is accepted."""
 
     default_error_messages = {
         "invalid": "Must be a JSON string.",
@@ -72,10 +77,20 @@ class StrictStringField(serializers.Field):
         "max_length": "Must be at most {max_length} characters.",
         "not_printable": "Must contain printable characters only.",
         "pattern": "Has an invalid format.",
+        "invalid_choice": "Must be one of: {choices}.",
     }
 
-    def __init__(self, *, max_length: int, pattern: re.Pattern[str] | None = None, **kwargs: Any):
-        self.max_length, self.pattern = max_length, pattern
+    def __init__(
+        self,
+        *,
+        max_length: int,
+        pattern: re.Pattern[str] | None = None,
+        choices: Collection[str] | None = None,
+        choice_error: str = "invalid_choice",
+        **kwargs: Any,
+    ):
+        self.max_length, self.pattern, self.choice_error = max_length, pattern, choice_error
+        self.choices = None if choices is None else tuple(choices)
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
@@ -89,13 +104,14 @@ class StrictStringField(serializers.Field):
             self.fail("not_printable")
         if self.pattern is not None and not self.pattern.fullmatch(data):
             self.fail("pattern")
+        if self.choices is not None and data not in self.choices:
+            self.fail(self.choice_error, choices=", ".join(self.choices))
         return data
 
     def to_representation(self, value: str) -> str:
         return value
 
 
-@extend_schema_field({"type": "boolean"})
 class StrictBooleanField(serializers.Field):
     """A JSON boolean: ``true`` or ``false`` only (not ``1``, ``"true"``, ``"yes"`` or ``null``)."""
 
@@ -137,14 +153,6 @@ class StrictBodySerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def _one_of(value: str, choices: list[str], what: str) -> str:
-    if value not in choices:
-        raise serializers.ValidationError(
-            f"Must be one of the {what}: {', '.join(choices)}.", code="invalid_choice"
-        )
-    return value
-
-
 class PaymentCreateInputSerializer(StrictBodySerializer):
     """Body of ``POST /payments`` (strict, see :class:`StrictBodySerializer`)."""
 
@@ -155,13 +163,18 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
     )
     currency = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["currency"],
+        choices=sorted(CURRENCY_EXPONENTS),
+        choice_error="unknown_currency",
+        error_messages={
+            "unknown_currency": "Must be a supported ISO 4217 currency code in upper case."
+        },
         help_text="ISO 4217 alphabetic code, upper case, for example EUR or JPY.",
     )
     payment_method = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["payment_method"],
         pattern=PAYMENT_METHOD_PATTERN,
-        help_text="A payment method token: 'tok_' + 1-64 of [A-Za-z0-9_]. "
-        "Card numbers are refused.",
+        help_text="A payment method token: ours ('tok_...') or, for a stripe acquirer, a Stripe "
+        "PaymentMethod id ('pm_...'). Card numbers are refused.",
     )
     reference = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["reference"],
@@ -175,6 +188,7 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
     )
     capture_method = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["capture_method"],
+        choices=CaptureMethod.values,
         required=False,
         help_text="'automatic' (default: authorize and capture in one call) or 'manual' "
         "(authorize only: capture or void later).",
@@ -185,16 +199,6 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
         "'deferred' (not sent anywhere yet, sent at not_before or later) instead of 503. For "
         "merchant-initiated payments nobody waits for (renewals). Default false.",
     )
-
-    def validate_currency(self, value: str) -> str:
-        if value not in CURRENCY_EXPONENTS:
-            raise serializers.ValidationError(
-                "Must be a supported ISO 4217 currency code in upper case.", code="unknown_currency"
-            )
-        return value
-
-    def validate_capture_method(self, value: str) -> str:
-        return _one_of(value, CaptureMethod.values, "capture methods")
 
 
 #: The fields of ``POST /payments``: the ones it needs, and all it knows.
@@ -288,19 +292,64 @@ class RefundInputSerializer(StrictBodySerializer):
     )
     reason = StrictStringField(
         max_length=32,
+        choices=RefundReason.values,
         required=False,
-        help_text="requested_by_customer, duplicate or fraudulent.",
+        help_text="Why the money goes back.",
     )
 
-    def validate_reason(self, value: str) -> str:
-        return _one_of(value, RefundReason.values, "refund reasons")
+
+class QueryIntegerField(serializers.Field):
+    """A query parameter holding a whole number in ASCII decimal digits, no sign, no leading
+    zero (``20``; not ``+20``, ``020``, `` 20``, ``20.0`` or other scripts' digits), within
+    [min_value, max_value]. Its OpenAPI schema (``integer``, ``minimum``, ``maximum``) is read
+    from the same attributes (``payments.api.openapi``)."""
+
+    default_error_messages = {
+        "invalid": "Must be a whole number in decimal digits.",
+        "min_value": "Must be at least {min_value}.",
+        "max_value": "Must be at most {max_value}.",
+    }
+    _DIGITS = re.compile(r"0|[1-9][0-9]{0,17}")
+
+    def __init__(self, *, min_value: int, max_value: int, **kwargs: Any) -> None:
+        self.min_value, self.max_value = min_value, max_value
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if not isinstance(data, str) or not self._DIGITS.fullmatch(data):
+            self.fail("invalid")
+        value = int(data)
+        if value < self.min_value:
+            self.fail("min_value", min_value=self.min_value)
+        if value > self.max_value:
+            self.fail("max_value", max_value=self.max_value)
+        return value
+
+    def to_representation(self, value: int) -> int:
+        return value
 
 
-class RefundListQuerySerializer(serializers.Serializer):
+#: ``limit`` of every list: 1-100 objects a page, 20 when absent.
+LIST_LIMIT = {"min_value": 1, "max_value": 100}
+#: ``starting_after`` of every list: an object's id (the page starts after it).
+CURSOR_MAX_LENGTH = 32
+
+
+class ListQuerySerializer(serializers.Serializer):
+    """The query parameters of every list: ``limit`` (1-100, default 20) and the keyset cursor
+    ``starting_after`` (the id of an object of the list: one that is not is a 400 problem
+    ``validation_error`` with the field error ``not_found``)."""
+
+    limit = QueryIntegerField(**LIST_LIMIT, default=20, help_text="Objects a page, 1-100.")
+    starting_after = StrictStringField(
+        max_length=CURSOR_MAX_LENGTH,
+        required=False,
+        help_text="The id of the last object of the previous page.",
+    )
+
+
+class RefundListQuerySerializer(ListQuerySerializer):
     """Query parameters of ``GET /payments/{id}/refunds``."""
-
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
-    starting_after = serializers.CharField(max_length=32, required=False)
 
 
 class RefundListSerializer(serializers.Serializer):
@@ -311,17 +360,18 @@ class RefundListSerializer(serializers.Serializer):
     has_more = serializers.BooleanField()
 
 
-class PaymentListQuerySerializer(serializers.Serializer):
+class PaymentListQuerySerializer(ListQuerySerializer):
     """Query parameters of ``GET /payments``."""
 
-    status = serializers.ChoiceField(
-        choices=PaymentStatus.choices,
+    status = StrictStringField(
+        max_length=32,
+        choices=PaymentStatus.values,
         required=False,
         error_messages={"invalid_choice": "Must be one of the payment statuses."},
     )
-    reference = serializers.CharField(max_length=128, required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
-    starting_after = serializers.CharField(max_length=32, required=False)
+    reference = StrictStringField(
+        max_length=CREATE_MAX_LENGTHS["reference"], required=False, help_text="Exact reference."
+    )
 
 
 class PaymentListSerializer(serializers.Serializer):
@@ -330,24 +380,3 @@ class PaymentListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
     data = PaymentSerializer(many=True)
     has_more = serializers.BooleanField()
-
-
-class FieldErrorSerializer(serializers.Serializer):
-    """One field error of a problem document."""
-
-    field = serializers.CharField()
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
-class ProblemSerializer(serializers.Serializer):
-    """An RFC 9457 problem document (for the OpenAPI schema; errors are built in problems.py)."""
-
-    type = serializers.CharField(help_text="A relative URI reference: /problems/<code>.")
-    title = serializers.CharField()
-    status = serializers.IntegerField()
-    detail = serializers.CharField()
-    code = serializers.CharField(
-        help_text="Stable machine-readable code, e.g. idempotency_key_in_use."
-    )
-    errors = FieldErrorSerializer(many=True, required=False)

@@ -15,10 +15,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
     extend_schema,
     extend_schema_view,
 )
@@ -43,15 +40,15 @@ from payments.api.limits import (
     rate_limited,
     request_rate_check,
 )
+from payments.api.openapi import idempotency_key_parameter
 from payments.api.parsers import request_json
-from payments.api.problems import Problem
+from payments.api.problems import CONFLICT_TITLES, Problem
 from payments.api.responses import create_answer, operation_answer
 from payments.api.serializers import (
     CaptureInputSerializer,
     PaymentCreateInputSerializer,
     PaymentListQuerySerializer,
     PaymentListSerializer,
-    ProblemSerializer,
     RefundInputSerializer,
     RefundListQuerySerializer,
     RefundListSerializer,
@@ -72,35 +69,8 @@ from payments.core.selectors import (
 )
 from payments.operations.flows import payment_capture, payment_void, refund_create
 
-PROBLEM = "application/problem+json"
-
-
-def problems(*statuses: int) -> dict:
-    """OpenAPI responses for error ``statuses``: RFC 9457 ``application/problem+json``."""
-    return {
-        (status, PROBLEM): OpenApiResponse(ProblemSerializer, description="RFC 9457 problem")
-        for status in statuses
-    }
-
-
-IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    required=True,
-    description=(
-        "One key per logical request: 1-255 visible ASCII characters (%x21-7E), bare, or an "
-        "RFC 8941 quoted string (for a key with a comma or a quote). The field twice, or a "
-        "bare key with a comma, is a 400."
-    ),
-)
-
-#: The 409 state conflicts of the operations: never stored, the key stays free.
-CONFLICT_TITLES = {
-    "invalid_payment_state": "The payment's status does not allow this",
-    "amount_exceeds_capturable": "The amount is more than can be captured",
-    "amount_exceeds_refundable": "The amount is more than can be refunded",
-}
+#: The ``Idempotency-Key`` header of every POST that may reach the acquirer: required.
+IDEMPOTENCY_KEY_HEADER = idempotency_key_parameter(required=True)
 
 
 def not_found_problem(noun: str) -> Problem:
@@ -267,11 +237,7 @@ class OperationApi(MerchantApi):
             summary=cls.openapi_summary,
             request=cls.operation_body,
             parameters=[IDEMPOTENCY_KEY_HEADER],
-            responses={
-                ok: answer,
-                202: answer,
-                **problems(400, 401, 404, 409, 422, 429, 502, 503),
-            },
+            responses={ok: answer, 202: answer},
         )
         extend_schema_view(post=schema)(cls)
 
@@ -306,11 +272,7 @@ class PaymentListCreateApi(MerchantApi):
         summary="Create and authorize a payment",
         request=PaymentCreateInputSerializer,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={
-            201: PaymentSerializer,
-            202: PaymentSerializer,
-            **problems(400, 401, 409, 422, 429, 502, 503),
-        },
+        responses={201: PaymentSerializer, 202: PaymentSerializer},
     )
     def post(self, request: Request) -> HttpResponse:
         key = idempotency_key_header(request)
@@ -338,7 +300,7 @@ class PaymentListCreateApi(MerchantApi):
         operation_id="payments_list",
         summary="List payments, newest first",
         parameters=[PaymentListQuerySerializer],
-        responses={200: PaymentListSerializer, **problems(400, 401, 429)},
+        responses={200: PaymentListSerializer},
     )
     def get(self, request: Request) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -362,7 +324,7 @@ class PaymentDetailApi(MerchantApi):
     @extend_schema(
         operation_id="payments_retrieve",
         summary="Retrieve a payment",
-        responses={200: PaymentSerializer, **problems(401, 404, 429)},
+        responses={200: PaymentSerializer},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         try:
@@ -405,7 +367,7 @@ class PaymentRefundsApi(OperationApi):
         operation_id="refunds_list",
         summary="List a payment's refunds, newest first",
         parameters=[RefundListQuerySerializer],
-        responses={200: RefundListSerializer, **problems(400, 401, 404, 429)},
+        responses={200: RefundListSerializer},
     )
     def get(self, request: Request, payment_id: str) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -433,7 +395,7 @@ class RefundDetailApi(MerchantApi):
     @extend_schema(
         operation_id="refunds_retrieve",
         summary="Retrieve a refund",
-        responses={200: RefundSerializer, **problems(401, 404, 429)},
+        responses={200: RefundSerializer},
     )
     def get(self, request: Request, refund_id: str) -> HttpResponse:
         try:

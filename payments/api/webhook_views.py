@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
 from idempotency.errors import IdempotencyKeyInUse, IdempotencyKeyReused
 from idempotency.responses import replay_response
+from payments.api.openapi import idempotency_key_parameter
 from payments.api.parsers import request_json
 from payments.api.problems import Problem
 from payments.api.views import (
@@ -29,9 +29,10 @@ from payments.api.views import (
     json_answer,
     list_answer,
     not_found_problem,
-    problems,
 )
 from payments.api.webhook_serializers import (
+    EndpointListQuerySerializer,
+    EventListQuerySerializer,
     RotateSecretInputSerializer,
     WebhookEndpointInputSerializer,
 )
@@ -46,11 +47,10 @@ from webhooks.selectors import (
     event_list,
 )
 from webhooks.serializers import (
-    EndpointListQuerySerializer,
+    EndpointDeletedSerializer,
     EndpointListSerializer,
     EndpointSerializer,
     EndpointWithSecretSerializer,
-    EventListQuerySerializer,
     EventListSerializer,
     EventSerializer,
 )
@@ -63,13 +63,8 @@ from webhooks.services import (
     endpoint_rotate_secret,
 )
 
-OPTIONAL_IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="Optional: a retry with the same key replays the first answer.",
-)
+#: The webhooks API's ``Idempotency-Key``: optional, honoured when sent.
+OPTIONAL_IDEMPOTENCY_KEY = idempotency_key_parameter(required=False)
 
 
 def _optional_key(request: Request) -> str | None:
@@ -102,7 +97,7 @@ class WebhookEndpointListCreateApi(MerchantApi):
         summary="Create a webhook endpoint (its signing secret is shown in this answer only)",
         request=WebhookEndpointInputSerializer,
         parameters=[OPTIONAL_IDEMPOTENCY_KEY],
-        responses={201: EndpointWithSecretSerializer, **problems(400, 401, 409, 422)},
+        responses={201: EndpointWithSecretSerializer},
     )
     def post(self, request: Request) -> HttpResponse:
         key = _optional_key(request)
@@ -125,7 +120,7 @@ class WebhookEndpointListCreateApi(MerchantApi):
         operation_id="webhook_endpoints_list",
         summary="List webhook endpoints, newest first",
         parameters=[EndpointListQuerySerializer],
-        responses={200: EndpointListSerializer, **problems(400, 401)},
+        responses={200: EndpointListSerializer},
     )
     def get(self, request: Request) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -149,7 +144,7 @@ class WebhookEndpointDetailApi(MerchantApi):
     @extend_schema(
         operation_id="webhook_endpoints_retrieve",
         summary="Retrieve a webhook endpoint",
-        responses={200: EndpointSerializer, **problems(401, 404)},
+        responses={200: EndpointSerializer},
     )
     def get(self, request: Request, endpoint_id: str) -> HttpResponse:
         try:
@@ -161,7 +156,7 @@ class WebhookEndpointDetailApi(MerchantApi):
     @extend_schema(
         operation_id="webhook_endpoints_delete",
         summary="Delete a webhook endpoint (nothing more is sent to it)",
-        responses={200: OpenApiTypes.OBJECT, **problems(401, 404)},
+        responses={200: EndpointDeletedSerializer},
     )
     def delete(self, request: Request, endpoint_id: str) -> HttpResponse:
         try:
@@ -180,7 +175,7 @@ class WebhookEndpointRotateSecretApi(MerchantApi):
         summary="Rotate the signing secret (the old one keeps signing alongside for 24 h)",
         request=RotateSecretInputSerializer,
         parameters=[OPTIONAL_IDEMPOTENCY_KEY],
-        responses={200: EndpointWithSecretSerializer, **problems(400, 401, 404, 409, 422)},
+        responses={200: EndpointWithSecretSerializer},
     )
     def post(self, request: Request, endpoint_id: str) -> HttpResponse:
         # The body is read and checked like every body (empty or {}), never ignored.
@@ -204,7 +199,7 @@ class EventListApi(MerchantApi):
         operation_id="events_list",
         summary="List events, newest first",
         parameters=[EventListQuerySerializer],
-        responses={200: EventListSerializer, **problems(400, 401)},
+        responses={200: EventListSerializer},
     )
     def get(self, request: Request) -> HttpResponse:
         def fetch(query: dict) -> tuple[Sequence[object], bool]:
@@ -228,7 +223,7 @@ class EventDetailApi(MerchantApi):
     @extend_schema(
         operation_id="events_retrieve",
         summary="Retrieve an event",
-        responses={200: EventSerializer, **problems(401, 404)},
+        responses={200: EventSerializer},
     )
     def get(self, request: Request, event_id: str) -> HttpResponse:
         try:

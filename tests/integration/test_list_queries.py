@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 import pytest
 
 from payments.api.serializers import PaymentListQuerySerializer, RefundListQuerySerializer
+from payments.api.webhook_serializers import EventListQuerySerializer
 from tests.factories import PaymentFactory
 from webhooks.events import EVENT_TYPES
-from webhooks.serializers import EventListQuerySerializer
 
 pytestmark = pytest.mark.django_db
 

@@ -488,7 +488,8 @@ def test_index_entries_count_every_insert_and_every_update_that_is_not_hot():
 
 def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
     """Each request in the web log once: its request line, or gunicorn's access line for a
-    request the request line does not cover (ADR 0028); plain and JSON lines."""
+    request the request line does not cover (ADR 0028); plain and JSON lines. The successful
+    captures, refunds and rotations are counted apart (only a link's id makes one succeed)."""
     from campaigns.fuzz import _access_statuses
 
     log = tmp_path / "web.log"
@@ -497,9 +498,11 @@ def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
         '{"event": "request GET (no route) 404", "logger": "payments.request"}\n'
         '{"event": "127.0.0.1 \\"GET /x HTTP/1.1\\" 500 12 3ms", "logger": "gunicorn.access"}\n'
         '{"event": "request POST /payments/<str:payment_id>/capture 503", "status": 503}\n'
+        '{"event": "request POST /payments/<str:payment_id>/refunds 201", "status": 201}\n'
     )
-    counts, end = _access_statuses(log, 0)
-    assert counts == {"201": 1, "404": 1, "500": 1, "503": 1}
+    counts, linked, end = _access_statuses(log, 0)
+    assert counts == {"201": 2, "404": 1, "500": 1, "503": 1}
+    assert linked == {"capture": 0, "refund": 1, "rotate": 0}
     assert end == log.stat().st_size
 
 
