@@ -69,6 +69,9 @@ SERVICE_ENV: dict[str, str] = {
     # The storms send one merchant's requests faster and more at once than its default limits.
     "MERCHANT_RATE_LIMIT_REQUESTS": "0",
     "MERCHANT_CONCURRENT_PAYMENTS": "0",
+    # Schemathesis sends its unauthenticated and wrong-key cases from the one address every
+    # campaign client shares: past 20 a minute they would lock the others out (ADR 0018).
+    "API_AUTH_FAILURE_LIMIT": "0",
     "RECONCILIATION_SWEEP_INTERVAL_SECONDS": "1",
     # Deferred submission (campaigns/deferred.py): beat's sweep every second, backoffs
     # of seconds, and the fleet's submission rate half the deferred campaign's capacity.

@@ -28,8 +28,10 @@ refused connection, a reset, a timeout) is a `TransportError`.
         │   └── AmountExceedsRefundable   amount_exceeds_refundable
         ├── IdempotencyKeyReused    422   idempotency_key_reused
         ├── RateLimited             429   rate_limited (retried after Retry-After)
-        │   └── ConcurrencyLimited        concurrency_limited: too many of the merchant's
-        │                                 payment POSTs in progress
+        │   ├── ConcurrencyLimited        concurrency_limited: too many of the merchant's
+        │   │                             payment POSTs in progress
+        │   └── AuthenticationRateLimited authentication_rate_limited: too many requests
+        │                                 with a missing or invalid key from this address
         └── ServerError             5xx   internal_error, a proxy's 502/504 (retried, same key)
             ├── AcquirerError       502   acquirer_error: stored and replayed; payment_id
             ├── ServiceUnavailable  503   acquirer_unavailable: certainly not applied,
@@ -232,6 +234,12 @@ class ConcurrencyLimited(RateLimited):
     `retry_after` (1 s) says when to come back. Nothing was stored."""
 
 
+class AuthenticationRateLimited(RateLimited):
+    """429 `authentication_rate_limited`: too many requests with a missing or invalid API key
+    came from this client's address; `retry_after` says when to come back. Fix the key first:
+    a request with a key the service accepts is never refused this way."""
+
+
 class ServerError(ProblemError):
     """5xx: a server failure; a re-send with the same idempotency key is safe."""
 
@@ -299,6 +307,7 @@ ERROR_CLASSES: dict[str, type[ProblemError]] = {
     "idempotency_key_reused": IdempotencyKeyReused,
     "rate_limited": RateLimited,
     "concurrency_limited": ConcurrencyLimited,
+    "authentication_rate_limited": AuthenticationRateLimited,
     "internal_error": ServerError,
     "acquirer_error": AcquirerError,
     "acquirer_unavailable": ServiceUnavailable,

@@ -26,6 +26,8 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+import card_data
+
 __all__ = [
     "PAYMENT_ID",
     "add_trace_ids",
@@ -47,11 +49,14 @@ _W3C = TraceContextTextMapPropagator()
 def current_traceparent() -> str:
     """The running span's W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<2 hex>``, 55
     characters), or ``""`` when no span is recording a trace here (tracing off, or none
-    running)."""
+    running), or when it holds what reads as a card number: a merchant's ``traceparent`` is
+    continued, so its trace id is text a client chose, and a stored text never keeps one
+    (tests/integration/test_stored_text.py)."""
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
         return ""
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    value = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    return "" if card_data.contains_card_number(value) else value
 
 
 def span_note(attributes: Mapping[str, AttributeValue | None]) -> None:

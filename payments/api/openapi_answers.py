@@ -32,6 +32,7 @@ CODES: dict[str, Code] = {
     "authentication_failed": Code(401, "Authentication failed"),
     "rate_limited": Code(429, "Too many requests"),
     "concurrency_limited": Code(429, "Too many payments in flight"),
+    "authentication_rate_limited": Code(429, "Too many failed authentications"),
     "card_data_not_accepted": Code(400, "Card data is not accepted"),
     "service_unavailable": Code(503, "Service temporarily unavailable"),
     "invalid_content_length": Code(400, "The Content-Length header is invalid"),
@@ -59,8 +60,8 @@ CODES: dict[str, Code] = {
 #: The codes of every merchant request (authentication, limits, card data, framing, database).
 _EVERY = (
     "authentication_required", "authentication_failed", "rate_limited",
-    "card_data_not_accepted", "service_unavailable", "invalid_content_length",
-    "body_incomplete", "length_required",
+    "authentication_rate_limited", "card_data_not_accepted", "service_unavailable",
+    "invalid_content_length", "body_incomplete", "length_required",
 )  # fmt: skip
 _LIST = ("validation_error",)
 _ONE = ("not_found",)

@@ -17,6 +17,7 @@ from console.middleware import (
     ConsoleOTPMiddleware,
     ConsoleSessionMiddleware,
 )
+from payments.api.notification_views import acquirer_notification
 from payments.api.views import healthz
 from payments.monitoring.health import readyz
 from payments.monitoring.views import metrics_view
@@ -114,7 +115,8 @@ def test_every_route_that_may_use_a_session_is_under_the_console_prefix():
     views that read no cookie. A new page outside the console must be added here on purpose."""
     for name in ("admin:index", "admin:login", "admin:logout", "admin:two_factor"):
         assert reverse(name).startswith(CONSOLE_PATH_PREFIX), name
-    no_cookie_views = {healthz, readyz, metrics_view}
+    # The acquirers' notifications: authenticated by the provider's signature on the raw body.
+    no_cookie_views = {healthz, readyz, metrics_view, acquirer_notification}
     outside = [
         (route, view)
         for route, view in _patterns(get_resolver().url_patterns)

@@ -85,7 +85,14 @@ PUBLIC = {
     "ManualClock", "MemoryStore", "RedisStore", "Refund", "RefundRequest", "RetryPolicy",
     "StateStore", "VoidRequest", "classify_exception",
     # the connector seam (dialect.py) and its dialects
-    "Dialect", "SandboxDialect", "StripeDialect", "WireRequest",
+    "Dialect", "SandboxDialect", "StripeDialect", "AdyenDialect", "WireRequest",
+    "LookupUnsupported", "Received",
+    # the notification connectors (notifications.py) and the dispute statuses (disputes.py)
+    "MAX_NOTIFICATION_BYTES", "NotificationConnector", "NotificationRejected",
+    "ProviderNotification", "SandboxNotifications", "StripeNotifications",
+    "standard_webhooks_signature", "stripe_signature_header",
+    "ADYEN_DISPUTE_EVENTS", "ADYEN_DISPUTE_STATUSES", "CLOSED_DISPUTE_STATUSES",
+    "STRIPE_DISPUTE_STATUSES", "DisputeNotice",
 }  # fmt: skip
 
 

@@ -109,10 +109,12 @@ def test_header_values_are_rounded_up_never_down() -> None:
 
 @pytest.mark.django_db
 def test_over_the_rate_answers_429_with_headers_gateway_client_reads(
-    merchant_a, shared_limits
+    merchant_a, shared_limits, settings
 ) -> None:
     """Quota 3: three answers count down r; the fourth is 429 rate_limited whose Retry-After
-    and RateLimit t agree, both read by resilience.quota_profile (the client's own reader)."""
+    and RateLimit t agree, both read by resilience.quota_profile (the client's own reader).
+    A 60 s window (the default is 1 s), so the four requests fall in one window."""
+    settings.MERCHANT_RATE_LIMIT_WINDOW_SECONDS = 60
     merchant_a.merchant.rate_limit_requests = 3
     merchant_a.merchant.save()
     remaining = []

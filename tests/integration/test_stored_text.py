@@ -89,6 +89,12 @@ STORED_TEXT: dict[str, tuple[str, str]] = {
     "payments.PaymentEvent.to_status": ("ours", "a closed set"),
     "payments.PaymentEvent.data": ("refused", "operator notes: the action forms' check"),
     "payments.PaymentEvent.request_id": ("refused", "X-Request-Id is adopted only without one"),
+    "payments.Payment.trace_context": (
+        "refused",
+        "a continued traceparent is not stored when "
+        "it reads as a card number (observability.trace_context.current_traceparent)",
+    ),
+    "webhooks.Event.trace_context": ("refused", "the same rule (current_traceparent)"),
     **{
         f"payments.AcquirerNotification.{field}": (
             "redacted",

@@ -5,10 +5,17 @@ created). Such tests belong in tests/integration or tests/e2e, which ``make test
 
 from __future__ import annotations
 
+import os
 import subprocess
 from typing import Any
 
 import pytest
+
+# Without DATABASE_URL the test settings would start the embedded PostgreSQL when they load
+# (config/database.py), seconds of a lane that uses no database and a server left running. An
+# address nothing answers on instead: the settings load, and a test that reached the database
+# anyway (past the check below) would fail to connect, naming it.
+os.environ.setdefault("DATABASE_URL", "postgres://fast-lane@127.0.0.1:9/fast_lane_uses_no_database")
 
 _MESSAGE = (
     "make test-fast runs no subprocess, and this test started one ({what}): move it to "
