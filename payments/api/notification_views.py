@@ -34,7 +34,7 @@ __all__ = ["acquirer_notification"]
 def acquirer_notification(request: HttpRequest, acquirer: str) -> HttpResponse:
     """Receive one notification request of ``acquirer`` (see the module docstring)."""
     raw = request.read(MAX_NOTIFICATION_BYTES + 1)
-    declared = request.META.get("CONTENT_LENGTH") or ""
+    declared = request.headers.get("content-length") or ""
     if len(raw) > MAX_NOTIFICATION_BYTES:
         record_notification_rejected(acquirer[:24], "too_large")
         return problem_response(
