@@ -22,6 +22,13 @@ from tests.support.api import PAYMENT_BODY
 from tests.support.redis import suite_redis_url
 
 
+@pytest.fixture(autouse=True)
+def _one_minute_window(settings):
+    """A 60 s rate window (the default is 1 s): a test's requests, counted against a quota,
+    fall in one window however slowly a loaded machine runs them."""
+    settings.MERCHANT_RATE_LIMIT_WINDOW_SECONDS = 60
+
+
 @pytest.fixture
 def namespace() -> Iterator[str]:
     """A fresh key namespace, deleted afterwards."""
@@ -109,12 +116,10 @@ def test_header_values_are_rounded_up_never_down() -> None:
 
 @pytest.mark.django_db
 def test_over_the_rate_answers_429_with_headers_gateway_client_reads(
-    merchant_a, shared_limits, settings
+    merchant_a, shared_limits
 ) -> None:
     """Quota 3: three answers count down r; the fourth is 429 rate_limited whose Retry-After
-    and RateLimit t agree, both read by resilience.quota_profile (the client's own reader).
-    A 60 s window (the default is 1 s), so the four requests fall in one window."""
-    settings.MERCHANT_RATE_LIMIT_WINDOW_SECONDS = 60
+    and RateLimit t agree, both read by resilience.quota_profile (the client's own reader)."""
     merchant_a.merchant.rate_limit_requests = 3
     merchant_a.merchant.save()
     remaining = []
