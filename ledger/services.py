@@ -44,7 +44,9 @@ not depend on knowing the outcome (several records, wrong amount) apply to them 
 
 A payment created before ``since`` whose record falls in the window (a late re-send by
 reconciliation) is looked up by its id and compared, so a window boundary never invents an
-unknown record. Records are read from ``since - skew`` to absorb clock differences between
+unknown record. A payment created before ``since`` with only a refund in the window is looked
+up for that refund, which is compared, but the payment itself is not: its charge record may
+predate the records read, and the boundary must not invent an unknown payment either. Records are read from ``since - skew`` to absorb clock differences between
 the acquirer and us; an unknown record older than ``since`` is outside the window and ignored.
 
 :func:`audit_write_csv` writes the discrepancies as CSV; :func:`audit_run_record` stores a run
@@ -599,6 +601,11 @@ def audit_acquirer(
         payments.update((p.id, p) for p in _payments(ours.filter(id__in=chunk)))
     if acquirer is not None:
         _records_of_payments_elsewhere(report, acquirer, by_reference, payments)
+    # The payments compared with their charge records: those created in the window and those
+    # whose record was read. A payment looked up below only for a refund in the window may
+    # have its charge record before ``since - skew``, which was not read: comparing it would
+    # report a charge the acquirer does hold as unknown to it.
+    compared = set(payments)
 
     refund_records, report.refund_records_checked = _by_reference(
         source.refunds_since(since - skew), since
@@ -629,6 +636,8 @@ def audit_acquirer(
 
     by_status: dict[str, int] = defaultdict(int)
     for payment in payments.values():
+        if payment.id not in compared:
+            continue
         records_ = by_reference.get(payment.id, [])
         by_status[payment.status] += 1
         report.discrepancies.extend(
@@ -660,9 +669,9 @@ def audit_acquirer(
                 acquirer_amounts=tuple(f"{r.amount} {r.currency}" for r in in_window),
             )
         )
-    report.payments_checked = len(payments)
+    report.payments_checked = len(compared)
     report.payments_by_status = dict(by_status)
-    report.disputes = dispute_counts(payments)
+    report.disputes = dispute_counts(compared)
     report.discrepancies.sort(key=lambda d: (list(Category).index(d.category), d.payment_id or ""))
     report.unresolved.sort(key=lambda u: (u.created_at, u.payment_id))
     report.duration_seconds = time.monotonic() - started

@@ -5,6 +5,7 @@ refunds the acquirer has and we do not (and the reverse), unresolved operations.
 from __future__ import annotations
 
 import csv
+import time
 import uuid
 from datetime import timedelta
 
@@ -221,3 +222,27 @@ def test_refund_rows_in_the_csv_and_the_stored_counts(merchant_a, sandbox, tmp_p
     assert (run.refund_unknown_to_us, run.refunded_amount_mismatch) == (1, 1)
     assert (run.refunds_checked, run.refund_records_checked) == (0, 1)
     assert run.discrepancies_total == 2
+
+
+def test_a_refund_in_the_window_of_a_payment_charged_before_it_is_audited_alone(
+    merchant_a, sandbox
+):
+    """The payment and its charge record predate the records read (``since``, no skew); its
+    refund does not. The refund is compared with the acquirer's refund record; the payment is
+    not compared with a charge record the audit never read (it is no "payment unknown to the
+    acquirer", which the campaigns' audit reported under load, issue 30)."""
+    payment_id = payment(merchant_a)
+    # The sandbox's times are to the second: the window opens at the next whole second.
+    window = timezone.now().replace(microsecond=0) + timedelta(seconds=1)
+    while timezone.now() < window:
+        time.sleep(0.05)
+    body = refund(merchant_a, payment_id, 400)
+    report = audit_acquirer(since=window, skew=timedelta(0))
+    assert report.clean, [d.as_row() for d in report.discrepancies]
+    assert (report.refunds_checked, report.refund_records_checked) == (1, 1)
+    assert report.payments_checked == 0
+    assert body["status"] == "succeeded"
+    # Its refund is still audited: the same refund failed here is a refund_mismatch.
+    PaymentOperation.objects.filter(pk=body["id"]).update(status="failed")
+    report = audit_acquirer(since=window, skew=timedelta(0))
+    assert categories(report) == {"refund_mismatch": 1}
