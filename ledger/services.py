@@ -47,7 +47,8 @@ reconciliation) is looked up by its id and compared, so a window boundary never 
 unknown record. A payment created before ``since`` with only a refund in the window is looked
 up for that refund, which is compared, but the payment itself is not: its charge record may
 predate the records read, and the boundary must not invent an unknown payment either.
-Records are read from ``since - skew`` to absorb clock differences between the acquirer and us; an unknown record older than ``since`` is outside the window and ignored.
+Records are read from ``since - skew`` to absorb clock differences between the acquirer and us;
+an unknown record older than ``since`` is outside the window and ignored.
 
 :func:`audit_write_csv` writes the discrepancies as CSV; :func:`audit_run_record` stores a run
 as a :class:`ledger.models.AuditRun`; :func:`audit_acquirer_run` does all three.
