@@ -50,6 +50,11 @@ def _marker_id(round_: int) -> str:
     return f"round-{round_}-" + uuid.uuid4().hex.translate(_DIGITS_AS_LETTERS)
 
 
+def _tail(log_path, lines: int = 80) -> str:
+    """The log's last ``lines`` lines, the newest first (a long report is cut at its end)."""
+    return "\n".join(reversed(log_path.read_text().splitlines()[-lines:]))
+
+
 def _send(broker_url: str, queue: str, task: str, count: int = 1, task_id: str | None = None):
     """Publish ``count`` ``task`` messages to the private broker through an app of their own
     (never the current one: the service's own app must stay as the other tests left it)."""
@@ -80,15 +85,20 @@ def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
                 key, marker = f"round-{round_}", _marker_id(round_)
                 expired_key(key)
                 _send(broker.broker_url, queue, PURGE, task_id=marker)
-                wait_until(
-                    lambda key=key, marker=marker: (
-                        f"{PURGE}[{marker}] succeeded" in log_path.read_text()
-                        and not IdempotencyKey.objects.filter(key=key).exists()
-                    ),
-                    timeout=60,
-                    what=f"the worker to run task {marker}, sent after {round_} restarts:\n"
-                    + log_path.read_text(),
-                )
+                try:
+                    wait_until(
+                        lambda key=key, marker=marker: (
+                            f"{PURGE}[{marker}] succeeded" in log_path.read_text()
+                            and not IdempotencyKey.objects.filter(key=key).exists()
+                        ),
+                        timeout=60,
+                        what=f"the worker to run task {marker}, sent after {round_} restarts",
+                    )
+                except AssertionError as exc:
+                    # The worker's log as it is now (what it did while we waited), its end first.
+                    raise AssertionError(
+                        f"{exc}; the worker's log, from its end:\n{_tail(log_path)}"
+                    ) from None
                 if round_ == RESTARTS:
                     break
                 _send(broker.broker_url, queue, PURGE, 20)  # in flight when the broker dies
