@@ -36,8 +36,9 @@ only from the environment (``api_key_env``, sent as ``X-API-Key``); it takes
 notification signing secret(s) (``POST /acquirer_notifications/<name>``; docs/connectors.md,
 "Notifications"): one secret, or several separated by spaces during a rotation (newest first).
 A ``stripe`` acquirer's are its endpoint's ``whsec_...`` secrets; a ``sandbox`` acquirer's are
-Standard Webhooks secrets (``whsec_`` + base64). Without it the acquirer takes no notifications
-(its endpoint answers 404) and reconciliation alone finds its outcomes.
+Standard Webhooks secrets (``whsec_`` + base64); an ``adyen`` acquirer's are its webhook's HMAC
+keys (32 to 256 hex digits, as the Customer Area shows them). Without it the acquirer takes no
+notifications (its endpoint answers 404) and reconciliation alone finds its outcomes.
 
 Unset or empty: ``None``, and one acquirer is built from the ``ACQUIRER_*`` settings at call
 time (``payments.acquirer.client``), as before this setting existed. Bad values raise
@@ -265,13 +266,16 @@ def _secret(where: str, item: Mapping[str, Any], kind: str, environ: Mapping[str
 
 
 _WEBHOOK_SECRET = re.compile(r"whsec_[A-Za-z0-9+/=_-]{8,}")
+#: An Adyen webhook's HMAC key: hex, 16 to 128 bytes.
+_HMAC_KEY = re.compile(r"(?:[0-9A-Fa-f]{2}){16,128}")
 
 
 def _webhook_secrets(
-    where: str, item: Mapping[str, Any], environ: Mapping[str, str]
+    where: str, item: Mapping[str, Any], environ: Mapping[str, str], kind: str = "sandbox"
 ) -> tuple[str, ...]:
     """The notification secrets the variable ``webhook_secret_env`` names (space-separated),
-    or () without it. Errors name the variable, never a value."""
+    or () without it: ``whsec_...`` secrets, or HMAC keys in hex for ``kind`` ``adyen``.
+    Errors name the variable, never a value."""
     if "webhook_secret_env" not in item:
         return ()
     variable = item["webhook_secret_env"]
@@ -280,7 +284,14 @@ def _webhook_secrets(
     secrets = tuple(environ.get(variable, "").split())
     if not secrets:
         raise _fail(where, f"webhook_secret_env: the environment variable {variable} is not set")
-    if not all(_WEBHOOK_SECRET.fullmatch(secret) for secret in secrets):
+    if kind == "adyen":
+        if not all(_HMAC_KEY.fullmatch(secret) for secret in secrets):
+            raise _fail(
+                where,
+                f"the environment variable {variable} must hold HMAC keys (32-256 hex digits), "
+                "space-separated",
+            )
+    elif not all(_WEBHOOK_SECRET.fullmatch(secret) for secret in secrets):
         raise _fail(
             where,
             f"the environment variable {variable} must hold whsec_... secrets, space-separated",
@@ -353,7 +364,7 @@ def _spec(
         api_version=api_version,
         merchant_account=merchant_account,
         return_url=return_url,
-        webhook_secrets=_webhook_secrets(where, item, environ),
+        webhook_secrets=_webhook_secrets(where, item, environ, kind),
     )
 
 

@@ -49,6 +49,7 @@ from resilience import (
 )
 
 from .adyen import AdyenDialect
+from .adyen_notifications import AdyenNotifications
 from .classify import classify_exception
 from .client import AcquirerClient
 from .dialect import Dialect, LookupUnsupported, WireRequest
@@ -82,6 +83,7 @@ from .notifications import (
     MAX_NOTIFICATION_BYTES,
     NotificationConnector,
     NotificationRejected,
+    OperationOutcome,
     ProviderNotification,
 )
 from .policy import RetryPolicy
@@ -137,9 +139,11 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "CLOSED_DISPUTE_STATUSES",
     "MAX_NOTIFICATION_BYTES",
     "STRIPE_DISPUTE_STATUSES",
+    "AdyenNotifications",
     "DisputeNotice",
     "NotificationConnector",
     "NotificationRejected",
+    "OperationOutcome",
     "ProviderNotification",
     "SandboxNotifications",
     "StripeNotifications",

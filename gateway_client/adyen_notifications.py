@@ -18,6 +18,16 @@ constant time.
         outcome = item_outcome(item)               # what it says about which operation
 
 An item's `amount` is converted to our minor units (ISO 4217) like the dialect's answers.
+
+`AdyenNotifications` is the service's `NotificationConnector` for Adyen, built on these:
+`verify` checks every item's HMAC on the raw body (any of the configured keys, newest first,
+during a rotation) and that every item is for our merchant account; `parse` maps each item to
+a `ProviderNotification`. Adyen answers a capture, cancel or refund `received` and tells its
+outcome only here, and has no look-up, so those items carry an `OperationOutcome`: the
+record that settles the operation (ADR 0047). An `AUTHORISATION` item is a hint (the
+authorization is resolved by re-sending with its idempotency key); dispute events carry a
+`DisputeNotice` keyed by the payment's `pspReference` (one dispute per payment at Adyen);
+anything else is `other`. Adyen expects `[accepted]` in a 2xx answer.
 """
 
 from __future__ import annotations
@@ -28,14 +38,23 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from .adyen import from_adyen_amount
+from .disputes import ADYEN_DISPUTE_EVENTS, ADYEN_DISPUTE_STATUSES, DisputeNotice
+from .notifications import (
+    NotificationRejected,
+    OperationOutcome,
+    ProviderNotification,
+    Subject,
+)
 from .wire import MalformedBody
 
 __all__ = [
+    "AdyenNotifications",
     "NotificationError",
     "NotificationItem",
     "NotificationOutcome",
@@ -246,4 +265,142 @@ def item_outcome(item: NotificationItem) -> NotificationOutcome | None:
         reference=item.merchant_reference,
         failure_code=None if applied else f"adyen_{item.event_code.lower()}",
         amount=item.amount,
+    )
+
+
+#: Longest event id stored (`AcquirerNotification.event_id`).
+_MAX_EVENT_ID = 255
+
+
+class AdyenNotifications:
+    """Adyen's notification connector (see the module docstring). `hmac_keys`: the HMAC keys
+    of the webhook, newest first (hex, as the Customer Area shows them); `merchant_account`:
+    ours, the only one whose items are accepted. ValueError for no key or a key that is not
+    hex (the message never repeats a key)."""
+
+    def __init__(self, hmac_keys: Sequence[str], *, merchant_account: str) -> None:
+        if not hmac_keys:
+            raise ValueError("at least one HMAC key is required")
+        for key in hmac_keys:
+            if not isinstance(key, str) or not _HEX_KEY.fullmatch(key):
+                raise ValueError("an HMAC key must be an even number (32-256) of hex digits")
+        self._keys = tuple(hmac_keys)
+        self._merchant_account = merchant_account
+
+    def __repr__(self) -> str:
+        return f"AdyenNotifications(hmac_keys=<{len(self._keys)} hidden>)"
+
+    def verify(self, raw: bytes, headers: dict[str, str]) -> None:
+        """Every item of `raw` signed by one of our keys and for our merchant account.
+        NotificationRejected: `malformed` (not Adyen's shape), `missing_signature` (an item
+        without `hmacSignature`), `bad_signature` (one that matches no key, or another
+        merchant account's item: one bad item refuses the batch, which Adyen then retries)."""
+        try:
+            items = notification_items(raw)
+        except NotificationError as exc:
+            raise NotificationRejected("malformed", str(exc)) from None
+        for index, item in enumerate(items):
+            additional = item.raw.get("additionalData")
+            given = additional.get("hmacSignature") if isinstance(additional, Mapping) else None
+            if not isinstance(given, str) or not given:
+                raise NotificationRejected(
+                    "missing_signature", f"item {index} has no additionalData.hmacSignature"
+                )
+            if not any(signature_valid(item.raw, key) for key in self._keys):
+                raise NotificationRejected("bad_signature", f"item {index}: no key signs it")
+            if item.merchant_account != self._merchant_account:
+                raise NotificationRejected(
+                    "bad_signature", f"item {index} is for another merchant account"
+                )
+
+    def parse(self, raw: bytes) -> list[ProviderNotification]:
+        """The items of a verified body, in order (see the module docstring)."""
+        try:
+            return [_notification(item) for item in notification_items(raw)]
+        except NotificationError as exc:
+            raise NotificationRejected("malformed", str(exc)) from None
+
+    def acknowledgement(self) -> tuple[int, bytes, str]:
+        """200 `[accepted]`: what Adyen's notification system expects."""
+        return 200, b"[accepted]", "text/plain; charset=utf-8"
+
+
+def _notification(item: NotificationItem) -> ProviderNotification:
+    flag = "true" if item.success else "false"
+    event_id = ":".join((item.event_code, item.psp_reference, item.merchant_reference, flag))
+    if len(event_id) > _MAX_EVENT_ID:
+        raise NotificationError("the item's references are too long for an event id")
+    occurred_at = _event_date(item.raw.get("eventDate"))
+    other = ProviderNotification(
+        event_id=event_id, event_type=item.event_code, subject="other", occurred_at=occurred_at
+    )
+    if item.event_code in ADYEN_DISPUTE_EVENTS:
+        return replace(
+            other,
+            subject="dispute",
+            payment_reference=item.merchant_reference,
+            acquirer_reference=item.original_reference,
+            dispute=_dispute(item),
+        )
+    outcome = item_outcome(item)
+    if outcome is None:
+        return other
+    if outcome.operation == "authorize":
+        return replace(
+            other,
+            subject="payment",
+            payment_reference=item.merchant_reference,
+            acquirer_reference=item.psp_reference,
+        )
+    subject: Subject = "refund" if outcome.operation == "refund" else "payment"
+    return replace(
+        other,
+        subject=subject,
+        acquirer_reference=outcome.payment_reference,
+        refund_reference=item.merchant_reference if subject == "refund" else None,
+        outcome=OperationOutcome(
+            operation=outcome.operation,
+            applied=outcome.applied,
+            reference=outcome.reference,
+            acquirer_reference=outcome.acquirer_reference,
+            failure_code=outcome.failure_code,
+            amount=outcome.amount,
+        ),
+    )
+
+
+def _event_date(value: Any) -> datetime | None:
+    """`eventDate` (ISO 8601 with an offset) as aware UTC; None when absent or unreadable
+    (the date is informative: nothing is refused for it)."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else None
+
+
+def _dispute(item: NotificationItem) -> DisputeNotice:
+    """A dispute item's notice: keyed by the payment's `pspReference` (`originalReference`),
+    its status from the event code, overridden by a `CHARGEBACK`'s `disputeStatus`."""
+    if item.original_reference is None:
+        raise NotificationError(f"{item.event_code}: field 'originalReference' is missing")
+    if item.amount is None or item.currency is None:
+        raise NotificationError(f"{item.event_code}: field 'amount' is missing")
+    additional = item.raw.get("additionalData")
+    additional = additional if isinstance(additional, Mapping) else {}
+    provider_status = additional.get("disputeStatus")
+    status = ADYEN_DISPUTE_EVENTS[item.event_code]
+    if item.event_code == "CHARGEBACK" and isinstance(provider_status, str):
+        status = ADYEN_DISPUTE_STATUSES.get(provider_status, status)
+    reason = additional.get("chargebackReasonCode") or additional.get("rfiReasonCode") or ""
+    return DisputeNotice(
+        dispute_reference=item.original_reference,
+        amount=item.amount,
+        currency=item.currency,
+        reason=reason if isinstance(reason, str) else "",
+        status=status,
+        evidence_due_by=_event_date(additional.get("defensePeriodEndsAt")),
+        provider_status=provider_status if isinstance(provider_status, str) else item.event_code,
     )

@@ -11,9 +11,10 @@ Each provider has one `NotificationConnector` next to its dialect (`stripe_notif
         ...
     status, body, content_type = connector.acknowledgement()   # what the provider expects back
 
-`verify` checks the whole request (Stripe's `Stripe-Signature`, the sandbox's Standard Webhooks
-headers; Adyen's Basic authentication); a provider that signs each item instead (Adyen's HMAC
-per `NotificationRequestItem`) verifies in `parse`, which may raise `NotificationRejected` too.
+`verify` checks the whole request on its raw bytes (Stripe's `Stripe-Signature`, the sandbox's
+Standard Webhooks headers, Adyen's HMAC of every `NotificationRequestItem`); `parse` reads a
+verified body (the service stores it with card numbers redacted, and parses what it stored),
+and raises `NotificationRejected` (`malformed`) for what it cannot read.
 `headers` maps lower-case names to values. Nothing here logs; a rejection's message never holds
 a secret, a signature or the body.
 
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_NOTIFICATION_BYTES",
     "NotificationConnector",
     "NotificationRejected",
+    "OperationOutcome",
     "ProviderNotification",
     "Subject",
 ]
@@ -60,14 +62,38 @@ class NotificationRejected(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class OperationOutcome:
+    """The provider's word on one of our captures, voids or refunds, for a provider that
+    answers a modification `received` and tells its outcome only by notification (Adyen): a
+    record, not a hint (ADR 0047).
+
+    `operation`: `capture`, `void` or `refund`; `applied`: True when the provider applied it,
+    False when it refused or failed it; `reference`: ours, as echoed (the operation's id, or
+    the refund's); `acquirer_reference`: the provider's id of the modification (what its
+    `received` answer gave); `failure_code`: a token when not applied; `amount`: minor units
+    (ISO 4217) when the provider says, else None.
+    """
+
+    operation: Literal["capture", "void", "refund"]
+    applied: bool
+    reference: str
+    acquirer_reference: str
+    failure_code: str | None = None
+    amount: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderNotification:
     """One verified notification item.
 
     `event_id`: the provider's identity of the event (Stripe's `evt_...`, the sandbox's
-    `ntf_...`; Adyen: the item's `eventCode:pspReference` and success flag), the key that
-    deduplicates; `event_type`: the provider's name for it; `occurred_at`: when the provider
-    says it happened (aware UTC), when it says. `payment_reference` / `refund_reference`: ours,
-    echoed by the provider; `acquirer_reference`: the provider's id of the payment.
+    `ntf_...`; Adyen: the item's event code, `pspReference`, `merchantReference` and success
+    flag), the key that deduplicates; `event_type`: the provider's name for it; `occurred_at`:
+    when the provider says it happened (aware UTC), when it says. `payment_reference` /
+    `refund_reference`: ours, echoed by the provider; `acquirer_reference`: the provider's id
+    of the payment. `outcome`: the provider's word on a capture, void or refund
+    (`OperationOutcome`), from a provider whose notifications are records of them (Adyen);
+    None from the others.
     """
 
     event_id: str
@@ -78,6 +104,7 @@ class ProviderNotification:
     acquirer_reference: str | None = None
     refund_reference: str | None = None
     dispute: DisputeNotice | None = None
+    outcome: OperationOutcome | None = None
 
 
 class NotificationConnector(Protocol):

@@ -9,6 +9,15 @@ A notification is re-read from its stored body (parsed by its acquirer's connect
   ``payments.core`` records it. Nothing in the notification's body is recorded as a fact, so
   an echo of our own refund is never a second refund, and a forged-but-verified one could
   only make us look.
+* about a **capture, void or refund a provider settles only by notification** (Adyen's
+  ``CAPTURE``, ``CAPTURE_FAILED``, ``CANCELLATION``, ``REFUND``, ``REFUND_FAILED``: its
+  answer was ``received`` and it has no look-up): the record, ADR 0047. The operation is
+  found by our reference (the operation's or refund's id, echoed), checked against the
+  provider's id of the modification our phase 2 stored, and settled once through
+  ``payments.reconciliation.notified``. Before our phase 2 has stored that id, the
+  notification waits. A later item that contradicts a settled operation (a ``CAPTURE_FAILED``
+  after its ``CAPTURE``) changes nothing: it is logged as an error and kept ``ignored`` with
+  why, for an operator.
 * about a **dispute**: the record (a dispute exists only as the provider's word):
   ``payments.core.dispute_states.dispute_record``.
 * about anything else, or another account's payment: ``ignored``.
@@ -38,7 +47,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gateway_client import NotificationRejected, ProviderNotification
+from card_data import REDACTED_CARD_NUMBER
+from gateway_client import NotificationRejected, OperationOutcome, ProviderNotification
 from idempotency.models import IdempotencyKey
 from payments.acquirer.client import client_for, reconciliation_retry_policy
 from payments.core.dispute_states import DisputeMismatch, dispute_record
@@ -54,6 +64,7 @@ from payments.models import (
 )
 from payments.monitoring.metrics import record_notification_applied
 from payments.notifications.connectors import notification_connector
+from payments.reconciliation.notified import Notified, operation_notified
 from payments.reconciliation.operations import operation_reconciliation_run
 from payments.reconciliation.payments import reconciliation_run
 from payments.reconciliation.schedule import ReconciliationPolicy
@@ -124,6 +135,8 @@ def _apply(row: AcquirerNotification, clock: Callable[[], datetime]) -> ApplyRep
         return _finish(row, None, IGNORED, clock(), detail="the stored body no longer parses")
     if item.subject == "other":
         return _finish(row, None, IGNORED, clock(), detail="nothing to apply")
+    if item.outcome is not None:
+        return _settle(row, item.outcome, clock())
     payment = _payment_for(row.acquirer, item)
     if payment is None:
         return _later(row, clock(), "no payment of ours matches it (yet)")
@@ -169,13 +182,77 @@ def _payment_for(acquirer: str, item: ProviderNotification) -> Payment | None:
     return None
 
 
+def _settle(row: AcquirerNotification, outcome: OperationOutcome, now: datetime) -> ApplyReport:
+    """The provider's record of one of our captures, voids or refunds (see the module
+    docstring)."""
+    operation = _operation_for(row.acquirer, outcome)
+    if operation is None:
+        return _later(row, now, "no operation of ours matches it (yet)")
+    if operation.acquirer_reference is None:
+        # Our phase 2 has not stored the provider's id of the modification: a live request
+        # commits it within its deadline; a dead one's operation is re-sent by reconciliation.
+        if _key_in_flight(operation.idempotency_key_id, now):
+            wait = settings.NOTIFICATION_IN_FLIGHT_RETRY_SECONDS
+            return _later(row, now, "our own request for it has not committed yet", wait=wait)
+        return _later(row, now, "the operation has no acquirer reference yet")
+    if outcome.acquirer_reference not in (operation.acquirer_reference, REDACTED_CARD_NUMBER):
+        detail = (
+            f"operation {operation.pk} is {operation.acquirer_reference} at the acquirer; "
+            f"the notification names {outcome.acquirer_reference}"
+        )
+        logger.error("notification %s: %s", row.pk, detail)
+        return _finish(row, operation.payment, IGNORED, now, detail=detail)
+    notified, settled = operation_notified(
+        acquirer=row.acquirer,
+        kind=outcome.operation,
+        acquirer_reference=operation.acquirer_reference,
+        applied=outcome.applied,
+        failure_code=outcome.failure_code,
+        amount=outcome.amount,
+        now=now,
+    )
+    settled = settled or operation
+    if notified == Notified.UNKNOWN:
+        return _later(row, now, "no operation of ours matches it (yet)")
+    if notified == Notified.MISMATCH:
+        detail = f"operation {settled.pk} is a {settled.kind}, not a {outcome.operation}"
+        return _finish(row, settled.payment, IGNORED, now, detail=detail)
+    if notified == Notified.ALREADY_SETTLED:
+        agrees = (settled.status == OperationStatus.SUCCEEDED) == outcome.applied
+        if not agrees:
+            detail = (
+                f"operation {settled.pk} was settled {settled.status}; the acquirer now says "
+                f"{'applied' if outcome.applied else 'not applied'}: review"
+            )
+            logger.error("notification %s: %s", row.pk, detail)
+            return _finish(row, settled.payment, IGNORED, now, detail=detail)
+    return _finish(row, settled.payment, APPLIED, now)
+
+
+def _operation_for(acquirer: str, outcome: OperationOutcome) -> PaymentOperation | None:
+    """Our operation the outcome names, at this acquirer only: by our reference, else by the
+    provider's id of the modification."""
+    operations = PaymentOperation.objects.select_related("payment").filter(
+        payment__acquirer=acquirer
+    )
+    found = operations.filter(pk=outcome.reference).first()
+    if found is None and outcome.acquirer_reference != REDACTED_CARD_NUMBER:
+        found = operations.filter(acquirer_reference=outcome.acquirer_reference).first()
+    return found
+
+
 def _in_flight(payment: Payment, now: datetime) -> bool:
     """Whether a live request holds the payment's idempotency key (its phase 2 has not
     committed): reconciliation's own rule, checked before claiming, so a waiting notification
     spends none of the payment's reconciliation attempts."""
-    if payment.idempotency_key_id is None:
+    return _key_in_flight(payment.idempotency_key_id, now)
+
+
+def _key_in_flight(key_id: int | None, now: datetime) -> bool:
+    """Whether a live request holds the idempotency key ``key_id`` (see ``_in_flight``)."""
+    if key_id is None:
         return False
-    key = IdempotencyKey.objects.filter(pk=payment.idempotency_key_id).first()
+    key = IdempotencyKey.objects.filter(pk=key_id).first()
     lock_timeout = timedelta(seconds=ReconciliationPolicy.from_settings().lock_timeout)
     return (
         key is not None

@@ -136,3 +136,18 @@ def test_an_adyen_acquirer_uses_the_test_endpoint_unless_given_its_live_prefix()
     assert live.base_url == (
         "https://1797a841fbb37ca7-acmecom-checkout-live.adyenpayments.com/checkout/v71"
     )
+
+
+def test_an_adyen_acquirer_takes_hmac_keys_in_hex_as_its_notification_secrets():
+    """Adyen signs notifications with HMAC keys (hex), not ``whsec_`` secrets; a rotation
+    holds two. The error names the variable, never a value."""
+    keys = f"{'AB' * 32} {'cd' * 32}"
+    (spec,) = parse(adyen(webhook_secret_env="ADYEN_HMAC"), environ={**ENV, "ADYEN_HMAC": keys})
+    assert spec.webhook_secrets == ("AB" * 32, "cd" * 32)
+    assert "AB" * 8 not in repr(spec)
+    for wrong in ("whsec_c2VjcmV0c2VjcmV0", "abc", "zz" * 32):
+        with pytest.raises(ImproperlyConfigured, match="ADYEN_HMAC must hold HMAC keys") as refused:
+            parse(adyen(webhook_secret_env="ADYEN_HMAC"), environ={**ENV, "ADYEN_HMAC": wrong})
+        assert wrong not in str(refused.value)
+    with pytest.raises(ImproperlyConfigured, match="whsec_"):
+        parse(stripe(webhook_secret_env="STRIPE_WH"), environ={**ENV, "STRIPE_WH": "AB" * 32})

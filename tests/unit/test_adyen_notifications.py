@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from gateway_client import NotificationRejected
 from gateway_client.adyen_notifications import (
+    AdyenNotifications,
     NotificationError,
     item_outcome,
     notification_items,
@@ -180,3 +182,102 @@ def test_a_malformed_body_is_a_typed_error_naming_the_field(raw: bytes) -> None:
     with pytest.raises(NotificationError) as raised:
         notification_items(raw)
     assert "slashes" not in str(raised.value)
+
+
+# -- the service's connector (AdyenNotifications) ---------------------------------------------
+
+
+def _connector(*keys: str, account: str | None = None) -> AdyenNotifications:
+    return AdyenNotifications(keys or (KEY,), merchant_account=account or _ACCOUNT)
+
+
+_ACCOUNT = json.loads(VECTORS[0].read_text())["merchantAccountCode"]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=[path.stem for path in VECTORS])
+def test_the_connector_verifies_the_sdks_items_with_either_key_of_a_rotation(path: Path) -> None:
+    item = json.loads(path.read_text())
+    raw = body(item)
+    _connector(KEY).verify(raw, {})
+    _connector("ab" * 32, KEY).verify(raw, {})  # the newer key first, the older still signs
+    with pytest.raises(NotificationRejected) as refused:
+        _connector("ab" * 32).verify(raw, {})
+    assert refused.value.reason == "bad_signature"
+    assert "ab" * 4 not in str(refused.value) and KEY[:8] not in str(refused.value)
+
+
+def test_an_item_for_another_merchant_account_or_unsigned_is_refused() -> None:
+    item = json.loads(VECTORS[0].read_text())
+    with pytest.raises(NotificationRejected) as refused:
+        _connector(account="SomeoneElse").verify(body(item), {})
+    assert refused.value.reason == "bad_signature"
+    unsigned = {k: v for k, v in item.items() if k != "additionalData"}
+    with pytest.raises(NotificationRejected) as refused:
+        _connector().verify(body(item, unsigned), {})  # one bad item refuses the batch
+    assert refused.value.reason == "missing_signature"
+    with pytest.raises(NotificationRejected) as refused:
+        _connector().verify(b"[accepted]", {})
+    assert refused.value.reason == "malformed"
+    with pytest.raises(ValueError, match="hex"):
+        AdyenNotifications(("not-hex",), merchant_account=_ACCOUNT)
+    assert KEY not in repr(_connector())
+
+
+def _item(event: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "pspReference": "8816000000000001",
+        "merchantAccountCode": _ACCOUNT,
+        "merchantReference": "op_1",
+        "eventCode": event,
+        "success": "true",
+        "amount": {"value": 1000, "currency": "EUR"},
+        **fields,
+    }
+
+
+def test_parse_maps_each_event_to_what_it_is_about() -> None:
+    items = [
+        _item("AUTHORISATION", merchantReference="pay_1", eventDate="2026-12-01T10:00:00+01:00"),
+        _item("CAPTURE", originalReference="8816000000000000"),
+        _item("REFUND_FAILED", originalReference="8816000000000000", merchantReference="re_1"),
+        _item("CANCELLATION", originalReference="8816000000000000", success="false"),
+        _item(
+            "CHARGEBACK",
+            originalReference="8816000000000000",
+            merchantReference="pay_1",
+            additionalData={"disputeStatus": "Lost", "chargebackReasonCode": "10.4"},
+        ),
+        _item("REPORT_AVAILABLE", merchantReference="report"),
+    ]
+    auth, capture, refund, void, chargeback, report = _connector().parse(body(*items))
+    assert (auth.subject, auth.payment_reference, auth.acquirer_reference, auth.outcome) == (
+        "payment", "pay_1", "8816000000000001", None,
+    )  # fmt: skip
+    assert (
+        auth.occurred_at is not None and auth.occurred_at.isoformat() == "2026-12-01T09:00:00+00:00"
+    )
+    assert auth.event_id == "AUTHORISATION:8816000000000001:pay_1:true"
+    assert capture.subject == "payment" and capture.acquirer_reference == "8816000000000000"
+    assert capture.outcome is not None
+    assert (capture.outcome.operation, capture.outcome.applied, capture.outcome.amount) == (
+        "capture", True, 1000,
+    )  # fmt: skip
+    assert (capture.outcome.reference, capture.outcome.acquirer_reference) == (
+        "op_1", "8816000000000001",
+    )  # fmt: skip
+    assert refund.subject == "refund" and refund.refund_reference == "re_1"
+    assert refund.outcome is not None and not refund.outcome.applied
+    assert refund.outcome.failure_code == "adyen_refund_failed"
+    assert void.outcome is not None and (void.outcome.operation, void.outcome.applied) == (
+        "void", False,
+    )  # fmt: skip
+    assert chargeback.subject == "dispute" and chargeback.dispute is not None
+    assert (chargeback.dispute.dispute_reference, chargeback.dispute.status) == (
+        "8816000000000000", "lost",
+    )  # fmt: skip
+    assert (chargeback.dispute.reason, chargeback.dispute.amount) == ("10.4", 1000)
+    assert report.subject == "other" and report.outcome is None
+    assert _connector().acknowledgement() == (200, b"[accepted]", "text/plain; charset=utf-8")
+    with pytest.raises(NotificationRejected) as refused:
+        _connector().parse(body(_item("CAPTURE")))  # a modification needs its payment
+    assert refused.value.reason == "malformed"
