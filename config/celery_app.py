@@ -18,6 +18,7 @@ beat; a pool process exports what it still holds before it exits. Celery's instr
 carries the trace context in each message's headers beside the request id.
 """
 
+import errno
 import logging.config
 import os
 import sys
@@ -37,7 +38,9 @@ from celery.signals import (
     worker_ready,
     worker_shutdown,
 )
+from kombu.asynchronous import hub as kombu_hub
 from kombu.transport import redis as kombu_redis
+from kombu.utils.compat import fileno as _kombu_fileno
 
 from heartbeats.celery import HeartbeatStep, forget_worker
 from observability.metrics_dir import metrics_dir_prepare, metrics_dir_remove
@@ -80,6 +83,25 @@ def _channel_close_without_waiting_for_ever(self: kombu_redis.Channel) -> None:
 
 
 kombu_redis.Channel.close = _channel_close_without_waiting_for_ever
+
+# A third exit on a broker restart (celery issue #9250): a lost connection cancels the tasks
+# running then (worker_cancel_long_running_tasks_on_connection_loss), which ends their pool
+# processes; on reconnecting, the pool registers its processes' pipes with the event loop again,
+# a finished one's pipe is None, and kombu's fileno(None) raises AttributeError, which celery's
+# iterate_file_descriptors_safely does not catch: "Unrecoverable error: AttributeError("'NoneType'
+# object has no attribute 'fileno'")", and the worker exits (tests/e2e/test_broker_restart.py,
+# 3 of 8 runs on a loaded machine). Upstream's fix (kombu #2623, merged, after 5.6.2) makes
+# fileno(None) an error that function handles; 5.6.3's catches OSError, so a pipe that is gone
+# is EBADF here, and its process is dropped from the loop instead of the worker.
+
+
+def _fileno_of_an_open_pipe(f: object) -> int:
+    if f is None:
+        raise OSError(errno.EBADF, "the pool process's pipe is closed")
+    return int(_kombu_fileno(f))
+
+
+kombu_hub.fileno = _fileno_of_an_open_pipe
 
 
 def _worker_command(argv: list[str]) -> bool:

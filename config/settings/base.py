@@ -442,7 +442,11 @@ CELERY_TASK_IGNORE_RESULT = True
 # row locks, the acquirer idempotency key), so a redelivered task is harmless.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Off: cancelling ends the pool process by its pid, which may have moved on to the next task by
+# then (a task killed mid-run, its message back only after the visibility timeout; celery issue
+# #9250 besides). Tasks are idempotent under leases and row locks, so one that runs again in
+# parallel after a broker loss changes nothing twice (docs/operations.md).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT_SECONDS", default=280)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
