@@ -153,7 +153,8 @@ demo: $(VENV)/.local-installed
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost tracing_cost index_cost endpoint_compare \
          replay_latency same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
          webhook_fairness \
-         notifications_time_to_final
+         notifications_time_to_final \
+         latency
 .PHONY: bench
 bench: $(VENV)/.bench-installed
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -177,6 +178,13 @@ bench-webhooks: $(VENV)/.bench-installed
 .PHONY: bench-tracing
 bench-tracing: $(VENV)/.bench-installed
 	$(BIN)/python bench/tracing_cost.py $(BENCH_ARGS)
+
+## make bench-latency: the service with an acquirer answering at once, in 300 ms and in 1 s, in
+## rotating rounds (bench/latency.py, about 3 minutes; docs/benchmarks.md, "A slow acquirer").
+## BENCH_LATENCY_ARGS="--server gevent" measures ADR 0048's alternative.
+.PHONY: bench-latency
+bench-latency: $(VENV)/.bench-installed
+	$(BIN)/python bench/latency.py $(BENCH_LATENCY_ARGS)
 
 ## make campaign: the fault campaigns in full (about 30 minutes): same-key storms, crash
 ## injection, the fault matrix, Schemathesis (>= 10,000 requests), a 10-minute soak and the

@@ -236,8 +236,9 @@ def merchant_id(db: Database, merchant: str = "bench") -> int:
     return int(row[0])
 
 
-def django_env(db: Database, **overrides: str) -> dict[str, str]:
-    """The environment of a service process pointed at the benchmark database."""
+def django_env(db: Database, **overrides: str | None) -> dict[str, str]:
+    """The environment of a service process pointed at the benchmark database; an override of
+    None removes the variable (the setting's default applies)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -251,7 +252,7 @@ def django_env(db: Database, **overrides: str) -> dict[str, str]:
         "MERCHANT_CONCURRENT_PAYMENTS": "0",
     }
     env.update(overrides)
-    return env
+    return {name: value for name, value in env.items() if value is not None}
 
 
 def count_rows(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
@@ -285,8 +286,9 @@ def start_sandbox(extra_args: Sequence[str] = ()):
 
 @dataclass
 class Gunicorn:
-    """The web process as the Procfile runs it (``config/gunicorn.conf.py``: 2 workers x 4
-    threads by default), on a free port, its access log and app logs in a file."""
+    """The web process as the Procfile runs it (``config/gunicorn.conf.py``: 2 workers x 64
+    threads and a pool of 8 connections each by default), on a free port, its access log and
+    app logs in a file."""
 
     env: dict[str, str]
     log_path: Path
@@ -356,7 +358,7 @@ def service_stack(
     *,
     settings_module: str = "config.settings.local",
     sandbox_args: Sequence[str] = (),
-    **env_overrides: str,
+    **env_overrides: str | None,
 ) -> Iterator[tuple[Any, Gunicorn]]:
     """The sandbox and gunicorn (Procfile command) pointed at it and at ``db``; yields both,
     stops both. Logs go to ``bench/results/<name>-gunicorn-<timestamp>.log``."""

@@ -6,16 +6,16 @@ One command (docs/benchmarks.md, "Noisy neighbour")::
     .venv/bin/python bench/noisy_neighbour.py                 # 10 s per phase
     .venv/bin/python bench/noisy_neighbour.py --duration 5 --noisy-clients 24
 
-It starts the sandbox and gunicorn as the Procfile does (2 workers x 4 threads), twice: with
-the default cap (``MERCHANT_CONCURRENT_PAYMENTS=3``) and without one (``0``); the request rate
-limit is off in both, so only the cap differs. Each stack runs two phases of ``--duration``
-seconds: **quiet**, the good merchant alone (``--good-clients`` clients in a loop of
-``tok_visa`` payments), and **noisy**, the same while a second merchant floods the service with
-``--noisy-clients`` clients sending slow payments (``tok_slow_<ms>``, ``--slow-ms``; each answer,
-a 201 or a 429, is followed at once by the next request). Reported per stack: the good
-merchant's p50 and p99 in both phases, the noisy/quiet p99 ratio, and the noisy merchant's
-answers. The slots live in the acquirer state store: ``REDIS_URL`` when set, else the embedded
-Redis.
+It starts the sandbox and gunicorn as the Procfile does (2 workers x 64 threads), twice: with the
+default cap (``MERCHANT_CONCURRENT_PAYMENTS``, 32: the settings' default unless ``--cap``) and
+without one (``0``); the request rate limit is off in both, so only the cap differs. The noisy
+merchant's clients (160) outnumber the web tier's threads (128), as a flood must. Each stack runs
+two phases of ``--duration`` seconds: **quiet**, the good merchant alone (``--good-clients`` clients
+in a loop of ``tok_visa`` payments), and **noisy**, the same while a second merchant floods the
+service with ``--noisy-clients`` clients sending slow payments (``tok_slow_<ms>``, ``--slow-ms``;
+each answer, a 201 or a 429, is followed at once by the next request). Reported per stack: the good
+merchant's p50 and p99 in both phases, the noisy/quiet p99 ratio, and the noisy merchant's answers.
+The slots live in the acquirer state store: ``REDIS_URL`` when set, else the embedded Redis.
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10, help="seconds per phase")
     parser.add_argument("--good-clients", type=int, default=2)
-    parser.add_argument("--noisy-clients", type=int, default=16)
+    parser.add_argument("--noisy-clients", type=int, default=160)
     parser.add_argument("--slow-ms", type=int, default=2000, help="the noisy payments' delay")
-    parser.add_argument("--cap", type=int, default=3, help="MERCHANT_CONCURRENT_PAYMENTS")
+    parser.add_argument(
+        "--cap", type=int, default=None, help="MERCHANT_CONCURRENT_PAYMENTS (default: settings')"
+    )
     parser.add_argument("--database", default=None, help="benchmark database name")
     return parser.parse_args(argv)
 
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for label, cap in (("with the cap", args.cap), ("without a cap", 0)):
         overrides = {**state, "MERCHANT_RATE_LIMIT_REQUESTS": "0",
-                     "MERCHANT_CONCURRENT_PAYMENTS": str(cap)}  # fmt: skip
-        with service_stack(db, f"noisy-{cap}", **overrides) as (_sandbox, server):
+                     "MERCHANT_CONCURRENT_PAYMENTS": None if cap is None else str(cap)}  # fmt: skip
+        name = f"noisy-{'default' if cap is None else cap}"
+        with service_stack(db, name, **overrides) as (_sandbox, server):
             url = f"{server.url}/payments"
             with httpx.Client(timeout=10) as client:  # warm both workers' connections
                 for _ in range(8):

@@ -9,7 +9,7 @@ One command (docs/benchmarks.md, "The stack floor")::
 Issue 18 set two absolute goals for a fresh payment: at most 3.5 ms of CPU in the service's own
 processes (gunicorn and PostgreSQL backends), and at least 0.15 of the minimal write floor's
 payments per second. This benchmark asks how much of either the stack itself takes. It starts
-the sandbox (answering at once) and two gunicorns as the Procfile runs them (2 workers x 4
+the sandbox (answering at once) and two gunicorns as the Procfile runs them (2 workers x 64
 threads, the same environment), and measures three sides in rotating order, ``--rounds``
 times:
 
@@ -183,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
             for side, path in PATHS.items():
                 run_wrk(servers[side].url + path, api_key=api_key, prefix=f"w{side[:5]}{stamp}",
                         duration=args.warmup, connections=args.connections)  # fmt: skip
-            clients = int(env.get("WEB_CONCURRENCY", "2")) * int(env.get("WEB_THREADS", "4"))
+            # pgbench's clients: the service's database connections, its pool per worker
+            # (DATABASE_POOL_MAX_SIZE, config/database.py; ADR 0048), not its threads.
+            pool = int(env.get("DATABASE_POOL_MAX_SIZE", "8"))
+            clients = int(env.get("WEB_CONCURRENCY", "2")) * pool
             for n in range(args.rounds):
                 for side in rotation(n):
                     if side == "minimal floor":

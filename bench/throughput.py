@@ -6,14 +6,14 @@ One command (docs/benchmarks.md, "Throughput against the floor")::
     .venv/bin/python bench/throughput.py --duration 5 --rounds 1 --profile-seconds 0
 
 It starts the sandbox acquirer (answering at once) and gunicorn exactly as the Procfile does
-(``config/gunicorn.conf.py``: 2 workers x 4 threads), then rotates, ``--rounds`` times:
+(``config/gunicorn.conf.py``: 2 workers x 64 threads), then rotates, ``--rounds`` times:
 
 * **the service**: wrk (``bench/lua/payments.lua``) posts payments, each with a new
   Idempotency-Key, for ``--duration`` seconds; counted: 201 answers per second;
 * **the same-SQL floor**: pgbench runs the SQL of one such request, exactly the statements
   Django sent for it (captured from its query log, the payment id and key made new on every
   transaction), against the same PostgreSQL for the same time, with as many clients as the
-  service has database connections (workers x threads); counted: scripts per second;
+  service has database connections (workers x pool size); counted: scripts per second;
 * **the minimal floor**: pgbench runs ``bench/floor/payment.pgbench``, the seven statements an
   idempotent payment cannot avoid (``bench/floor/README.md``), with the same clients.
 
@@ -225,7 +225,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wrk-threads", type=int, default=2)
     parser.add_argument(
         "--pg-clients", type=int, default=None,
-        help="pgbench clients (default: the service's connections, workers x threads)",
+        help="pgbench clients (default: the service's connections, workers x pool size)",
     )  # fmt: skip
     parser.add_argument("--profile-seconds", type=float, default=10, help="0: no profile")
     parser.add_argument("--database", default=None, help="benchmark database name")
@@ -314,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     server = Gunicorn(env, RESULTS / f"throughput-gunicorn-{stamp}.log")
     workers = int(env.get("WEB_CONCURRENCY", "2"))
-    threads = int(env.get("WEB_THREADS", "4"))
-    pg_clients = args.pg_clients or workers * threads
+    # The service's database connections: each worker's pool (ADR 0048), not its threads.
+    pool = int(env.get("DATABASE_POOL_MAX_SIZE", "8"))
+    pg_clients = args.pg_clients or workers * pool
     rounds = []
     try:
         request = capture_request_sql(env, api_key)
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "machine": machine_context(),
             "settings": {**vars(args), "pg_clients": pg_clients, "workers": workers,
-                         "threads": threads},
+                         "pool": pool},
             "request_sql": request["sql"],
             "request_shapes": shapes,
             "pgbench_script": str(script_path),

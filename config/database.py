@@ -45,7 +45,39 @@ def database_settings(env: Any, *, allow_embedded: bool) -> dict[str, dict[str, 
     prepared = env.bool("DATABASE_PREPARED_STATEMENTS", default=True)
     default["OPTIONS"].setdefault("prepare_threshold", 0 if prepared else None)
     # Behind PgBouncer's transaction pooling (DATABASE_POOLER): no session state (config/pooler.py).
-    return {"default": apply_pooler(env, default)}
+    return {"default": pool_settings(env, apply_pooler(env, default))}
+
+
+def pool_settings(env: Any, default: dict[str, Any]) -> dict[str, Any]:
+    """Return ``default`` (a ``DATABASES`` entry) with Django's psycopg connection pool when
+    ``DATABASE_POOL`` is true (ADR 0048): ``OPTIONS["pool"]`` with ``min_size``
+    (``DATABASE_POOL_MIN_SIZE``, 2), ``max_size`` (``DATABASE_POOL_MAX_SIZE``, 8) connections
+    per process and ``timeout`` (``DATABASE_POOL_TIMEOUT_SECONDS``, 3 s: how long a request
+    waits for a free connection before its ``503``), and ``CONN_MAX_AGE`` 0, which the pool
+    requires (a connection goes back to the pool at the end of each request, and before each
+    acquirer call: ``payments.acquirer.connection``).
+
+    The web process turns it on (``config/gunicorn.conf.py``); other processes keep one
+    persistent connection per thread (``CONN_MAX_AGE``), since a pool opened in a process that
+    forks afterwards (Celery's prefork parent) would not work in its children. Raises
+    ``ImproperlyConfigured`` for a minimum above the maximum or a timeout that is not positive.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not env.bool("DATABASE_POOL", default=False):
+        return default
+    pool = {
+        "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
+        "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=8),
+        "timeout": env.float("DATABASE_POOL_TIMEOUT_SECONDS", default=3.0),
+        # The pool's name in psycopg_pool's log lines and stats.
+        "name": "web",
+    }
+    if not 0 <= pool["min_size"] <= pool["max_size"] or pool["max_size"] < 1:
+        raise ImproperlyConfigured("DATABASE_POOL_MIN_SIZE must be 0 to DATABASE_POOL_MAX_SIZE.")
+    if pool["timeout"] <= 0:
+        raise ImproperlyConfigured("DATABASE_POOL_TIMEOUT_SECONDS must be positive.")
+    return {**default, "CONN_MAX_AGE": 0, "OPTIONS": {**default["OPTIONS"], "pool": pool}}
 
 
 def connection_options(env: Any, options: dict[str, Any]) -> dict[str, Any]:

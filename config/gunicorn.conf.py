@@ -7,7 +7,15 @@ from payments.api.server_errors import gunicorn_errors_as_problems
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-threads = int(os.environ.get("WEB_THREADS", "4"))
+# The concurrency model (ADR 0048): gthread, one thread per request in flight; "gevent" is the
+# alternative bench/latency.py measures (WEB_WORKER_CONNECTIONS greenlets per worker).
+worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
+# A thread waits on the acquirer most of its request, cheaply (ADR 0048, docs/scaling.md): 64
+# per worker, 128 payments in flight on 2 workers, what 2 cores' throughput needs at a 1 s
+# acquirer (Little's law: payments/s x seconds in flight).
+threads = int(os.environ.get("WEB_THREADS", "64"))
+worker_connections = int(os.environ.get("WEB_WORKER_CONNECTIONS", "1000"))
+
 # Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is
 # never cut off by the worker timeout in the middle of phase 2.
 timeout = int(os.environ.get("WEB_TIMEOUT", "30"))
@@ -25,12 +33,22 @@ control_socket_disable = True
 gunicorn_errors_as_problems()
 
 
+def web_environment_defaults(environ):
+    """What the web process's settings read unless the environment says otherwise: its database
+    connections come from a pool per worker (config/database.py) and go back to it around
+    every acquirer call (payments/acquirer/connection.py), so threads do not multiply
+    connections (ADR 0048). DATABASE_POOL=false keeps one persistent connection per thread."""
+    environ.setdefault("DATABASE_POOL", "true")
+
+
 def on_starting(server):
     """Before the workers fork: one metrics directory for all of them (PROMETHEUS_MULTIPROC_DIR,
     or a temporary one), emptied, so /metrics adds up every worker
-    (observability/metrics_dir.py)."""
+    (observability/metrics_dir.py). The web process's defaults go into the environment the
+    workers inherit (web_environment_defaults)."""
     from observability.metrics_dir import metrics_dir_prepare
 
+    web_environment_defaults(os.environ)
     path = metrics_dir_prepare("web")
     server.log.info("Prometheus multiprocess directory: %s", path)
 

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from django.db import connection
-
 from gateway_client import (
     AcquirerClient,
     AmbiguousOutcomeError,
@@ -31,6 +29,7 @@ from gateway_client import (
     RetryPolicy,
 )
 from observability.request_context import current_request_id
+from payments.acquirer.connection import connection_release_before_call
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.models import CaptureMethod, Payment
 
@@ -104,19 +103,19 @@ def payment_authorize(
     """Authorize ``payment`` at ``client``'s acquirer and return the classified
     :class:`AcquirerAttempt`, naming that acquirer.
 
-    Outside any transaction (``RuntimeError`` otherwise): no network call holds a row lock.
+    Outside any transaction (``RuntimeError`` otherwise): no network call holds a row lock,
+    and the database connection goes back to the pool for the call
+    (:func:`~payments.acquirer.connection.connection_release_before_call`).
     The client retries within ``policy`` (None: its own; a failover passes the request's
     remaining deadline); nothing here retries. Never raises a
     :class:`~gateway_client.GatewayError`: each becomes an outcome. ``monotonic`` (seconds)
     times the call.
     """
-    if connection.in_atomic_block:
-        raise RuntimeError("The acquirer must not be called inside a database transaction.")
+    request = authorization_request(payment)
+    connection_release_before_call()
     started = monotonic()
     try:
-        authorization = client.authorize(
-            authorization_request(payment), policy=policy, request_id=current_request_id()
-        )
+        authorization = client.authorize(request, policy=policy, request_id=current_request_id())
     except GatewayError as exc:
         attempt = failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
         return replace(attempt, acquirer=client.config.name)

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from django.db import connection
-
 from gateway_client import (
     AcquirerClient,
     Authorization,
@@ -34,6 +32,7 @@ from gateway_client import (
 )
 from observability.request_context import current_request_id
 from payments.acquirer.authorize import attempt_log_data, failed_attempt
+from payments.acquirer.connection import connection_release_before_call
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.models import OperationKind, Payment, PaymentOperation
 
@@ -77,6 +76,7 @@ def _call(
     policy: RetryPolicy | None,
 ) -> Authorization | Refund | Received:
     request = operation_request(payment, operation)
+    connection_release_before_call()  # after the rows are read: none is read during the call
     if isinstance(request, CaptureRequest):
         return client.capture(request, policy=policy, request_id=current_request_id())
     if isinstance(request, VoidRequest):
@@ -136,14 +136,13 @@ def operation_send(
     """Send ``operation`` to ``client``'s acquirer (the payment's: ``client_for``) and return
     the classified attempt, naming that acquirer.
 
-    Outside any transaction (``RuntimeError`` otherwise). The client retries within
+    Outside any transaction (``RuntimeError`` otherwise), the database connection back in the
+    pool for the call (``payments.acquirer.connection``). The client retries within
     ``policy`` (default its own); nothing here retries. Never raises a
     :class:`~gateway_client.GatewayError`: each becomes an outcome (a rule refusal of the
     acquirer, 404/422, is ``REJECTED`` with the acquirer's ``code``). ``monotonic`` (seconds)
     times the call.
     """
-    if connection.in_atomic_block:
-        raise RuntimeError("The acquirer must not be called inside a database transaction.")
     started = monotonic()
     try:
         answer = _call(client, payment, operation, policy)
@@ -180,8 +179,10 @@ def operation_lookup(
 ) -> Found:
     """Look ``operation`` up by our reference: a capture or void by the charge's capture state
     (``GET /charges?reference=<payment id>``), a refund by its id
-    (``GET /refunds?reference=<refund id>``). Outside any transaction. Raises the gateway's
-    errors (the caller reschedules)."""
+    (``GET /refunds?reference=<refund id>``). Outside any transaction (``RuntimeError``
+    otherwise), the connection back in the pool for the call. Raises the gateway's errors (the
+    caller reschedules)."""
+    connection_release_before_call()
     if operation.kind == OperationKind.REFUND:
         found = client.lookup_refunds(
             operation.id,

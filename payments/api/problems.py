@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
+from psycopg_pool import PoolTimeout
 from rest_framework import exceptions, status
 
 from payments.core.problem_format import PROBLEM_CONTENT_TYPE, problem_body
@@ -30,8 +31,18 @@ logger = logging.getLogger(__name__)
 #: timed-out connections (``connect_timeout``), a connection lost mid-request, and the
 #: server-side ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout``
 #: (docs/adr/0020-database-outages-and-timeouts.md). ``IntegrityError`` and the other
-#: ``DatabaseError`` kinds are bugs or races, not outages, and stay ``500``.
-DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+#: ``DatabaseError`` kinds are bugs or races, not outages, and stay ``500``. psycopg_pool's
+#: ``PoolTimeout`` (every connection of the process's pool in use for ``DATABASE_POOL_TIMEOUT_
+#: SECONDS``) reaches here as Django's ``OperationalError`` (its ``__cause__``), or as itself
+#: if raised outside Django's error wrapper.
+DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    PoolTimeout,
+)
+#: ``Retry-After`` (seconds) of the ``503`` for an exhausted pool: connections come back within
+#: milliseconds (a request holds one only for its short transactions, ADR 0048).
+POOL_EXHAUSTED_RETRY_AFTER_SECONDS = 1
 
 
 #: The 409 state conflicts of the operations (capture, void, refund): never stored, the key
@@ -213,6 +224,8 @@ def database_unavailable(exc: BaseException) -> HttpResponse:
         type(cause or exc).__name__,
         getattr(cause, "sqlstate", None) or "-",
     )
+    if isinstance(exc, PoolTimeout) or isinstance(cause, PoolTimeout):
+        return pool_exhausted()
     return problem_response(
         status_code=503,
         code="service_unavailable",
@@ -221,6 +234,23 @@ def database_unavailable(exc: BaseException) -> HttpResponse:
         "have taken effect; retry later with the same Idempotency-Key, which is never "
         "applied twice.",
         headers={"Retry-After": str(settings.PAYMENTS_UNAVAILABLE_RETRY_AFTER_SECONDS)},
+    )
+
+
+def pool_exhausted() -> HttpResponse:
+    """The answer when every connection of this process's database pool stayed in use for
+    ``DATABASE_POOL_TIMEOUT_SECONDS`` (psycopg_pool's ``PoolTimeout``): ``503`` problem
+    ``service_unavailable`` with ``Retry-After`` :data:`POOL_EXHAUSTED_RETRY_AFTER_SECONDS`.
+    Nothing of this request's current step was written (no connection, no statement); an
+    earlier committed phase is resolved as after any ``503`` (retry with the same key)."""
+    return problem_response(
+        status_code=503,
+        code="service_unavailable",
+        title="Service temporarily unavailable",
+        detail="Every database connection of the service was busy. The request may or may not "
+        "have taken effect; retry shortly with the same Idempotency-Key, which is never "
+        "applied twice.",
+        headers={"Retry-After": str(POOL_EXHAUSTED_RETRY_AFTER_SECONDS)},
     )
 
 

@@ -23,6 +23,7 @@ from bench import (
     endpoint_compare,
     hot_path_ab,
     instructions,
+    latency,
     noisy_neighbour,
     notifications_time_to_final,
     profile_stacks,
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
         instructions,
         stack_floor,
         webhook_fairness,
+        latency,
     ],
 )
 def test_every_benchmark_parses_its_defaults_and_documents_itself(module):
@@ -502,3 +504,22 @@ def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
     assert counts == {"201": 2, "404": 1, "500": 1, "503": 1}
     assert linked == {"capture": 0, "refund": 1, "rotate": 0}
     assert end == log.stat().st_size
+
+
+def test_the_latency_benchmark_adds_its_rounds_up_per_case():
+    """bench/latency.py: throughput over every round of a case, the percentiles over all its
+    latencies, memory per payment in flight at the case's peak, web CPU per payment."""
+    run = {"case": "300ms", "seconds": 10.0, "statuses": {"201": 100}, "peak_connections": 9,
+           "latencies": [300.0] * 95 + [900.0] * 5, "web_cpu_seconds": 1.0}  # fmt: skip
+    runs = [
+        {**run, "payments": 100, "peak_in_flight": 20, "rss_at_peak": 200 * 2**20},
+        {**run, "payments": 300, "peak_in_flight": 40, "rss_at_peak": 210 * 2**20},
+    ]
+    figures = latency.summarize(runs)["300ms"]
+    assert figures["payments"] == 400 and figures["per_second"] == 20
+    assert figures["p50_ms"] == 300 and figures["p99_ms"] > 300
+    assert figures["peak_in_flight"] == 40 and figures["peak_connections"] == 9
+    assert figures["rss_kb_per_in_flight"] == 210 * 1024 / 40
+    assert figures["cpu_ms_per_payment"] == 5
+    assert figures["statuses"] == {"201": 200}
+    assert latency.parse_args(["--cases", "instant"]).cases == ["instant"]

@@ -52,3 +52,31 @@ def test_prepared_statements_and_unknown_poolers_are_refused(monkeypatch):
         settings_for(monkeypatch, URL + "?server_side_binding=true", DATABASE_POOLER="pgbouncer")
     with pytest.raises(ImproperlyConfigured, match="DATABASE_POOLER"):
         settings_for(monkeypatch, DATABASE_POOLER="pgpool")
+
+
+def test_the_web_process_pool_has_its_sizes_and_no_persistent_connections(monkeypatch):
+    """DATABASE_POOL=true (the web process, config/gunicorn.conf.py): Django's psycopg pool with
+    the sizes and timeout of the environment, and CONN_MAX_AGE 0 (the pool refuses any other);
+    PgBouncer's adaptations stay (the pool holds client connections to it)."""
+    monkeypatch.delenv("DATABASE_POOL", raising=False)
+    assert "pool" not in settings_for(monkeypatch)["OPTIONS"]  # Celery, manage.py: none
+    default = settings_for(
+        monkeypatch, DATABASE_POOL="true", DATABASE_POOL_MAX_SIZE="12", DATABASE_POOLER="pgbouncer"
+    )
+    assert default["CONN_MAX_AGE"] == 0
+    assert default["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 12, "timeout": 3.0,
+                                          "name": "web"}  # fmt: skip
+    assert default["OPTIONS"]["prepare_threshold"] is None
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"DATABASE_POOL_MIN_SIZE": "9"}, "MIN_SIZE"),
+        ({"DATABASE_POOL_MAX_SIZE": "0", "DATABASE_POOL_MIN_SIZE": "0"}, "MIN_SIZE"),
+        ({"DATABASE_POOL_TIMEOUT_SECONDS": "0"}, "TIMEOUT"),
+    ],
+)
+def test_a_pool_that_cannot_work_is_refused(monkeypatch, variables, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        settings_for(monkeypatch, DATABASE_POOL="true", **variables)

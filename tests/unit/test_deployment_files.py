@@ -222,3 +222,35 @@ def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
     assert (ROOT / source).resolve() == ROOT / "deploy/nginx/payments.conf.template"
     assert target.startswith("/etc/nginx/templates/") and target.endswith(".template")
     assert "ports" not in services["web"]
+
+
+def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
+    """make run (the Procfile), docker-compose and the image start gunicorn with
+    config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048: gthread,
+    2 workers x 64 threads, the database pool on in the web process only)."""
+    command = "gunicorn -c config/gunicorn.conf.py config.wsgi:application"
+    procfile = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines())
+    assert procfile["web"] == command
+    assert compose()["services"]["web"]["command"] == command
+    assert f"CMD {json_list(command)}" in (ROOT / "Dockerfile").read_text()
+    for name in ("WEB_CONCURRENCY", "WEB_THREADS", "WEB_WORKER_CLASS", "DATABASE_POOL"):
+        monkeypatch.delenv(name, raising=False)
+    namespace: dict = {}
+    exec((ROOT / "config/gunicorn.conf.py").read_text(), namespace)
+    documented = dict(
+        re.findall(r"^\| `([A-Z_]+)` \| `([^`]*)`", (ROOT / "docs/configuration.md").read_text(),
+                   re.MULTILINE)
+    )  # fmt: skip
+    assert str(namespace["workers"]) == documented["WEB_CONCURRENCY"] == "2"
+    assert str(namespace["threads"]) == documented["WEB_THREADS"] == "64"
+    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == "gthread"
+    environ: dict[str, str] = {}
+    namespace["web_environment_defaults"](environ)
+    assert environ == {"DATABASE_POOL": "true"}
+    namespace["web_environment_defaults"](pinned := {"DATABASE_POOL": "false"})
+    assert pinned == {"DATABASE_POOL": "false"}  # the operator's choice stands
+
+
+def json_list(command: str) -> str:
+    """A shell command as the Dockerfile's exec form writes it."""
+    return "[" + ", ".join(f'"{word}"' for word in command.split()) + "]"
