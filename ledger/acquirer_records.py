@@ -253,12 +253,21 @@ def _refund_record(row: dict) -> AcquirerRefundRecord:
         raise AcquirerRecordsError("A refund in the acquirer's listing is malformed.") from exc
 
 
-def acquirer_records_from_settings(spec: AcquirerSpec | None = None) -> AcquirerRecords:
-    """The configured source: ``LEDGER_ACQUIRER_RECORDS`` (a dotted class path, the sandbox's
-    listing by default), built with the base URL and API key of the acquirer ``spec`` (one of
-    ``ACQUIRERS``; None: the ``ACQUIRER_*`` settings' acquirer)."""
-    path = getattr(settings, "LEDGER_ACQUIRER_RECORDS", "") or DEFAULT_RECORDS_CLASS
-    cls = import_string(path)
+#: Acquirer types whose records the default source reads (the sandbox's settlement listing).
+#: Stripe's and Adyen's records come from their settlement reports, not read here yet: their
+#: acquirers are reported as not audited, never audited against a listing they do not have.
+DEFAULT_SOURCE_TYPES = frozenset({"sandbox"})
+
+
+def acquirer_records_from_settings(spec: AcquirerSpec | None = None) -> AcquirerRecords | None:
+    """The configured source: ``LEDGER_ACQUIRER_RECORDS`` (a dotted class path, for every
+    acquirer), else the sandbox's listing for a ``sandbox`` acquirer and None (no source: not
+    audited) for the others; built with the base URL and API key of the acquirer ``spec`` (one
+    of ``ACQUIRERS``; None: the ``ACQUIRER_*`` settings' acquirer, a sandbox)."""
+    path = getattr(settings, "LEDGER_ACQUIRER_RECORDS", "")
+    if not path and spec is not None and spec.type not in DEFAULT_SOURCE_TYPES:
+        return None
+    cls = import_string(path or DEFAULT_RECORDS_CLASS)
     if spec is not None:
         return cls(base_url=spec.base_url, api_key=spec.api_key)
     return cls(base_url=settings.ACQUIRER_BASE_URL, api_key=settings.ACQUIRER_API_KEY)

@@ -265,6 +265,8 @@ class AuditReport:
     duration_seconds: float = 0.0
     #: The audited payments' disputes (ledger/disputes.py): counted, not matched.
     disputes: DisputeCounts = field(default_factory=DisputeCounts)
+    #: Acquirers left out, each as "name: why" (no source of its records is configured).
+    not_audited: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -302,6 +304,8 @@ class AuditReport:
                if by_status else "")
         )  # fmt: skip
         lines.append(self.disputes.summary())
+        if self.not_audited:
+            lines.append("not audited: " + "; ".join(self.not_audited))
         lines.append(
             "result: clean" if self.clean else f"result: {len(self.discrepancies)} discrepancies"
         )
@@ -325,6 +329,7 @@ class AuditReport:
             "discrepancies": [item.as_row() for item in self.discrepancies],
             "unresolved": [item.as_row() for item in self.unresolved],
             "disputes": self.disputes.as_json(),
+            "not_audited": list(self.not_audited),
         }
 
 
@@ -587,6 +592,13 @@ def audit_acquirer(
     if records is None:
         configured = getattr(settings, "ACQUIRERS", None)
         records = acquirer_records_from_settings(acquirer_spec(acquirer) if configured else None)
+        if records is None:
+            return AuditReport(
+                since=since,
+                ran_at=clock(),
+                source=f"{acquirer}: not audited",
+                not_audited=[_not_audited(acquirer or "")],
+            )
     source = records
     report = AuditReport(
         since=since,
@@ -679,6 +691,11 @@ def audit_acquirer(
     return report
 
 
+def _not_audited(acquirer: str) -> str:
+    spec = acquirer_spec(acquirer)
+    return f"{acquirer}: no source of its records for type {spec.type} (LEDGER_ACQUIRER_RECORDS)"
+
+
 def _records_of_payments_elsewhere(
     report: AuditReport,
     acquirer: str,
@@ -717,23 +734,26 @@ def audit_acquirers(
 ) -> AuditReport:
     """:func:`audit_acquirer` of every configured acquirer against its own records, merged into
     one report (counts added, findings joined; ``source`` names each acquirer's). With one
-    acquirer, that acquirer's report. Raises ``AcquirerRecordsError`` as the audit does."""
-    specs = acquirer_specs()
+    acquirer, that acquirer's report. An acquirer without a source of its records (a Stripe or
+    Adyen one unless ``LEDGER_ACQUIRER_RECORDS`` names one) is left out and named in
+    ``not_audited``. Raises ``AcquirerRecordsError`` as the audit does."""
     configured = getattr(settings, "ACQUIRERS", None)
-    reports = [
-        audit_acquirer(
-            since=since,
-            records=acquirer_records_from_settings(spec if configured else None),
-            acquirer=spec.name,
-            clock=clock,
-            skew=skew,
+    reports, not_audited = [], []
+    for spec in acquirer_specs():
+        records = acquirer_records_from_settings(spec if configured else None)
+        if records is None:
+            not_audited.append(_not_audited(spec.name))
+            continue
+        reports.append(
+            audit_acquirer(since=since, records=records, acquirer=spec.name, clock=clock, skew=skew)
         )
-        for spec in specs
-    ]
-    if len(reports) == 1:
+    if len(reports) == 1 and not not_audited:
         return reports[0]
     merged = AuditReport(
-        since=since, ran_at=reports[0].ran_at, source="; ".join(r.source for r in reports)
+        since=since,
+        ran_at=reports[0].ran_at if reports else clock(),
+        source="; ".join(r.source for r in reports) or "none",
+        not_audited=not_audited,
     )
     by_status: dict[str, int] = defaultdict(int)
     for report in reports:

@@ -25,6 +25,7 @@ if not apps.is_installed("ledger"):  # until config lists the app (or with ledge
         allow_module_level=True,
     )
 
+from acquirers.specs import parse_acquirers
 from ledger.acquirer_records import (
     AcquirerRecordsError,
     SandboxAcquirerRecords,
@@ -494,3 +495,37 @@ def test_support_role_may_view_audit_runs(sandbox, client, tmp_path):
     client.force_login(nobody)
     assert client.get("/admin/ledger/auditrun/").status_code == 403
     assert client.get("/admin/ledger/auditrun/latest/").status_code == 403
+
+
+def test_an_acquirer_without_a_source_of_records_is_named_not_audited(
+    settings, sandbox, merchant_a
+):
+    """A Stripe acquirer beside the sandbox: the sandbox is audited; Stripe, whose settlement
+    records are not read yet, is named in the report, never audited against a listing it does
+    not have (which failed the whole audit: its address answers nothing here)."""
+    settings.ACQUIRERS = parse_acquirers(
+        json.dumps(
+            [
+                {"name": "sandbox", "base_url": sandbox.url, "api_key": sandbox.api_key},
+                {
+                    "name": "stripe-eu",
+                    "type": "stripe",
+                    "base_url": "http://127.0.0.1:9",
+                    "api_key_env": "STRIPE_KEY",
+                    "api_version": "2024-06-20",
+                },
+            ]
+        ),
+        environ={"STRIPE_KEY": "sk_test_51NeverShownInTheReport"},
+    )
+    paid(merchant_a)
+    report = audit_acquirer(since=since_a_minute_ago())
+    assert report.clean, [d.as_row() for d in report.discrepancies]
+    assert (report.payments_checked, report.records_checked) == (1, 1)
+    assert report.not_audited == [
+        "stripe-eu: no source of its records for type stripe (LEDGER_ACQUIRER_RECORDS)"
+    ]
+    assert "not audited: stripe-eu" in "\n".join(report.summary_lines())
+    assert report.as_json()["not_audited"] == report.not_audited
+    alone = audit_acquirer(since=since_a_minute_ago(), acquirer="stripe-eu")
+    assert alone.not_audited == report.not_audited and alone.payments_checked == 0
