@@ -89,8 +89,8 @@ PUBLIC = {
     "LookupUnsupported", "Received",
     # the notification connectors (notifications.py) and the dispute statuses (disputes.py)
     "MAX_NOTIFICATION_BYTES", "NotificationConnector", "NotificationRejected",
-    "ProviderNotification", "SandboxNotifications", "StripeNotifications",
-    "standard_webhooks_signature", "stripe_signature_header",
+    "ProviderNotification", "OperationOutcome", "SandboxNotifications", "StripeNotifications",
+    "AdyenNotifications", "standard_webhooks_signature", "stripe_signature_header",
     "ADYEN_DISPUTE_EVENTS", "ADYEN_DISPUTE_STATUSES", "CLOSED_DISPUTE_STATUSES",
     "STRIPE_DISPUTE_STATUSES", "DisputeNotice",
 }  # fmt: skip
