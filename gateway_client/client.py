@@ -88,6 +88,7 @@ from ._attempt_log import AttemptLog
 from ._attempt_state import AttemptState, aimd_limiter, breaker_set
 from ._call import Answer, Progress
 from ._exchange import Exchange
+from ._lookup_pages import lookup_pages
 from ._retry_loop import RetryLoop
 from .dialect import Dialect, LookupUnsupported, Operation, WireRequest
 from .policy import RetryPolicy
@@ -433,18 +434,21 @@ class AcquirerClient(RetryLoop):
         acquirer shows it, retrying under `policy` (a GET: every failure but a permanent one
         is safe to repeat). Breaker group `lookup`.
 
+        A paged listing (Stripe's) is read page after page while a page holds none of ours and
+        says more follow, at most 20 pages (`_lookup_pages.py`), each its own call (retries,
+        breaker); "none" is only ever said of a complete listing.
+
         Raises the same GatewayError subclasses as `authorize`; LookupUnsupported before
         sending when the provider has no look-up (`dialect.supports_lookup` False: Adyen).
         """
         _check_reference("payment_reference", payment_reference)
         dialect = self._lookup_dialect()
-        return self._read(
-            "lookup",
+        return lookup_pages(
+            dialect,
             payment_reference,
-            dialect.lookup_request(payment_reference),
-            lambda answer: dialect.decode_lookup(answer, payment_reference),
-            policy,
-            request_id,
+            lambda request, decode: self._read(
+                "lookup", payment_reference, request, decode, policy, request_id
+            ),
         )
 
     def lookup_refunds(

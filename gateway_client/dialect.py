@@ -124,6 +124,18 @@ class Dialect(ABC):
     def lookup_request(self, payment_reference: str) -> WireRequest:
         """The look-up of the provider's payments filed under our payment reference."""
 
+    def lookup_page_request(self, payment_reference: str, after: str) -> WireRequest:
+        """The look-up's next page, after the provider's cursor `after` (what `lookup_cursor`
+        returned), for a provider whose look-up is a paged listing (Stripe). The default, for
+        a look-up answered in one page: ValueError."""
+        raise ValueError(f"{self.kind}'s look-up has one page")
+
+    def lookup_cursor(self, answer: Answer, payment_reference: str) -> str | None:
+        """The cursor of the look-up's next page when `answer` is a page that holds nothing
+        filed under `payment_reference` and says more pages follow; None when `answer` is to be
+        decoded (`decode_lookup`). The default, for a look-up in one page: None."""
+        return None
+
     @abstractmethod
     def lookup_refunds_request(
         self, refund_reference: str, acquirer_reference: str | None

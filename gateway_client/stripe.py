@@ -9,7 +9,9 @@ the API version pinned (`Stripe-Version`) and form-encoded bodies.
   capture: the rest is released).
 - void: `POST /v1/payment_intents/{id}/cancel`.
 - refund: `POST /v1/refunds` with `payment_intent`, `amount`, `metadata[refund_reference]`.
-- lookup: `GET /v1/payment_intents?limit=100`, filtered on `metadata[payment_reference]`.
+- lookup: `GET /v1/payment_intents?limit=100` (newest first), filtered on
+  `metadata[payment_reference]`; a page without ours whose `has_more` is true is followed by
+  the next (`starting_after` its last id), at most 20 pages in all (`_lookup_pages.py`).
 - lookup_refunds: `GET /v1/refunds?payment_intent=&limit=100`, filtered on
   `metadata[refund_reference]`.
 
@@ -30,9 +32,9 @@ Answers and errors (docs/connectors.md has the whole table):
   ambiguous. `500`, `502`, `503`, `504` are ambiguous: Stripe does not say a 503 was not
   applied. `Stripe-Should-Retry`, when present, overrides the status's retry decision
   (`retry_hint`). `Request-Id` is kept on every attempt's record.
-- A look-up that did not see every page (`has_more`) and found nothing is MalformedBody:
-  "not found" is only ever said about a complete listing, so reconciliation never re-creates
-  a PaymentIntent that a later page holds.
+- A look-up that did not see every page (`has_more` on its last page) and found nothing is
+  MalformedBody: "not found" is only ever said about a complete listing, so reconciliation
+  never re-creates a PaymentIntent that a later page holds.
 
 Amounts: our minor units (ISO 4217 exponent) are Stripe's except where Stripe documents
 otherwise (https://docs.stripe.com/currencies#special-cases): ISK and UGX, zero-decimal in
@@ -83,6 +85,8 @@ _API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?")
 _FORM = "application/x-www-form-urlencoded"
 _PAGE = "100"
 _CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+#: A PaymentIntent's id, as a listing's cursor (`starting_after`).
+_INTENT_ID = re.compile(r"pi_[A-Za-z0-9_]{1,250}")
 #: ISO 4217 zero-decimal currencies that Stripe takes as two-decimal amounts (x 100).
 _TWO_DECIMAL_ON_STRIPE = frozenset({"ISK", "UGX"})
 #: Three-decimal currencies whose Stripe amounts must end in 0.
@@ -176,12 +180,41 @@ class StripeDialect(Dialect):
         return _post("/v1/refunds", fields, expand=False)
 
     def lookup_request(self, payment_reference: str) -> WireRequest:
-        """The first 100 PaymentIntents with their charges (filtered when decoded)."""
+        """The newest 100 PaymentIntents with their charges (filtered when decoded)."""
         return WireRequest(
             "GET",
             "/v1/payment_intents",
             params=(("limit", _PAGE), ("expand[0]", "data.latest_charge")),
         )
+
+    def lookup_page_request(self, payment_reference: str, after: str) -> WireRequest:
+        """The next 100 PaymentIntents, older than the PaymentIntent `after`."""
+        return WireRequest(
+            "GET",
+            "/v1/payment_intents",
+            params=(
+                ("limit", _PAGE),
+                ("starting_after", after),
+                ("expand[0]", "data.latest_charge"),
+            ),
+        )
+
+    def lookup_cursor(self, answer: Answer, payment_reference: str) -> str | None:
+        """The last PaymentIntent's id of a page with more after it (`has_more` true) and
+        none of ours; None otherwise (a malformed page included: `decode_lookup` says why)."""
+        try:
+            document = _document(answer)
+        except MalformedBody:
+            return None
+        items = document.get("data")
+        if document.get("object") != "list" or document.get("has_more") is not True:
+            return None
+        if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+            return None
+        if any(_reference(item, "payment") == payment_reference for item in items):
+            return None
+        last = items[-1].get("id")
+        return last if isinstance(last, str) and _INTENT_ID.fullmatch(last) else None
 
     def lookup_refunds_request(
         self, refund_reference: str, acquirer_reference: str | None

@@ -15,9 +15,11 @@ import itertools
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from acquirers.specs import parse_acquirers
+from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment, PaymentOperation
 from payments.reconciliation.payments import (
@@ -227,3 +229,27 @@ def test_a_lost_capture_and_a_lost_refund_are_reconciled_to_exactly_one(
     assert [r["amount"] for r in our_refunds(localstripe, pi["id"])] == [250]
     refund.refresh_from_db()
     assert (refund.status, refund.amount) == ("succeeded", 250)
+
+
+def test_a_look_up_reads_past_the_first_hundred_payment_intents(merchant_a, localstripe, proxy):
+    """110 other PaymentIntents, then ours: the look-up (reconciliation's) finds it on the
+    listing's second page, where a one-page look-up could only say it cannot tell."""
+    with httpx.Client(base_url=localstripe.url, auth=(localstripe.api_key, "")) as stripe:
+        for n in range(110):
+            created = stripe.post(
+                "/v1/payment_intents",
+                data={
+                    "amount": "500",
+                    "currency": "eur",
+                    "metadata[payment_reference]": f"pay_someone_else_{n}",
+                },
+            )
+            assert created.status_code == 200, created.text
+    answer = merchant_a.create_payment(BODY)
+    assert answer.status_code == 201, answer.content
+    payment = Payment.objects.get(pk=answer.json()["id"])
+    forwarded = proxy.forwarded
+    (found,) = acquirer_client().lookup(payment.pk)
+    assert (found.acquirer_reference, found.approved) == (payment.acquirer_reference, True)
+    assert proxy.forwarded - forwarded == 2  # two pages of 100
+    assert len(localstripe.payment_intents()) == 111

@@ -33,6 +33,7 @@ from gateway_client import (
     VoidRequest,
 )
 from gateway_client._call import Answer
+from gateway_client._lookup_pages import LOOKUP_PAGES
 from gateway_client.stripe import (
     DEFAULT_STRIPE_API_VERSION,
     StripeDialect,
@@ -473,3 +474,38 @@ def test_idempotency_error_is_counted_and_logged_as_an_alert(caplog) -> None:
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert "idempotency_error" in record.getMessage()
     assert SECRET not in record.getMessage()
+
+
+def _listing(items: list[dict[str, Any]], *, more: bool) -> httpx.Response:
+    return httpx.Response(200, json={"object": "list", "data": items, "has_more": more})
+
+
+def test_lookup_reads_the_next_page_while_a_page_without_ours_says_more_follow() -> None:
+    """Newest first, 100 a page: ours on the second page is found there, after the first
+    page's last id; a complete listing without ours is "none" after its last page."""
+    theirs = [
+        intent(id=f"pi_theirs{n}", metadata={"payment_reference": "pay_other"}) for n in range(3)
+    ]
+    built, sent, _ = client(
+        [_listing(theirs[:2], more=True), _listing([theirs[2], intent()], more=True)]
+    )
+    (found,) = built.lookup(REFERENCE)
+    assert found.payment_reference == REFERENCE
+    assert [dict(r.url.params).get("starting_after") for r in sent] == [None, "pi_theirs1"]
+    assert all(dict(r.url.params)["limit"] == "100" for r in sent)
+
+    built, sent, _ = client([_listing(theirs[:2], more=True), _listing(theirs[2:], more=False)])
+    assert built.lookup(REFERENCE) == []
+    assert len(sent) == 2
+
+
+def test_a_listing_longer_than_the_pages_read_is_never_none() -> None:
+    """Past LOOKUP_PAGES pages without ours, the look-up fails as for a garbled answer: an
+    incomplete listing never says "absent" (reconciliation would re-create the payment)."""
+    theirs = intent(id="pi_theirs", metadata={"payment_reference": "pay_other"})
+    built, sent, _ = client([_listing([theirs], more=True)] * (LOOKUP_PAGES + 1))
+    with pytest.raises(MalformedResponseError, match="has_more"):
+        built.lookup(REFERENCE)
+    # Every page once; the last one twice (the client retries a GET it cannot read).
+    assert len(sent) == LOOKUP_PAGES + 1
+    assert sent[-1].url == sent[-2].url
