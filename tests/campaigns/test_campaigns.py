@@ -43,6 +43,7 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
                     "storms",
                     "crash",
                     "matrix",
+                    "notifications",
                     "schemathesis",
                     "deferred",
                     "failover",
@@ -79,6 +80,14 @@ def test_fault_matrix_ends_every_payment_in_an_allowed_state(stack):
     """Every token scenario under every acquirer-wide condition: succeeded, declined,
     failed without a record or needs_review; answers consistent; the audit clean."""
     campaign(stack, "matrix")
+
+
+def test_notifications_dropped_duplicated_and_reordered_change_no_final_state(stack):
+    """The fault matrix again with the sandbox's signed notifications on: a fifth dropped, a
+    third sent twice, each delayed up to 3 s (out of order): every payment and operation final
+    and consistent with the sandbox, each notification stored once and applied at most once,
+    none refused; the audit clean."""
+    campaign(stack, "notifications")
 
 
 def test_schemathesis_finds_no_server_error_and_only_problem_json_errors(stack):
