@@ -74,8 +74,9 @@ class Payment(Answered):
     `void_pending`, `canceled`, `declined`, `failed`, `needs_review`. `not_before`: an aware
     UTC datetime while `deferred`, else None. `acquirer`: the name of the acquirer that holds
     it (captures, voids and refunds go there; None from a server older than several
-    acquirers). `final` is True when the status will not change
-    by itself.
+    acquirers). `amount_disputed`: minor units held or withdrawn by the payment's open and lost
+    disputes (None from a server older than disputes). `final` is True when the status will
+    not change by itself.
     """
 
     id: str
@@ -95,6 +96,7 @@ class Payment(Answered):
     updated_at: datetime
     not_before: datetime | None = None
     acquirer: str | None = None
+    amount_disputed: int | None = None
 
     @property
     def final(self) -> bool:
@@ -178,6 +180,13 @@ def _optional_str(document: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
+def _optional_int(document: Mapping[str, Any], name: str) -> int | None:
+    value = document.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DecodeError(f"field {name!r} is not an integer or null")
+    return value
+
+
 def timestamp_of(document: Mapping[str, Any], name: str) -> datetime:
     """`document[name]` read as an RFC 3339 timestamp with an offset; else DecodeError."""
     text = field_of(document, name, str)
@@ -208,6 +217,7 @@ _READERS: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
     "str": lambda document, name: field_of(document, name, str),
     "int": lambda document, name: field_of(document, name, int),
     "str | None": _optional_str,
+    "int | None": _optional_int,
     "datetime": timestamp_of,
     "datetime | None": _optional_timestamp,
 }

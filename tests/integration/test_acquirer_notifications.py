@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from acquirers.specs import parse_acquirers
 from ledger.disputes import dispute_counts
 from ledger.services import audit_acquirer
+from merchant_client.types import decode_payment
 from payments.acquirer.authorize import authorization_request
 from payments.acquirer.client import acquirer_client
 from payments.models import AcquirerNotification, Dispute, Payment, PaymentEvent
@@ -290,12 +291,11 @@ def test_a_sandbox_dispute_created_then_closed(client, merchant_a, sandbox_notif
     assert (dispute.status, dispute.amount, dispute.currency) == ("needs_response", 1500, "EUR")
     assert dispute.evidence_due_by is not None
     assert Payment.objects.get(pk=payment["id"]).amount_disputed == 1500
-    assert (
-        client.get(
-            f"/payments/{payment['id']}", HTTP_AUTHORIZATION=f"Bearer {merchant_a.api_key}"
-        ).json()["amount_disputed"]
-        == 1500
-    )
+    document = client.get(
+        f"/payments/{payment['id']}", HTTP_AUTHORIZATION=f"Bearer {merchant_a.api_key}"
+    ).json()
+    assert document["amount_disputed"] == 1500
+    assert decode_payment(document).amount_disputed == 1500  # the merchant client reads it
     closed = httpx.post(
         f"{sandbox.url}/_sandbox/disputes/{opened['id']}", json={"status": outcome}
     ).json()

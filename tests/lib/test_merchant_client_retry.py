@@ -32,6 +32,7 @@ from merchant_client import (
     ValidationError,
 )
 from merchant_client.retry import AMBIGUOUS, NOT_SENT, Outcome, decide
+from merchant_client.types import DecodeError, decode_payment
 from resilience.clock import ManualClock
 
 HALF = 0.5  # the injected random number: full jitter = half its bound
@@ -449,3 +450,11 @@ def test_wait_until_final_with_no_time_left_looks_once():
 
     assert isinstance(result, Pending) and result.retry_after is None
     assert len(script.requests) == 1 and clock.sleeps == []
+
+
+def test_the_disputed_amount_is_read_and_absent_from_an_older_server():
+    assert decode_payment(PAYMENT).amount_disputed is None  # a server older than disputes
+    assert decode_payment({**PAYMENT, "amount_disputed": 1500}).amount_disputed == 1500
+    for wrong in ("1500", True, 1.5):
+        with pytest.raises(DecodeError, match="amount_disputed"):
+            decode_payment({**PAYMENT, "amount_disputed": wrong})
