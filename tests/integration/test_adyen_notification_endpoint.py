@@ -19,9 +19,16 @@ from acquirers.specs import parse_acquirers
 from gateway_client.adyen_notifications import signature
 from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
-from payments.models import AcquirerNotification, Payment, PaymentEvent, PaymentOperation
+from payments.models import (
+    AcquirerNotification,
+    Dispute,
+    Payment,
+    PaymentEvent,
+    PaymentOperation,
+)
 from payments.notifications.apply import notification_apply
 from tests.support.adyen import AdyenFake
+from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,7 +95,10 @@ def post(merchant, payment_id: str, action: str, body: dict, key: str):
 def signed_item(key: str, **fields) -> dict:
     """A ``NotificationRequestItem`` with ``fields``, signed with ``key`` (Adyen's scheme)."""
     item = {"merchantAccountCode": ACCOUNT, "success": "true", **fields}
-    item["additionalData"] = {"hmacSignature": signature(item, key)}
+    item["additionalData"] = {
+        **item.get("additionalData", {}),
+        "hmacSignature": signature(item, key),
+    }
     return {"NotificationRequestItem": item}
 
 
@@ -226,3 +236,53 @@ def test_an_outcome_before_our_phase_2_stored_the_modification_waits_then_settle
     capture.refresh_from_db()
     assert capture.status == "succeeded"
     assert notification_apply(row.pk).result == "already_done"
+
+
+@pytest.mark.parametrize(
+    ("closing_event", "dispute_status", "outcome", "held"),
+    [
+        ("CHARGEBACK_REVERSED", None, "won", 0),
+        ("CHARGEBACK", "Lost", "lost", 1000),
+    ],
+)
+def test_an_adyen_dispute_opened_then_closed(  # noqa: PLR0913 - the parameters of one table
+    merchant_a, adyen, acquirer, closing_event, dispute_status, outcome, held
+):
+    """A chargeback notified, then closed won (reversed) or lost (a CHARGEBACK whose
+    disputeStatus is Lost): the dispute, the payment's disputed amount and the merchant's
+    events. One dispute per payment at Adyen, keyed by the payment's pspReference."""
+    created = merchant_a.create_payment(BODY)
+    payment = Payment.objects.get(pk=created.json()["id"])
+    common = {
+        "pspReference": "9915555555555555",
+        "originalReference": payment.acquirer_reference,
+        "merchantReference": payment.pk,
+        "amount": {"value": 1000, "currency": "EUR"},
+    }
+    opened = signed_item(
+        adyen.hmac_key,
+        eventCode="NOTIFICATION_OF_CHARGEBACK",
+        **common,
+        additionalData={"chargebackReasonCode": "10.4"},
+    )
+    assert notify(merchant_a.client, acquirer, batch(opened)).status_code == 200
+    assert apply_all() == ["applied"]
+    dispute = Dispute.objects.get()
+    assert (dispute.status, dispute.amount, dispute.currency, dispute.reason) == (
+        "needs_response", 1000, "EUR", "10.4",
+    )  # fmt: skip
+    assert Payment.objects.get(pk=payment.pk).amount_disputed == 1000
+    extra = {} if dispute_status is None else {"additionalData": {"disputeStatus": dispute_status}}
+    closed = signed_item(
+        adyen.hmac_key, eventCode=closing_event, **{**common, "pspReference": "9915555555555556"},
+        **extra,
+    )  # fmt: skip
+    assert notify(merchant_a.client, acquirer, batch(closed)).status_code == 200
+    assert apply_all() == ["applied"]
+    dispute.refresh_from_db()
+    assert (dispute.status, dispute.closed_at is not None) == (outcome, True)
+    assert Payment.objects.get(pk=payment.pk).amount_disputed == held
+    assert sorted(Event.objects.filter(object_id=dispute.id).values_list("type", flat=True)) == [
+        "dispute.closed",
+        "dispute.created",
+    ]
