@@ -245,7 +245,7 @@ def test_an_outcome_before_our_phase_2_stored_the_modification_waits_then_settle
         ("CHARGEBACK", "Lost", "lost", 1000),
     ],
 )
-def test_an_adyen_dispute_opened_then_closed(  # noqa: PLR0913 - the parameters of one table
+def test_an_adyen_dispute_opened_then_closed(
     merchant_a, adyen, acquirer, closing_event, dispute_status, outcome, held
 ):
     """A chargeback notified, then closed won (reversed) or lost (a CHARGEBACK whose
