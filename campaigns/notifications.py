@@ -87,6 +87,12 @@ def _check(stack: Stack, result: CampaignResult, sender: dict, waiting: int) -> 
     stored = sum(by_status.values())
     result.figures["notifications stored, by status"] = dict(sorted(by_status.items()))
     expected = sender["emitted"] - sender["dropped"] - sender["given_up"]
+    # The work done: a run in which the sandbox sent nothing, or nothing arrived, proves nothing.
+    result.check(
+        sender["emitted"] > 0 and sender["duplicated"] > 0 and by_status.get("applied", 0) > 0,
+        f"no notification work to judge: {sender['emitted']} emitted, "
+        f"{sender['duplicated']} duplicated, {by_status.get('applied', 0)} applied",
+    )
     result.check(
         stored == expected,
         f"{stored} notifications stored, {expected} sent (emitted - dropped - given up)",

@@ -8,8 +8,9 @@ that names that id settles it through the same state machine as an answer or a l
 payment back to ``requires_capture`` (a ``capture_failed`` event and the merchant's
 ``payment.requires_capture`` webhook event), a refund that failed frees its amount.
 
-The notification endpoint (verifying the signature, ``gateway_client.adyen_notifications``)
-calls :func:`operation_notified` for each item whose outcome names an operation; a repeated
+The endpoint verifies and stores each item (``gateway_client.AdyenNotifications``); the apply
+task (``payments.notifications.apply``, ADR 0047) finds the operation by our reference, checks
+the provider's id of the modification, and calls :func:`operation_notified`; a repeated
 notification (Adyen delivers at least once) finds the operation settled and changes nothing.
 """
 
