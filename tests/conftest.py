@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,6 +126,17 @@ SERIAL = (
     "tests/e2e/test_broker_restart.py",  # kills its broker under a live worker, on a deadline
 )
 
+#: Modules whose tests share processes started once per module (a module-scoped fixture: the
+#: whole ``make run`` stack, a gunicorn stack, localstripe). Each runs on one worker (its own
+#: ``xdist_group``), beside the others: spread over several workers, each worker started the
+#: same stack again (``make run`` three times, about 40 s each under load).
+ONE_WORKER_MODULES = (
+    "tests/e2e/test_first_hour.py",
+    "tests/e2e/test_merchant_client_stack.py",
+    "tests/integration/test_stripe_connector.py",
+    "tests/integration/test_adyen_connector.py",
+)
+
 #: Per-test timeouts above the default (``timeout`` in pyproject.toml's [tool.pytest]), in
 #: seconds, by path prefix; a test's own ``@pytest.mark.timeout`` wins.
 SLOW = {
@@ -140,6 +152,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     path = item.path.relative_to(item.config.rootpath).as_posix()
     if path.startswith(SERIAL):
         item.add_marker(pytest.mark.xdist_group("serial"))
+    elif path in ONE_WORKER_MODULES:
+        item.add_marker(pytest.mark.xdist_group(Path(path).stem))
     for prefix, seconds in SLOW.items():
         if path.startswith(prefix) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(seconds))
