@@ -32,7 +32,7 @@ from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BODY = {"amount": 1000, "currency": "EUR", "payment_method": "tok_visa", "reference": "o-1"}
+BODY = {"amount": 1000, "currency": "EUR", "payment_method": "spm_visa", "reference": "o-1"}
 ACCOUNT = "AcmeECOM"
 _names = itertools.count()
 
