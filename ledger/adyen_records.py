@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from gateway_client import NotificationError, NotificationItem, notification_items
 from ledger.acquirer_records import AcquirerRecord, AcquirerRefundRecord
-from payments.models import AcquirerNotification, Payment, PaymentEvent, PaymentEventType
+from payments.models import Payment, PaymentEvent, PaymentEventType
+from payments.notifications.records import adyen_notified_since
 
 __all__ = ["AdyenAcquirerRecords"]
 
@@ -57,19 +57,19 @@ class AdyenAcquirerRecords:
         by_psp: dict[str, AcquirerRecord] = {}
         for record in self._answers(since):
             by_psp.setdefault(record.acquirer_reference, record)
-        for item, received_at in self._items(since, ("AUTHORISATION",)):
+        for item in adyen_notified_since(self._acquirer, since, ("AUTHORISATION",)):
             by_psp[item.psp_reference] = AcquirerRecord(
                 acquirer_reference=item.psp_reference,
                 reference=item.merchant_reference,
                 status="approved" if item.success else "declined",
                 amount=item.amount if item.amount is not None else 0,
                 currency=item.currency or "",
-                created_at=received_at,
+                created_at=item.received_at,
             )
         return iter(sorted(by_psp.values(), key=lambda r: (r.created_at, r.acquirer_reference)))
 
     def refunds_since(self, since: datetime) -> Iterator[AcquirerRefundRecord]:
-        """Every refund notification (``REFUND`` succeeded, ``REFUND_FAILED`` or an unsuccessful
+        """Every refund notification (``REFUND`` succeeded; ``REFUND_FAILED`` or an unsuccessful
         ``REFUND`` failed) received since ``since``, oldest first."""
         records = [
             AcquirerRefundRecord(
@@ -79,9 +79,9 @@ class AdyenAcquirerRecords:
                 status="succeeded" if item.success and item.event_code == "REFUND" else "failed",
                 amount=item.amount if item.amount is not None else 0,
                 currency=item.currency or "",
-                created_at=received_at,
+                created_at=item.received_at,
             )
-            for item, received_at in self._items(since, _REFUND_EVENTS)
+            for item in adyen_notified_since(self._acquirer, since, _REFUND_EVENTS)
         ]
         return iter(sorted(records, key=lambda r: (r.created_at, r.acquirer_reference)))
 
@@ -89,7 +89,7 @@ class AdyenAcquirerRecords:
         payments = {
             p.id: p
             for p in Payment.objects.filter(acquirer=self._acquirer, created_at__gte=since).only(
-                "id", "amount", "currency", "acquirer_reference", "status"
+                "id", "amount", "currency", "acquirer_reference"
             )
         }
         ids = list(payments)
@@ -102,38 +102,18 @@ class AdyenAcquirerRecords:
                 payment = payments[event.payment_id]
                 answered = _answered(event, payment, self._acquirer)
                 if answered is not None:
-                    psp, status = answered
                     yield AcquirerRecord(
-                        acquirer_reference=psp,
+                        acquirer_reference=answered[0],
                         reference=payment.id,
-                        status=status,
+                        status=answered[1],
                         amount=payment.amount,
                         currency=payment.currency,
                         created_at=event.created_at,
                     )
 
-    def _items(
-        self, since: datetime, codes: tuple[str, ...]
-    ) -> Iterable[tuple[NotificationItem, datetime]]:
-        """The stored items with one of ``codes`` and the time each arrived. A row's body is
-        the whole batch as received (card numbers redacted); its item is the one whose
-        identity is the row's ``event_id``."""
-        rows = AcquirerNotification.objects.filter(
-            acquirer=self._acquirer, event_type__in=codes, received_at__gte=since
-        ).only("event_id", "body", "received_at")
-        for row in rows.iterator(chunk_size=_CHUNK):
-            try:
-                items = notification_items(row.body.encode("utf-8"))
-            except NotificationError:
-                continue  # stored only after parsing: cannot happen but for a hand-edited row
-            for item in items:
-                if _identity(item) == row.event_id:
-                    yield item, row.received_at
-                    break
-
 
 def _answered(event: PaymentEvent, payment: Payment, acquirer: str) -> tuple[str, str] | None:
-    """(pspReference, approved/declined) Adyen answered in ``event``, or None."""
+    """(pspReference, ``approved`` or ``declined``) Adyen answered in ``event``, or None."""
     if event.type == PaymentEventType.ACQUIRER_ATTEMPT:
         data = event.data or {}
         outcome, psp = data.get("outcome"), data.get("acquirer_reference")
@@ -143,13 +123,6 @@ def _answered(event: PaymentEvent, payment: Payment, acquirer: str) -> tuple[str
             return psp, outcome
         return None
     if event.to_status in ("succeeded", "declined") and payment.acquirer_reference:
-        return payment.acquirer_reference, (
-            "approved" if event.to_status == "succeeded" else "declined"
-        )
+        status = "approved" if event.to_status == "succeeded" else "declined"
+        return payment.acquirer_reference, status
     return None
-
-
-def _identity(item: NotificationItem) -> str:
-    """The item's event identity, as the connector stores it (``AcquirerNotification.event_id``)."""
-    flag = "true" if item.success else "false"
-    return ":".join((item.event_code, item.psp_reference, item.merchant_reference, flag))

@@ -34,9 +34,7 @@ def acquirer_records_from_settings(spec: AcquirerSpec | None = None) -> Acquirer
     if spec.type == "sandbox":
         return SandboxAcquirerRecords(base_url=spec.base_url, api_key=spec.api_key)
     if spec.type == "stripe" and spec.api_version is not None:
-        return StripeAcquirerRecords(
-            base_url=spec.base_url, api_key=spec.api_key, api_version=spec.api_version
-        )
+        return StripeAcquirerRecords(acquirer=spec.name, base_url=spec.base_url)
     if spec.type == "adyen":
         return AdyenAcquirerRecords(acquirer=spec.name)
     return None

@@ -523,7 +523,7 @@ def test_a_stripe_acquirer_is_audited_from_its_listings_and_one_unreadable_fails
     with pytest.raises(AcquirerRecordsError) as failed:
         audit_acquirer(since=since_a_minute_ago())
     assert str(failed.value) == (
-        "Could not read Stripe's records from http://127.0.0.1:9: ConnectError."
+        "Could not read the listing /v1/payment_intents of http://127.0.0.1:9: ConnectError."
     )
     alone = audit_acquirer(since=since_a_minute_ago(), acquirer="sandbox")
     assert alone.clean, [d.as_row() for d in alone.discrepancies]
