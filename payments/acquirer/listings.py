@@ -24,9 +24,10 @@ written. Errors never hold the API key or a body.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -42,6 +43,9 @@ from gateway_client import (
 from payments.acquirer.client import acquirer_spec
 
 __all__ = ["ListingError", "StripeListings", "stripe_listings"]
+
+_T = TypeVar("_T")
+_V = TypeVar("_V")
 
 
 class ListingError(Exception):
@@ -76,9 +80,10 @@ def stripe_listings(
         raise ValueError(f"{acquirer} is not a stripe acquirer")
     if since.tzinfo is None:
         raise ValueError("since must be timezone-aware")
-    reader = _Reader(spec.base_url, StripeDialect(api_version=spec.api_version).auth_headers(
-        spec.api_key), timeout, max_pages, transport)  # fmt: skip
-    intents, released = [], set()
+    headers = StripeDialect(api_version=spec.api_version).auth_headers(spec.api_key)
+    reader = _Reader(spec.base_url, headers, timeout, max_pages, transport)
+    intents: list[Authorization] = []
+    released: set[str] = set()
     for item in reader.listing("payment_intents", since):
         charge = item.get("latest_charge")
         if isinstance(charge, dict) and "amount_captured" not in charge:
@@ -86,7 +91,7 @@ def stripe_listings(
         intent = _read(stripe_listed_payment_intent, item, reader.base_url)
         if intent is not None:
             intents.append(intent)
-    refunds = []
+    refunds: list[Refund] = []
     for item in reader.listing("refunds", since):
         listed = _read(stripe_listed_refund, item, reader.base_url)
         if listed is not None and (listed[1] or listed[0].charge not in released):
@@ -156,7 +161,7 @@ class _Reader:
         return response
 
 
-def _read(read: Any, value: Any, where: str) -> Any:
+def _read(read: Callable[[_V], _T], value: _V, where: str) -> _T:
     try:
         return read(value)
     except ValueError as exc:  # MalformedBody: its message names a field, never a value
