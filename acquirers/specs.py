@@ -32,6 +32,14 @@ only from the environment (``api_key_env``, sent as ``X-API-Key``); it takes
 ``https://<prefix>-checkout-live.adyenpayments.com/checkout/v71``; then no ``base_url``) or
 ``base_url`` (omitted: Adyen's test endpoint ``https://checkout-test.adyen.com/v71``).
 
+``payment_methods``: the payment-method families the acquirer can charge (ADR 0051), a
+non-empty list of :data:`PAYMENT_METHOD_FAMILIES`' names; omitted = its type's own
+(:data:`TYPE_PAYMENT_METHODS`: a ``sandbox`` charges ``sandbox_token`` (``tok_...``), a
+``stripe`` ``stripe_payment_method`` (``pm_...``), an ``adyen``
+``adyen_stored_payment_method`` (``spm_...``)). Routing and failover consider only the
+acquirers whose families hold the payment's payment method. Name another family only where the
+acquirer really charges it (a test double, or a token proxy in front of the acquirer).
+
 ``webhook_secret_env``: the name of the environment variable holding the acquirer's
 notification signing secret(s) (``POST /acquirer_notifications/<name>``; docs/connectors.md,
 "Notifications"): one secret, or several separated by spaces during a rotation (newest first).
@@ -62,9 +70,12 @@ __all__ = [
     "ACQUIRER_TYPES",
     "CAPTURE_METHODS",
     "DEFAULT_PRIORITY",
+    "PAYMENT_METHOD_FAMILIES",
     "POLICY_OVERRIDES",
+    "TYPE_PAYMENT_METHODS",
     "AcquirerSpec",
     "parse_acquirers",
+    "payment_method_family",
 ]
 
 #: The capture methods an acquirer may support (``payments.models.CaptureMethod`` values).
@@ -76,10 +87,34 @@ _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _FIELDS = frozenset(
     {"name", "base_url", "api_key", "currencies", "capture_methods", "priority", "policy"}
     | {"type", "api_key_env", "api_version", "merchant_account", "return_url", "live_url_prefix"}
-    | {"webhook_secret_env"}
+    | {"webhook_secret_env", "payment_methods"}
 )
 #: The connector types ``type`` may name.
 ACQUIRER_TYPES = ("sandbox", "stripe", "adyen")
+#: The payment-method families (ADR 0051): family name -> the prefix of its tokens in the API's
+#: ``payment_method``. A token is charged only by an acquirer of a family that issued it.
+PAYMENT_METHOD_FAMILIES = {
+    "sandbox_token": "tok_",  # our sandbox acquirer's card tokens
+    "stripe_payment_method": "pm_",  # a Stripe PaymentMethod (Stripe.js), of one Stripe account
+    "adyen_stored_payment_method": "spm_",  # spm_ + Adyen's storedPaymentMethodId
+}
+#: The families each connector type charges when ``payment_methods`` is omitted.
+TYPE_PAYMENT_METHODS = {
+    "sandbox": frozenset({"sandbox_token"}),
+    "stripe": frozenset({"stripe_payment_method"}),
+    "adyen": frozenset({"adyen_stored_payment_method"}),
+}
+_FAMILY_OF_PREFIX = {prefix: family for family, prefix in PAYMENT_METHOD_FAMILIES.items()}
+
+
+def payment_method_family(payment_method: str) -> str | None:
+    """The family (:data:`PAYMENT_METHOD_FAMILIES`) of the API's ``payment_method`` token
+    (``tok_visa`` -> ``sandbox_token``), read from its prefix up to the first ``_``; None for a
+    token of no known family. Plain string work: one split, one dictionary read."""
+    prefix, underscore, _ = payment_method.partition("_")
+    return _FAMILY_OF_PREFIX.get(prefix + underscore) if underscore else None
+
+
 #: Fields only one type takes.
 _TYPE_FIELDS = {
     "api_version": "stripe",
@@ -161,7 +196,8 @@ class AcquirerSpec:
     ``stripe`` acquirer's pinned ``Stripe-Version`` (None for the others);
     ``merchant_account`` and ``return_url``: an ``adyen`` acquirer's (None for the others).
     ``webhook_secrets``: the notification signing secrets, newest first (empty: no
-    notifications), kept out of repr()."""
+    notifications), kept out of repr(). ``payment_methods``: the payment-method families it
+    charges (None: its type's, :data:`TYPE_PAYMENT_METHODS`)."""
 
     name: str
     base_url: str
@@ -175,12 +211,24 @@ class AcquirerSpec:
     merchant_account: str | None = None
     return_url: str | None = None
     webhook_secrets: tuple[str, ...] = field(default=(), repr=False)
+    payment_methods: frozenset[str] | None = None
 
-    def supports(self, currency: str, capture_method: str) -> bool:
+    @property
+    def payment_method_families(self) -> frozenset[str]:
+        """The payment-method families this acquirer charges: ``payment_methods``, else its
+        type's (:data:`TYPE_PAYMENT_METHODS`)."""
+        if self.payment_methods is not None:
+            return self.payment_methods
+        return TYPE_PAYMENT_METHODS[self.type]
+
+    def supports(self, currency: str, capture_method: str, family: str | None = None) -> bool:
         """Whether this acquirer takes a payment in ``currency`` (ISO 4217) with
-        ``capture_method`` (``automatic`` or ``manual``); a ``stripe`` acquirer never takes
-        ISK or UGX."""
+        ``capture_method`` (``automatic`` or ``manual``) and, when ``family`` is given, a
+        payment method of that family (:func:`payment_method_family`); a ``stripe`` acquirer
+        never takes ISK or UGX."""
         if self.type == "stripe" and currency in STRIPE_EXCLUDED_CURRENCIES:
+            return False
+        if family is not None and family not in self.payment_method_families:
             return False
         return capture_method in self.capture_methods and (
             self.currencies is None or currency in self.currencies
@@ -348,6 +396,17 @@ def _spec(
         if not set(methods) <= set(CAPTURE_METHODS):
             raise _fail(f"{where}.capture_methods", "may hold only automatic and manual")
         capture_methods = frozenset(methods)
+    payment_methods = None
+    if "payment_methods" in item:
+        families = _string_list(f"{where}.payment_methods", item["payment_methods"], "strings")
+        unknown_families = sorted(set(families) - set(PAYMENT_METHOD_FAMILIES))
+        if unknown_families:
+            raise _fail(
+                f"{where}.payment_methods",
+                f"unknown family {_shown(unknown_families[0])} "
+                f"(known: {', '.join(PAYMENT_METHOD_FAMILIES)})",
+            )
+        payment_methods = frozenset(families)
     priority = item.get("priority", DEFAULT_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise _fail(where, "priority must be an integer (lower is tried first)")
@@ -365,6 +424,7 @@ def _spec(
         merchant_account=merchant_account,
         return_url=return_url,
         webhook_secrets=_webhook_secrets(where, item, environ, kind),
+        payment_methods=payment_methods,
     )
 
 

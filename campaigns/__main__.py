@@ -1,7 +1,7 @@
 """``python -m campaigns [CAMPAIGN ...] [--short] [--out DIR]``: run fault campaigns.
 
-Campaigns: storms, crash, matrix, schemathesis, soak, webhooks, deferred, failover, notifications,
-secrets
+Campaigns: storms, crash, matrix, schemathesis, soak, webhooks, deferred, failover, providers,
+notifications, secrets
 (``all``: every one, in that order, on one stack; secrets runs after the others so it greps
 everything they logged). Exit status 0 when no campaign found a violation, 1 otherwise, 2 when
 the stack could not run.

@@ -38,6 +38,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from devtools.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
+from tests.support.adyen import AdyenFake
+from tests.support.fault_proxy import FaultProxy
+from tests.support.localstripe import LocalStripe
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -52,6 +55,10 @@ DEFAULT_SETTINGS = "campaigns.settings"
 #: has the sandbox send notifications signed with it), in the variable ACQUIRERS names.
 NOTIFICATION_SECRET = "whsec_" + base64.b64encode(b"campaign-notification-secret-32b").decode()
 NOTIFICATION_SECRET_ENV = "CAMPAIGN_NOTIFICATION_SECRET"  # noqa: S105 - a variable's name
+#: The variables the stripe and adyen acquirers' secrets are read from (``api_key_env``).
+STRIPE_KEY_ENV = "CAMPAIGN_STRIPE_SECRET_KEY"
+ADYEN_KEY_ENV = "CAMPAIGN_ADYEN_API_KEY"
+ADYEN_HMAC_ENV = "CAMPAIGN_ADYEN_HMAC_KEYS"
 
 SERVICE_ENV: dict[str, str] = {
     "DJANGO_DEBUG": "false",
@@ -513,6 +520,13 @@ class Stack:
         #: The second acquirer, "beta" (the failover campaign's), its own key.
         self.beta: Sandbox | None = None
         self.beta_api_key = f"sk_acq_campaign_beta_{uuid.uuid4().hex}"
+        #: A Stripe-compatible acquirer (localstripe, a separate process, GPL-3.0: never
+        #: imported) and the Adyen-compatible fake, each behind a fault proxy (the providers
+        #: campaign's outages); "stripe" and "adyen" in ACQUIRERS.
+        self.stripe: LocalStripe | None = None
+        self.adyen: AdyenFake | None = None
+        self.stripe_proxy: FaultProxy | None = None
+        self.adyen_proxy: FaultProxy | None = None
         self.web: Web | None = None
         self.processes: list[Process] = []
         self.started_at = datetime.now(UTC)
@@ -532,11 +546,15 @@ class Stack:
         finally:
             stack.stop()
 
-    def acquirers_json(self, *names: str) -> str:
+    def acquirers_json(self, *names: str, adyen_takes_sandbox_tokens: bool = False) -> str:
         """The ``ACQUIRERS`` value configuring ``names`` (``alpha``: the stack's sandbox,
-        priority 10; ``beta``: the second one, priority 20), in that order."""
+        priority 10; ``beta``: the second one, priority 20; ``stripe``: localstripe behind its
+        fault proxy, 30; ``adyen``: the Adyen-compatible fake behind its own, 40), in that
+        order. ``adyen_takes_sandbox_tokens``: the fake is declared to charge the sandbox's
+        ``tok_`` tokens too (it reads ``tok_visa`` as its stored payment method ``visa``), so
+        a ``tok_`` payment has two acquirers (ADR 0051)."""
         assert self.sandbox is not None and self.beta is not None
-        known = {
+        known: dict[str, dict[str, Any]] = {
             "alpha": {
                 "base_url": self.sandbox.url,
                 "api_key": self.acquirer_api_key,
@@ -548,7 +566,22 @@ class Stack:
                 "webhook_secret_env": NOTIFICATION_SECRET_ENV,
             },
         }
-        priority = {"alpha": 10, "beta": 20}
+        if self.stripe_proxy is not None and self.adyen_proxy is not None:
+            known["stripe"] = {
+                "type": "stripe", "base_url": self.stripe_proxy.url,
+                "api_key_env": STRIPE_KEY_ENV, "api_version": "2024-06-20",
+                # localstripe ignores Idempotency-Key (ADR 0040).
+                "policy": {"honours_idempotency_keys": False},
+            }  # fmt: skip
+            known["adyen"] = {
+                "type": "adyen", "base_url": self.adyen_proxy.url + "/v71",
+                "api_key_env": ADYEN_KEY_ENV, "merchant_account": "AcmeECOM",
+                "return_url": "https://shop.example/adyen/return",
+                "webhook_secret_env": ADYEN_HMAC_ENV,
+            }  # fmt: skip
+            if adyen_takes_sandbox_tokens:
+                known["adyen"]["payment_methods"] = ["adyen_stored_payment_method", "sandbox_token"]
+        priority = {"alpha": 10, "beta": 20, "stripe": 30, "adyen": 40}
         return json.dumps(
             [{"name": name, **known[name], "priority": priority[name]} for name in names]
         )
@@ -571,8 +604,18 @@ class Stack:
             "CELERY_DEFAULT_QUEUE": self.queue,
             "LEDGER_AUDIT_CSV_DIR": str(self.out_dir / "audits"),
             NOTIFICATION_SECRET_ENV: NOTIFICATION_SECRET,
+            **self._provider_secrets(),
             **self.options.env,
             **overrides,
+        }
+
+    def _provider_secrets(self) -> dict[str, str]:
+        if self.stripe is None or self.adyen is None:
+            return {}
+        return {
+            STRIPE_KEY_ENV: self.stripe.api_key,
+            ADYEN_KEY_ENV: self.adyen.api_key,
+            ADYEN_HMAC_ENV: self.adyen.hmac_key,
         }
 
     def start(self) -> None:
@@ -593,6 +636,10 @@ class Stack:
             self.log("sandbox-beta"), self.beta_api_key, faults, name="sandbox-beta"
         )
         self.processes.append(self.beta)
+        self.stripe = LocalStripe.start()
+        self.adyen = AdyenFake.start()
+        self.stripe_proxy = FaultProxy("127.0.0.1", self.stripe.port)
+        self.adyen_proxy = FaultProxy("127.0.0.1", self.adyen.port)
         self.manage("migrate", "--noinput", log_name="migrate")
         self.web = self.start_web("web")
         self.start_celery()
@@ -663,8 +710,8 @@ class Stack:
             "--schedule",
             str(self.out_dir / "beat-schedule"),
         ]
-        # Reconciliation goes to each payment's acquirer: the worker knows both.
-        both = self.env(ACQUIRERS=self.acquirers_json("alpha", "beta"))
+        # Reconciliation goes to each payment's acquirer: the worker knows every one.
+        both = self.env(ACQUIRERS=self.acquirers_json("alpha", "beta", "stripe", "adyen"))
         worker_process = _spawn("worker", worker, both, self.log("worker"))
         self.processes.append(worker_process)
         self.processes.append(_spawn("beat", beat, both, self.log("beat")))
@@ -684,6 +731,13 @@ class Stack:
         for process in reversed(self.processes):
             with contextlib.suppress(Exception):  # a harness: stop everything we can
                 process.stop()
+        for proxy in (self.stripe_proxy, self.adyen_proxy):
+            if proxy is not None:
+                proxy.close()
+        for provider in (self.stripe, self.adyen):
+            if provider is not None:
+                with contextlib.suppress(Exception):  # a harness: stop everything we can
+                    provider.stop()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -746,12 +800,13 @@ class Stack:
         timeout: float = 300,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
-        """``manage.py ARGS`` with the stack's settings, both acquirers (plus ``env``). Output
+        """``manage.py ARGS`` with the stack's settings, every acquirer (plus ``env``). Output
         goes to a log file when ``log_name`` is given (never for commands printing secrets),
         else is returned."""
         command = [PYTHON, "manage.py", *args]
-        # Both acquirers: an operator's command (the ledger audit) sees every payment's.
-        env = {**self.env(ACQUIRERS=self.acquirers_json("alpha", "beta")), **(env or {})}
+        # Every acquirer: an operator's command (the ledger audit) sees every payment's.
+        every = self.acquirers_json("alpha", "beta", "stripe", "adyen")
+        env = {**self.env(ACQUIRERS=every), **(env or {})}
         if log_name:
             with open(self.log(log_name), "ab") as log:
                 result = subprocess.run(  # noqa: S603

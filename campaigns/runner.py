@@ -19,6 +19,7 @@ CAMPAIGNS: dict[str, str] = {
     "webhooks": "campaigns.webhooks",
     "deferred": "campaigns.deferred",
     "failover": "campaigns.failover",
+    "providers": "campaigns.providers",
     "notifications": "campaigns.notifications",
     "secrets": "campaigns.secrets",
 }
@@ -33,6 +34,7 @@ MERCHANTS = {
     "webhooks": "webhooks",
     "deferred": "deferred",
     "failover": "failover",
+    "providers": "providers",
     "notifications": "notifications",
     "secrets": "secrets",
 }
@@ -54,6 +56,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "deferred": {"payments": 500, "concurrency": 16, "capacity": 20, "drain_timeout": 300},
         # Per arm (two arms at once): 1000 payments at 6/s, alpha 4 s healthy then 6 s down.
         "failover": {"payments": 1000, "pace": 6, "outage_seconds": 6, "healthy_seconds": 4},
+        # Per arm: 600 payments at 8/s, 2 s healthy then 3 s of one provider's outage.
+        "providers": {"payments": 600, "pace": 8, "outage_seconds": 3, "healthy_seconds": 2},
     },
     "short": {
         # The circuit breaker stays open 3 s instead of 30 s, so the short matrix covers the
@@ -72,6 +76,16 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "failover": {
             "payments": 50,
             "pace": 10,
+            "outage_seconds": 1.0,
+            "healthy_seconds": 0.25,
+            "web_workers": 1,
+            "web_threads": 12,
+        },
+        # 60 per arm over one cycle of the six outages (a sandbox, stripe and adyen each
+        # down twice, certain and ambiguous).
+        "providers": {
+            "payments": 60,
+            "pace": 8,
             "outage_seconds": 1.0,
             "healthy_seconds": 0.25,
             "web_workers": 1,

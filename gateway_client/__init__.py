@@ -49,7 +49,12 @@ from resilience import (
 )
 
 from .adyen import AdyenDialect
-from .adyen_notifications import AdyenNotifications
+from .adyen_notifications import (
+    AdyenNotifications,
+    NotificationError,
+    NotificationItem,
+    notification_items,
+)
 from .classify import classify_exception
 from .client import AcquirerClient
 from .dialect import Dialect, LookupUnsupported, WireRequest
@@ -90,6 +95,13 @@ from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
 from .sandbox_notifications import SandboxNotifications, standard_webhooks_signature
 from .stripe import StripeDialect
+from .stripe_listing import (
+    STRIPE_LISTING_PAGE_SIZE,
+    stripe_listed_payment_intent,
+    stripe_listed_refund,
+    stripe_listing_page,
+    stripe_listing_request,
+)
 from .stripe_notifications import StripeNotifications, stripe_signature_header
 from .types import (
     AcquirerConfig,
@@ -149,6 +161,16 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     "StripeNotifications",
     "standard_webhooks_signature",
     "stripe_signature_header",
+    # Adyen's notification items, read by the ledger audit (adyen_notifications.py)
+    "NotificationError",
+    "NotificationItem",
+    "notification_items",
+    # Stripe's listings of a time range, for the ledger audit (stripe_listing.py)
+    "STRIPE_LISTING_PAGE_SIZE",
+    "stripe_listed_payment_intent",
+    "stripe_listed_refund",
+    "stripe_listing_page",
+    "stripe_listing_request",
     # the error tree (errors.py)
     "GatewayError",
     "RetryableError",

@@ -4,7 +4,8 @@ bodies, the API key in `X-API-Key`.
 
 - authorize: `POST /payments` with `merchantAccount`, `amount` (Adyen's minor units),
   `reference` (our payment id: Adyen's `merchantReference`), the card token as a stored
-  payment method (`paymentMethod: {"type": "scheme", "storedPaymentMethodId": ...}`,
+  payment method (`paymentMethod: {"type": "scheme", "storedPaymentMethodId": ...}`: our
+  `spm_<id>` sent as `<id>`, any other token as it is, ADR 0051;
   `shopperInteraction: ContAuth`, `recurringProcessingModel: UnscheduledCardOnFile`),
   `returnUrl`, and for a manual capture `additionalData.manualCapture: "true"` (automatic:
   `captureDelayHours: 0`). `acquirer_reference` is Adyen's `pspReference` of the payment.
@@ -76,6 +77,7 @@ from .wire import MalformedBody, load_json, load_json_object
 
 __all__ = [
     "ADYEN_TEST_BASE_URL",
+    "STORED_PAYMENT_METHOD_PREFIX",
     "AdyenDialect",
     "adyen_live_base_url",
     "from_adyen_amount",
@@ -84,6 +86,8 @@ __all__ = [
 
 #: Checkout v71 on Adyen's test platform.
 ADYEN_TEST_BASE_URL = "https://checkout-test.adyen.com/v71"
+#: How the service's API writes an Adyen stored payment method: `spm_<storedPaymentMethodId>`.
+STORED_PAYMENT_METHOD_PREFIX = "spm_"
 _LIVE_PREFIX = re.compile(r"[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,3}")
 _MERCHANT_ACCOUNT = re.compile(r"[A-Za-z0-9_.\-]{1,80}")
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -158,12 +162,14 @@ class AdyenDialect(Dialect):
         return {"X-API-Key": api_key}
 
     def authorize_request(self, request: AuthorizationRequest) -> WireRequest:
-        """`POST /payments`: one payment filed under our payment id (`reference`)."""
+        """`POST /payments`: one payment filed under our payment id (`reference`); the card
+        token `spm_<id>` is Adyen's stored payment method `<id>`."""
+        stored_id = request.payment_method.removeprefix(STORED_PAYMENT_METHOD_PREFIX)
         body: dict[str, Any] = {
             "merchantAccount": self.merchant_account,
             "amount": _amount(request.amount, request.currency),
             "reference": request.payment_reference,
-            "paymentMethod": {"type": "scheme", "storedPaymentMethodId": request.payment_method},
+            "paymentMethod": {"type": "scheme", "storedPaymentMethodId": stored_id},
             "shopperInteraction": "ContAuth",
             "recurringProcessingModel": "UnscheduledCardOnFile",
             "returnUrl": self.return_url,

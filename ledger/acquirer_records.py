@@ -9,8 +9,9 @@ succeeded or failed). An audit never needs more.
 
 :class:`SandboxAcquirerRecords` fills it from the sandbox acquirer's settlement listings
 (``GET /_sandbox/charges?since=`` and ``GET /_sandbox/refunds?since=``, paged, no lookup lag).
-A real acquirer's daily settlement
-report (a file or an API) fills the same interface: map each line to an
+:mod:`ledger.stripe_records` fills it from Stripe's listings, :mod:`ledger.adyen_records` from
+what Adyen answered and notified; :mod:`ledger.sources` picks one per acquirer type. Another
+source (a settlement report file) fills the same interface: map each line to an
 :class:`AcquirerRecord` and name the class in ``LEDGER_ACQUIRER_RECORDS``.
 
 Errors reading the records raise :class:`AcquirerRecordsError`, whose message never holds the
@@ -25,10 +26,6 @@ from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import httpx
-from django.conf import settings
-from django.utils.module_loading import import_string
-
-from acquirers.specs import AcquirerSpec
 
 __all__ = [
     "AcquirerRecord",
@@ -36,10 +33,7 @@ __all__ = [
     "AcquirerRecordsError",
     "AcquirerRefundRecord",
     "SandboxAcquirerRecords",
-    "acquirer_records_from_settings",
 ]
-
-DEFAULT_RECORDS_CLASS = "ledger.acquirer_records.SandboxAcquirerRecords"
 
 _T = TypeVar("_T")
 
@@ -251,23 +245,3 @@ def _refund_record(row: dict) -> AcquirerRefundRecord:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise AcquirerRecordsError("A refund in the acquirer's listing is malformed.") from exc
-
-
-#: Acquirer types whose records the default source reads (the sandbox's settlement listing).
-#: Stripe's and Adyen's records come from their settlement reports, not read here yet: their
-#: acquirers are reported as not audited, never audited against a listing they do not have.
-DEFAULT_SOURCE_TYPES = frozenset({"sandbox"})
-
-
-def acquirer_records_from_settings(spec: AcquirerSpec | None = None) -> AcquirerRecords | None:
-    """The configured source: ``LEDGER_ACQUIRER_RECORDS`` (a dotted class path, for every
-    acquirer), else the sandbox's listing for a ``sandbox`` acquirer and None (no source: not
-    audited) for the others; built with the base URL and API key of the acquirer ``spec`` (one
-    of ``ACQUIRERS``; None: the ``ACQUIRER_*`` settings' acquirer, a sandbox)."""
-    path = getattr(settings, "LEDGER_ACQUIRER_RECORDS", "")
-    if not path and spec is not None and spec.type not in DEFAULT_SOURCE_TYPES:
-        return None
-    cls = import_string(path or DEFAULT_RECORDS_CLASS)
-    if spec is not None:
-        return cls(base_url=spec.base_url, api_key=spec.api_key)
-    return cls(base_url=settings.ACQUIRER_BASE_URL, api_key=settings.ACQUIRER_API_KEY)

@@ -76,10 +76,10 @@ from ledger.acquirer_records import (
     AcquirerRecord,
     AcquirerRecords,
     AcquirerRefundRecord,
-    acquirer_records_from_settings,
 )
 from ledger.disputes import DisputeCounts, dispute_counts
 from ledger.models import STORED_ROWS_LIMIT, AuditRun
+from ledger.sources import acquirer_records_from_settings
 from payments.acquirer.client import acquirer_spec, acquirer_specs
 from payments.models import (
     OperationKind,
@@ -734,9 +734,9 @@ def audit_acquirers(
 ) -> AuditReport:
     """:func:`audit_acquirer` of every configured acquirer against its own records, merged into
     one report (counts added, findings joined; ``source`` names each acquirer's). With one
-    acquirer, that acquirer's report. An acquirer without a source of its records (a Stripe or
-    Adyen one unless ``LEDGER_ACQUIRER_RECORDS`` names one) is left out and named in
-    ``not_audited``. Raises ``AcquirerRecordsError`` as the audit does."""
+    acquirer, that acquirer's report. An acquirer without a source of its records
+    (:func:`ledger.sources.acquirer_records_from_settings`: every type has one today) is left
+    out and named in ``not_audited``. Raises ``AcquirerRecordsError`` as the audit does."""
     configured = getattr(settings, "ACQUIRERS", None)
     reports, not_audited = [], []
     for spec in acquirer_specs():

@@ -1,7 +1,8 @@
 """Routing a payment to the configured acquirers (``ACQUIRERS``; ADR 0023).
 
-:func:`acquirer_route` gives, for a payment's ISO 4217 currency and capture method, the
-acquirers that support both, in routing order: the merchant's preferred names first (in its
+:func:`acquirer_route` gives, for a payment's ISO 4217 currency, capture method and payment
+method, the acquirers that support all three (the payment method by its family, ADR 0051), in
+routing order: the merchant's preferred names first (in its
 order), then the others by priority. :func:`skip_reason` says whether an acquirer would refuse
 a call without sending it (its ``authorize`` breaker open, its rate gate closed beyond the time
 left, its retry budget empty), so a payment with somewhere else to go goes there at once.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from acquirers.specs import payment_method_family
 from gateway_client import AcquirerClient
 from payments.acquirer.client import acquirer_specs
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
@@ -24,22 +26,36 @@ from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 __all__ = [
     "acquirer_idempotency_key",
     "acquirer_route",
+    "charged_anywhere",
     "may_fail_over",
     "skip_reason",
 ]
 
 
 def acquirer_route(
-    *, currency: str, capture_method: str, preferred: Sequence[str] = ()
+    *, currency: str, capture_method: str, payment_method: str, preferred: Sequence[str] = ()
 ) -> tuple[str, ...]:
     """The names of the acquirers that take a payment in ``currency`` (ISO 4217) with
-    ``capture_method`` (``automatic``/``manual``), in the order to try them: the names of
-    ``preferred`` (a merchant's ``acquirer_order``) that qualify, in that order, then the rest
-    by priority. Empty when no configured acquirer takes it. Unknown preferred names are
-    ignored (an acquirer removed from the configuration)."""
-    eligible = [spec.name for spec in acquirer_specs() if spec.supports(currency, capture_method)]
+    ``capture_method`` (``automatic``/``manual``) and can charge ``payment_method`` (the API's
+    token: its family, ``acquirers.specs.payment_method_family``, among the acquirer's), in
+    the order to try them: the names of ``preferred`` (a merchant's ``acquirer_order``) that
+    qualify, in that order, then the rest by priority. Empty when no configured acquirer takes
+    it (:func:`charged_anywhere` tells whether the payment method alone is the reason).
+    Unknown preferred names are ignored (an acquirer removed from the configuration). Reads
+    the settings only: no database, no store."""
+    family = payment_method_family(payment_method) or ""
+    eligible = [
+        spec.name for spec in acquirer_specs() if spec.supports(currency, capture_method, family)
+    ]
     first = [name for name in dict.fromkeys(preferred) if name in eligible]
     return (*first, *(name for name in eligible if name not in first))
+
+
+def charged_anywhere(payment_method: str) -> bool:
+    """Whether any configured acquirer can charge ``payment_method`` (the API's token), whatever
+    the currency and capture method: False makes an empty route the payment method's fault."""
+    family = payment_method_family(payment_method)
+    return any(family in spec.payment_method_families for spec in acquirer_specs())
 
 
 def skip_reason(client: AcquirerClient, *, time_left: float, last: bool) -> str | None:

@@ -160,8 +160,16 @@ OPERATIONS: dict[str, Operation] = {
                 "validation_error",
                 ("currency_not_supported",),
                 "currency",
-                "no configured acquirer takes the currency with the capture method: depends "
-                "on the service's ACQUIRERS",
+                "no configured acquirer that can charge the payment method takes the currency "
+                "with the capture method: depends on the service's ACQUIRERS",
+            ),
+            Beyond(
+                "validation_error",
+                ("payment_method_not_supported",),
+                "payment_method",
+                "no configured acquirer charges the payment method's family (tok_: the sandbox, "
+                "pm_: Stripe, spm_: Adyen; docs/connectors.md): depends on the service's "
+                "ACQUIRERS",
             ),
         ),
         idempotent=True,

@@ -22,9 +22,11 @@ from payments.models import (
     RefundReason,
 )
 
-#: A card token: ours (``tok_...``, the sandbox's) or a Stripe PaymentMethod id (``pm_...``,
-#: made by Stripe.js on the merchant's page) for a ``stripe`` acquirer (docs/connectors.md).
-PAYMENT_METHOD_PATTERN = re.compile(r"(?:tok|pm)_[A-Za-z0-9_]{1,64}")
+#: A payment method token of one of the families (``acquirers.specs.PAYMENT_METHOD_FAMILIES``,
+#: ADR 0051): the sandbox's (``tok_...``), a Stripe PaymentMethod id (``pm_...``, made by
+#: Stripe.js on the merchant's page) or an Adyen stored payment method (``spm_`` + its
+#: ``storedPaymentMethodId``); routing sends it only to an acquirer of its family.
+PAYMENT_METHOD_PATTERN = re.compile(r"(?:tok|pm|spm)_[A-Za-z0-9_]{1,64}")
 #: The longest value of each string field of ``POST /payments`` (characters).
 CREATE_MAX_LENGTHS = {
     "currency": 3,
@@ -173,8 +175,10 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
     payment_method = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["payment_method"],
         pattern=PAYMENT_METHOD_PATTERN,
-        help_text="A payment method token: ours ('tok_...') or, for a stripe acquirer, a Stripe "
-        "PaymentMethod id ('pm_...'). Card numbers are refused.",
+        help_text="A payment method token: the sandbox's ('tok_...'), a Stripe PaymentMethod id "
+        "('pm_...') or an Adyen stored payment method ('spm_' + its storedPaymentMethodId). "
+        "Only acquirers that can charge its kind are tried; none: 400 "
+        "payment_method_not_supported. Card numbers are refused.",
     )
     reference = StrictStringField(
         max_length=CREATE_MAX_LENGTHS["reference"],

@@ -78,6 +78,25 @@ def not_found_problem(noun: str) -> Problem:
     return Problem(f"No {noun} with this id.", code="not_found", title="Not found", status_code=404)
 
 
+def _no_acquirer_problem(exc: NoAcquirerForPayment) -> Problem:
+    """The ``400 validation_error`` of a payment no configured acquirer can take, naming the
+    field to change: ``payment_method`` when no acquirer charges its family at all (ADR 0051),
+    else ``currency`` (no acquirer of that family takes the currency with the capture
+    method). Echoes no value."""
+    if exc.payment_method:
+        field, code = "payment_method", "payment_method_not_supported"
+        message = "No acquirer of this service can charge this kind of payment method."
+    else:
+        field, code = "currency", "currency_not_supported"
+        message = "No acquirer of this service takes this currency with this capture method."
+    return Problem(
+        message,
+        code="validation_error",
+        title="The request body is invalid",
+        errors=[{"field": field, "code": code, "message": message}],
+    )
+
+
 def json_answer(document: object) -> HttpResponse:
     """A 200 ``application/json`` answer of ``document`` (a serializer's data)."""
     return HttpResponse(json_bytes(document), content_type="application/json")
@@ -282,18 +301,7 @@ class PaymentListCreateApi(MerchantApi):
             with payment_slot(request.user):
                 result = payment_create(merchant=request.user, idempotency_key=key, **fields)
         except NoAcquirerForPayment as exc:
-            raise Problem(
-                "No acquirer of this service takes this currency with this capture method.",
-                code="validation_error",
-                title="The request body is invalid",
-                errors=[
-                    {
-                        "field": "currency",
-                        "code": "currency_not_supported",
-                        "message": "No acquirer takes this currency with this capture method.",
-                    }
-                ],
-            ) from exc
+            raise _no_acquirer_problem(exc) from exc
         return create_answer(result)
 
     @extend_schema(

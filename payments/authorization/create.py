@@ -42,7 +42,7 @@ from idempotency.services import (
 from merchants.models import Merchant
 from observability.request_context import request_line_note
 from observability.trace_context import PAYMENT_ID, span_note, tracer
-from payments.acquirer.routing import acquirer_route
+from payments.acquirer.routing import acquirer_route, charged_anywhere
 from payments.authorization.deferral import DeferralPolicy, payment_defer
 from payments.authorization.failover import payment_authorize_routed, route_start
 from payments.authorization.key_claim import key_replayable
@@ -144,9 +144,9 @@ def payment_create(
     :class:`Unavailable`. The routed acquirers' circuit breakers are checked before anything
     is written (all open: :class:`Unavailable`), unless the key already holds an answer to
     replay; the payment starts at the first acquirer whose breaker admits it. Raises
-    :class:`NoAcquirerForPayment` when no configured acquirer takes the currency and capture
-    method, ``IdempotencyKeyReused`` (422) and ``IdempotencyKeyInUse`` (409) from the claim,
-    each counted.
+    :class:`NoAcquirerForPayment` when no configured acquirer takes the currency, capture
+    method and payment method's family together, ``IdempotencyKeyReused`` (422) and
+    ``IdempotencyKeyInUse`` (409) from the claim, each counted.
 
     ``allow_deferred``: when every breaker refuses, or the first attempt (after failover) is
     certainly not applied, the payment is ``deferred`` (a stored ``202``;
@@ -167,12 +167,17 @@ def payment_create(
     body |= {name: value for name, value in optional.items() if value is not None}
     now = clock()
     route = acquirer_route(
-        currency=currency, capture_method=capture_method, preferred=merchant.preferred_acquirers
+        currency=currency,
+        capture_method=capture_method,
+        payment_method=payment_method,
+        preferred=merchant.preferred_acquirers,
     )
     start, retry_after = route_start(route, client)
     if start is None and not key_replayable(merchant, idempotency_key, now):
         if not route:
-            raise NoAcquirerForPayment(currency, capture_method)
+            raise NoAcquirerForPayment(
+                currency, capture_method, payment_method=not charged_anywhere(payment_method)
+            )
         if not allow_deferred:
             # Every breaker is open: answer at once, before anything is written; the key
             # stays free.
@@ -236,12 +241,17 @@ def _defer(
 
 class NoAcquirerForPayment(Exception):
     """No configured acquirer (``ACQUIRERS``) takes the payment's ISO 4217 currency with its
-    capture method: a 400 before anything is stored (the request cannot succeed as sent)."""
+    capture method and its payment method's family (ADR 0051): a 400 before anything is
+    stored (the request cannot succeed as sent). ``payment_method``: True when no acquirer
+    charges the payment method's family at all (the field to blame), False when the
+    currency or capture method is what no acquirer of that family takes."""
 
-    def __init__(self, currency: str, capture_method: str) -> None:
-        super().__init__(f"no acquirer takes {currency} with capture_method {capture_method}")
+    def __init__(self, currency: str, capture_method: str, *, payment_method: bool) -> None:
+        what = "this payment method" if payment_method else f"{currency} with {capture_method}"
+        super().__init__(f"no acquirer takes {what}")
         self.currency = currency
         self.capture_method = capture_method
+        self.payment_method = payment_method
 
 
 def payment_authorization_record(

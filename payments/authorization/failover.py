@@ -113,14 +113,15 @@ def payment_authorize_routed(
 
 
 def payment_route(payment: Payment) -> tuple[str, ...]:
-    """The routing order for ``payment`` now: its currency (ISO 4217), capture method and its
-    merchant's preferred order (:func:`~payments.acquirer.routing.acquirer_route`). A flow that
-    sends a payment later (not at its creation) passes this to
-    :func:`payment_authorize_routed`; the payment's own acquirer should be its first element
-    that admits it."""
+    """The routing order for ``payment`` now: its currency (ISO 4217), capture method, payment
+    method (its family, ADR 0051) and its merchant's preferred order
+    (:func:`~payments.acquirer.routing.acquirer_route`). A flow that sends a payment later (not
+    at its creation) passes this to :func:`payment_authorize_routed`; the payment's own
+    acquirer should be its first element that admits it."""
     return acquirer_route(
         currency=payment.currency,
         capture_method=payment.capture_method,
+        payment_method=payment.payment_method,
         preferred=payment.merchant.preferred_acquirers,
     )
 

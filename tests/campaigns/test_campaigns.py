@@ -47,6 +47,7 @@ def stack(tmp_path_factory, redis_url) -> Iterator[Stack]:
                     "schemathesis",
                     "deferred",
                     "failover",
+                    "providers",
                     "secrets",
                 )
             ]
@@ -111,6 +112,20 @@ def test_failover_never_authorizes_a_payment_at_two_acquirers_nor_loses_one(stac
     assert result.figures["authorized at two acquirers"] == 0
     assert result.figures["two records at one acquirer"] == 0
     assert result.figures["lost (processing, missing at its acquirer, record of no payment)"] == 0
+
+
+def test_three_providers_fail_over_only_where_a_token_allows_never_twice_never_lost(stack):
+    """A sandbox, localstripe and the Adyen fake, each down twice in turn (certain and
+    ambiguous outages); 60 payments (tok_, pm_, spm_) with refunds through a gunicorn whose
+    Adyen also charges tok_ and the same 60 through one with a provider per token: each
+    provider's own books show no payment authorized twice, none lost, no refund doubled,
+    everything final; payments and charges at each provider, failovers done. The failover
+    and single-provider success rates are printed."""
+    result = campaign(stack, "providers")
+    assert result.figures["authorized twice"] == 0
+    assert result.figures["lost (not final, missing at its provider, approval of no payment)"] == 0
+    assert result.figures["refunds doubled"] == 0
+    assert result.figures["payments moved to another provider (failover arm)"] > 0
 
 
 def test_no_secret_in_logs_database_or_admin(stack):

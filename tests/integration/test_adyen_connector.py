@@ -28,6 +28,7 @@ from gateway_client.adyen_notifications import (
     notification_items,
     signature_valid,
 )
+from idempotency.models import IdempotencyKey
 from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment, PaymentEvent, PaymentOperation
@@ -50,7 +51,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 POLICY = ReconciliationPolicy(
     grace=0, backoff_base=30, backoff_cap=1800, max_age=6 * 3600, max_attempts=5, lock_timeout=0
 )
-BODY = {"amount": 1000, "currency": "EUR", "payment_method": "tok_visa", "reference": "o-1"}
+BODY = {"amount": 1000, "currency": "EUR", "payment_method": "spm_visa", "reference": "o-1"}
+#: A sandbox token, charged by the fake only where it is configured to (``mixed``).
+SHARED_BODY = {**BODY, "payment_method": "tok_visa"}
 _names = itertools.count()
 
 
@@ -158,11 +161,11 @@ def test_manual_authorization_and_a_partial_capture_received_stay_pending_until_
 def test_automatic_capture_declines_and_shopper_actions(merchant_a, adyen, proxy):
     created = merchant_a.create_payment(BODY)
     assert (created.status_code, created.json()["status"]) == (201, "succeeded")
-    declined = merchant_a.create_payment({**BODY, "payment_method": "tok_insufficient_funds"})
+    declined = merchant_a.create_payment({**BODY, "payment_method": "spm_insufficient_funds"})
     assert (declined.json()["status"], declined.json()["decline_code"]) == (
         "declined", "not_enough_balance",
     )  # fmt: skip
-    challenged = merchant_a.create_payment({**BODY, "payment_method": "tok_challenge"})
+    challenged = merchant_a.create_payment({**BODY, "payment_method": "spm_challenge"})
     assert (challenged.json()["status"], challenged.json()["decline_code"]) == (
         "declined", "shopper_action_required",
     )  # fmt: skip
@@ -174,7 +177,7 @@ def test_a_failed_capture_returns_the_payment_to_requires_capture_with_a_merchan
     merchant_a, adyen, proxy
 ):
     created = merchant_a.create_payment(
-        {**BODY, "payment_method": "tok_capture_fails", "capture_method": "manual"}
+        {**BODY, "payment_method": "spm_capture_fails", "capture_method": "manual"}
     )
     payment_id = created.json()["id"]
     assert post(merchant_a, payment_id, "capture", {}, "cap-1").status_code == 202
@@ -203,7 +206,7 @@ def test_a_failed_capture_returns_the_payment_to_requires_capture_with_a_merchan
 def test_without_a_look_up_same_key_re_sends_until_the_maximum_age_then_review(
     merchant_a, adyen, proxy
 ):
-    pending = merchant_a.create_payment({**BODY, "payment_method": "tok_pending"}, key="p-1")
+    pending = merchant_a.create_payment({**BODY, "payment_method": "spm_pending"}, key="p-1")
     assert (pending.status_code, pending.json()["status"]) == (202, "processing")
     payment_id = pending.json()["id"]
     assert reconcile_payment(payment_id) is ReconciliationResult.RETRY_LATER  # replayed Pending
@@ -239,16 +242,23 @@ def test_without_a_look_up_same_key_re_sends_until_the_maximum_age_then_review(
     assert capture.status == "succeeded"
 
 
-def mixed(settings, adyen_url: str, sandbox_url: str, sandbox_key: str, adyen_first: bool):
+def mixed(
+    settings, adyen_url: str, sandbox_url: str, sandbox_key: str, adyen_first: bool,
+    shared: bool = True,
+):  # fmt: skip
     """ACQUIRERS: a sandbox and the Adyen fake (ambiguous answers not retried at Adyen, so a
-    202 shows that it never fails over); the first in routing order as asked."""
+    202 shows that it never fails over); the first in routing order as asked. ``shared``: the
+    fake is declared to charge the sandbox's tokens too (it reads ``tok_visa`` as its stored
+    payment method ``visa``), so one payment method has two acquirers (ADR 0051)."""
+    families = ["adyen_stored_payment_method", "sandbox_token"] if shared else None
     document = [
         {"name": f"sandbox-{next(_names)}", "base_url": sandbox_url, "api_key": sandbox_key,
          "priority": 20 if adyen_first else 10},
         {"name": f"adyen-{next(_names)}", "type": "adyen", "base_url": adyen_url + "/v71",
          "api_key_env": "ADYEN_TEST_API_KEY", "merchant_account": "AcmeECOM",
          "return_url": "https://shop.example/adyen/return", "priority": 10 if adyen_first else 20,
-         "policy": {"retry_ambiguous": False, "read_timeout_seconds": 1.0}},
+         "policy": {"retry_ambiguous": False, "read_timeout_seconds": 1.0},
+         **({"payment_methods": families} if families else {})},
     ]  # fmt: skip
     settings.ACQUIRERS = parse_acquirers(
         json.dumps(document), known_currencies=frozenset(CURRENCY_EXPONENTS)
@@ -261,14 +271,14 @@ def test_failover_between_a_sandbox_and_adyen_only_when_certain(
 ):
     refused = f"http://127.0.0.1:{free_port()}"  # nobody listens: certainly not applied
     _, at_adyen = mixed(settings, proxy.url, refused, "sk", adyen_first=False)
-    moved = merchant_a.create_payment(BODY, key="f-1")
+    moved = merchant_a.create_payment(SHARED_BODY, key="f-1")
     assert (moved.status_code, moved.json()["status"]) == (201, "succeeded")
     payment = Payment.objects.get(pk=moved.json()["id"])
     assert payment.acquirer == at_adyen.name
     assert len(ours(adyen, payment.id)) == 1
     first, _ = mixed(settings, proxy.url, sandbox.url, sandbox.api_key, adyen_first=True)
     proxy.plan(error(500))
-    stays = merchant_a.create_payment(BODY, key="f-2")
+    stays = merchant_a.create_payment(SHARED_BODY, key="f-2")
     assert (stays.status_code, stays.json()["status"]) == (202, "processing")
     payment = Payment.objects.get(pk=stays.json()["id"])
     assert payment.acquirer == first.name  # maybe applied at Adyen: never sent elsewhere
@@ -277,6 +287,38 @@ def test_failover_between_a_sandbox_and_adyen_only_when_certain(
     payment.refresh_from_db()
     assert payment.status == "succeeded"
     assert len(ours(adyen, payment.id)) == 1
+
+
+def test_failover_only_to_an_acquirer_that_can_charge_the_payment_method(
+    merchant_a, adyen, proxy, settings
+):
+    """With each type's own families (ADR 0051) a sandbox token never goes to Adyen, nor an
+    Adyen stored payment method to the sandbox: the refused sandbox's payment is a 503 with
+    nothing sent to Adyen, and a payment method nobody charges is a 400 naming the field."""
+    refused = f"http://127.0.0.1:{free_port()}"  # nobody listens: certainly not applied
+    sandbox_spec, adyen_spec = mixed(
+        settings, proxy.url, refused, "sk", adyen_first=False, shared=False
+    )
+    alone = merchant_a.create_payment(SHARED_BODY, key="g-1")
+    assert alone.status_code == 503, alone.content
+    assert adyen.payments() == []  # the one other acquirer cannot charge a tok_: never sent
+    stored = merchant_a.create_payment(BODY, key="g-2")  # spm_: the sandbox is never tried
+    assert (stored.status_code, stored.json()["status"]) == (201, "succeeded")
+    assert Payment.objects.get(pk=stored.json()["id"]).acquirer == adyen_spec.name
+    assert not PaymentEvent.objects.filter(
+        payment_id=stored.json()["id"], type="acquirer_switched"
+    ).exists()
+    stripe_pm = merchant_a.create_payment({**BODY, "payment_method": "pm_card_visa"}, key="g-3")
+    assert stripe_pm.status_code == 400
+    assert stripe_pm.json()["errors"] == [
+        {
+            "field": "payment_method",
+            "code": "payment_method_not_supported",
+            "message": "No acquirer of this service can charge this kind of payment method.",
+        }
+    ]
+    assert not IdempotencyKey.objects.filter(key="g-3").exists()
+    assert sandbox_spec.payment_method_families == {"sandbox_token"}
 
 
 def error(status: int, **headers: str) -> tuple[str, int, dict[str, str], bytes]:

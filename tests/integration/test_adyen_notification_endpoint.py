@@ -12,11 +12,14 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from acquirers.specs import parse_acquirers
 from gateway_client.adyen_notifications import signature
+from ledger.services import Category, audit_acquirer
 from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import (
@@ -32,7 +35,7 @@ from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BODY = {"amount": 1000, "currency": "EUR", "payment_method": "tok_visa", "reference": "o-1"}
+BODY = {"amount": 1000, "currency": "EUR", "payment_method": "spm_visa", "reference": "o-1"}
 ACCOUNT = "AcmeECOM"
 _names = itertools.count()
 
@@ -285,4 +288,46 @@ def test_an_adyen_dispute_opened_then_closed(
     assert sorted(Event.objects.filter(object_id=dispute.id).values_list("type", flat=True)) == [
         "dispute.closed",
         "dispute.created",
+    ]
+
+
+def test_the_ledger_audit_counts_adyens_answers_and_notifications(merchant_a, adyen, acquirer):
+    """Adyen lists nothing: its records are its answers (our attempt events) and its verified
+    notifications (ADR 0047; ledger/adyen_records.py). A payment captured and refunded and a
+    declined one are each one record (answer and AUTHORISATION share the pspReference), the
+    refund one refund record, all matching; an AUTHORISATION Adyen signed for a reference
+    that is none of ours is the one finding. The fake's books are the oracle."""
+    created = merchant_a.create_payment({**BODY, "capture_method": "manual"})
+    payment_id = created.json()["id"]
+    declined = merchant_a.create_payment({**BODY, "payment_method": "spm_decline"}, key="d-1")
+    assert declined.json()["status"] == "declined"
+    assert post(merchant_a, payment_id, "capture", {}, "cap-1").status_code == 202
+    assert notify(merchant_a.client, acquirer, adyen.notifications()).status_code == 200
+    apply_all()
+    apply_all()
+    assert post(merchant_a, payment_id, "refunds", {"amount": 250}, "ref-1").status_code == 202
+    stranger = signed_item(
+        adyen.hmac_key, eventCode="AUTHORISATION", pspReference="9913333333333333",
+        merchantReference="pay_madebehindourback0000000", amount={"value": 500, "currency": "EUR"},
+        eventDate="2026-12-01T10:00:00+01:00",
+    )  # fmt: skip
+    document = json.loads(adyen.notifications())
+    body = batch(*document["notificationItems"], stranger)
+    assert notify(merchant_a.client, acquirer, body).status_code == 200
+    apply_all()
+    payment = Payment.objects.get(pk=payment_id)
+    assert (payment.status, payment.amount_captured, payment.amount_refunded) == (
+        "succeeded", 1000, 250,
+    )  # fmt: skip
+
+    report = audit_acquirer(since=timezone.now() - timedelta(minutes=1))
+    at_adyen = {p["pspReference"] for p in adyen.payments()}
+    assert len(at_adyen) == 2
+    assert report.source == f"{acquirer}: adyen answers and notifications"
+    assert report.not_audited == []
+    assert report.payments_checked == 2
+    assert report.records_checked == len(at_adyen) + 1  # + the stranger's AUTHORISATION
+    assert report.refund_records_checked == 1
+    assert [(d.category, d.acquirer_references) for d in report.discrepancies] == [
+        (Category.RECORD_UNKNOWN_TO_US, ("9913333333333333",))
     ]

@@ -29,10 +29,10 @@ from acquirers.specs import parse_acquirers
 from ledger.acquirer_records import (
     AcquirerRecordsError,
     SandboxAcquirerRecords,
-    acquirer_records_from_settings,
 )
 from ledger.models import AuditRun
 from ledger.services import CSV_COLUMNS, Category, audit_acquirer, audit_acquirer_run
+from ledger.sources import acquirer_records_from_settings
 from ledger.tasks import audit_acquirer_daily
 from payments.models import Payment
 from tests.factories import PaymentFactory
@@ -497,12 +497,13 @@ def test_support_role_may_view_audit_runs(sandbox, client, tmp_path):
     assert client.get("/admin/ledger/auditrun/latest/").status_code == 403
 
 
-def test_an_acquirer_without_a_source_of_records_is_named_not_audited(
+def test_a_stripe_acquirer_is_audited_from_its_listings_and_one_unreadable_fails_the_audit(
     settings, sandbox, merchant_a
 ):
-    """A Stripe acquirer beside the sandbox: the sandbox is audited; Stripe, whose settlement
-    records are not read yet, is named in the report, never audited against a listing it does
-    not have (which failed the whole audit: its address answers nothing here)."""
+    """A Stripe acquirer beside the sandbox has a source of its records now (its listings,
+    ledger/stripe_records.py): when its address answers nothing, the audit fails as a whole
+    rather than reporting the sandbox alone as if Stripe had been checked; the message names
+    neither the key nor a body. The sandbox alone is still audited on its own."""
     settings.ACQUIRERS = parse_acquirers(
         json.dumps(
             [
@@ -519,13 +520,11 @@ def test_an_acquirer_without_a_source_of_records_is_named_not_audited(
         environ={"STRIPE_KEY": "sk_test_51NeverShownInTheReport"},
     )
     paid(merchant_a)
-    report = audit_acquirer(since=since_a_minute_ago())
-    assert report.clean, [d.as_row() for d in report.discrepancies]
-    assert (report.payments_checked, report.records_checked) == (1, 1)
-    assert report.not_audited == [
-        "stripe-eu: no source of its records for type stripe (LEDGER_ACQUIRER_RECORDS)"
-    ]
-    assert "not audited: stripe-eu" in "\n".join(report.summary_lines())
-    assert report.as_json()["not_audited"] == report.not_audited
-    alone = audit_acquirer(since=since_a_minute_ago(), acquirer="stripe-eu")
-    assert alone.not_audited == report.not_audited and alone.payments_checked == 0
+    with pytest.raises(AcquirerRecordsError) as failed:
+        audit_acquirer(since=since_a_minute_ago())
+    assert str(failed.value) == (
+        "Could not read the listing /v1/payment_intents of http://127.0.0.1:9: ConnectError."
+    )
+    alone = audit_acquirer(since=since_a_minute_ago(), acquirer="sandbox")
+    assert alone.clean, [d.as_row() for d in alone.discrepancies]
+    assert (alone.payments_checked, alone.records_checked, alone.not_audited) == (1, 1, [])

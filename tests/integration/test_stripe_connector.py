@@ -14,11 +14,14 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from acquirers.specs import parse_acquirers
+from ledger.services import Category, audit_acquirer
 from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment, PaymentOperation
@@ -253,3 +256,48 @@ def test_a_look_up_reads_past_the_first_hundred_payment_intents(merchant_a, loca
     assert (found.acquirer_reference, found.approved) == (payment.acquirer_reference, True)
     assert proxy.forwarded - forwarded == 2  # two pages of 100
     assert len(localstripe.payment_intents()) == 111
+
+
+def test_the_ledger_audit_reads_stripes_listings_and_finds_a_payment_made_behind_our_back(
+    merchant_a, localstripe, proxy
+):
+    """The audit's Stripe source (ledger/stripe_records.py) lists the window's PaymentIntents
+    and refunds page by page (`starting_after`; localstripe refuses `created[gte]`, so the
+    window is checked on our side): our captured-and-refunded and our automatic payment
+    match; 100 PaymentIntents never confirmed hold no money and are no records; one confirmed
+    at localstripe without our reference is the one finding. localstripe's listing is the
+    oracle."""
+    manual = merchant_a.create_payment({**BODY, "capture_method": "manual"}, key="m-1")
+    manual_id = manual.json()["id"]
+    post = merchant_a.client.post
+    captured = post(f"/payments/{manual_id}/capture", {}, format="json", HTTP_IDEMPOTENCY_KEY="c-1")
+    assert captured.status_code == 200, captured.content
+    refunded = post(f"/payments/{manual_id}/refunds", {"amount": 300}, format="json",
+                    HTTP_IDEMPOTENCY_KEY="r-1")  # fmt: skip
+    assert refunded.status_code == 201, refunded.content
+    assert merchant_a.create_payment(BODY, key="a-1").json()["status"] == "succeeded"
+    with httpx.Client(base_url=localstripe.url, auth=(localstripe.api_key, "")) as stripe:
+        for _ in range(100):
+            unconfirmed = stripe.post(
+                "/v1/payment_intents", data={"amount": "500", "currency": "eur"}
+            )
+            assert unconfirmed.status_code == 200, unconfirmed.text
+        behind = stripe.post(
+            "/v1/payment_intents",
+            data={"amount": "700", "currency": "eur", "payment_method": "pm_card_visa",
+                  "confirm": "true"},
+        ).json()  # fmt: skip
+    assert behind["status"] == "succeeded"
+
+    report = audit_acquirer(since=timezone.now() - timedelta(minutes=1))
+    listed = localstripe.payment_intents()
+    charged = [pi for pi in listed if pi["status"] != "requires_payment_method"]
+    assert (len(listed), len(charged)) == (103, 3)
+    assert report.records_checked == len(charged)
+    assert report.payments_checked == 2
+    pi = Payment.objects.get(pk=manual_id).acquirer_reference
+    assert report.refund_records_checked == len(our_refunds(localstripe, pi)) == 1
+    assert [(d.category, d.acquirer_references) for d in report.discrepancies] == [
+        (Category.RECORD_UNKNOWN_TO_US, (behind["id"],))
+    ]
+    assert report.not_audited == []

@@ -3,11 +3,13 @@ process over real HTTP (``python -m tests.support.adyen_fake --port N --api-key 
 ``tests/support/adyen.py`` starts it and reads it). Stateful enough for the connector's tests:
 
 - ``POST /v71/payments``: a payment per request (a new ``pspReference``), its ``resultCode`` by
-  the card token (``paymentMethod.storedPaymentMethodId``): ``tok_decline`` Refused ("Refused",
-  code 2), ``tok_insufficient_funds`` Refused ("Not enough balance", 12), ``tok_challenge``
-  ChallengeShopper, ``tok_redirect`` RedirectShopper, ``tok_pending`` Pending, ``tok_received``
-  Received, anything else Authorised (``tok_capture_fails``: its capture fails later,
-  ``tok_refund_fails``: its refunds fail later). ``additionalData.manualCapture: "true"`` holds
+  the stored payment method (``paymentMethod.storedPaymentMethodId``: the service sends its
+  ``spm_<id>`` as ``<id>``; a sandbox token ``tok_<id>``, which a campaign's acquirer may be
+  configured to send here too, is read as ``<id>``): ``decline`` Refused ("Refused",
+  code 2), ``insufficient_funds`` Refused ("Not enough balance", 12), ``challenge``
+  ChallengeShopper, ``redirect`` RedirectShopper, ``pending`` Pending, ``received``
+  Received, anything else Authorised (``capture_fails``: its capture fails later,
+  ``refund_fails``: its refunds fail later). ``additionalData.manualCapture: "true"`` holds
   it for a capture.
 - ``POST /v71/payments/{pspReference}/captures``, ``/cancels``, ``/refunds``: ``201``
   ``"status": "received"``, the outcome decided now and told later by a notification
@@ -42,12 +44,12 @@ from typing import Any
 _PREFIX = "/v71"
 _MODIFICATION = re.compile(r"/v71/payments/([A-Za-z0-9]+)/(captures|cancels|refunds)")
 _RESULTS = {
-    "tok_decline": ("Refused", "Refused", "2"),
-    "tok_insufficient_funds": ("Refused", "Not enough balance", "12"),
-    "tok_challenge": ("ChallengeShopper", None, None),
-    "tok_redirect": ("RedirectShopper", None, None),
-    "tok_pending": ("Pending", None, None),
-    "tok_received": ("Received", None, None),
+    "decline": ("Refused", "Refused", "2"),
+    "insufficient_funds": ("Refused", "Not enough balance", "12"),
+    "challenge": ("ChallengeShopper", None, None),
+    "redirect": ("RedirectShopper", None, None),
+    "pending": ("Pending", None, None),
+    "received": ("Received", None, None),
 }
 _EVENTS = {"captures": "CAPTURE", "cancels": "CANCELLATION", "refunds": "REFUND"}
 
@@ -112,7 +114,8 @@ class Fake:
         return self.modify(match.group(1), match.group(2), request)
 
     def authorize(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        token = request["paymentMethod"].get("storedPaymentMethodId", "")
+        stored = request["paymentMethod"].get("storedPaymentMethodId", "")
+        token = stored.removeprefix("tok_")
         result, reason, code = _RESULTS.get(token, ("Authorised", None, None))
         psp = self.psp()
         manual = (request.get("additionalData") or {}).get("manualCapture") == "true"
@@ -154,10 +157,10 @@ class Fake:
         if action == "captures":
             ok = payment["manual"] and not payment["captured"] and not payment["cancelled"]
             limit = payment["amount"]["value"]
-            ok = ok and payment["token"] != "tok_capture_fails"
+            ok = ok and payment["token"] != "capture_fails"
         elif action == "refunds":
             limit = payment["captured"] - payment["refunded"]
-            ok = payment["token"] != "tok_refund_fails"
+            ok = payment["token"] != "refund_fails"
         else:
             limit, ok = value, not payment["captured"] and not payment["cancelled"]
         if value > limit:

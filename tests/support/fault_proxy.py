@@ -7,13 +7,14 @@ request gets the next planned fault, or passes.
         proxy.plan("hang")                          # forwarded, no answer until close()
         proxy.plan(("answer", 429, {"Stripe-Should-Retry": "false"}, b"{...}"))  # not forwarded
         proxy.plan(("answer", 502, {"Content-Type": "text/html"}, b"<html>..."))
+        proxy.outage(("answer", 429, {}, b"{}"))    # every request gets it until outage(None)
 
 Every request is read in full (headers and a ``Content-Length`` body), then handled by the next
-plan entry (none left: passed). A forwarded request goes upstream on a connection of its own
-with ``Connection: close``, and its answer is relayed whole, after which the client's
-connection is closed too: one request per connection, so a fault never lands on a connection a
-client means to reuse. ``forwarded`` counts requests sent upstream; ``requests`` every request
-read, each as ``(method, path)``.
+plan entry (none left: the outage's fault while one is set, else passed). A forwarded request
+goes upstream on a connection of its own with ``Connection: close``, and its answer is relayed
+whole, after which the client's connection is closed too: one request per connection, so a
+fault never lands on a connection a client means to reuse. ``forwarded`` counts requests sent
+upstream; ``requests`` every request read, each as ``(method, path)``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self._lock = threading.Lock()
         self._plan: list[Fault] = []
+        self._outage: Fault | None = None
         self._held: list[socket.socket] = []
         self.forwarded = 0
         self.requests: list[tuple[str, str]] = []
@@ -53,6 +55,12 @@ class FaultProxy:
         """Queue faults for the next requests, in order."""
         with self._lock:
             self._plan.extend(faults)
+
+    def outage(self, fault: Fault | None) -> None:
+        """Answer every request without a planned fault with ``fault`` from now on (None: pass
+        them again): an outage over a window of time rather than a number of requests."""
+        with self._lock:
+            self._outage = fault
 
     def close(self) -> None:
         """Stop accepting and reset every held connection."""
@@ -95,7 +103,7 @@ class FaultProxy:
         method, path = head.split(b" ", 2)[:2]
         with self._lock:
             self.requests.append((method.decode(), path.decode()))
-            fault: Fault = self._plan.pop(0) if self._plan else "pass"
+            fault: Fault = self._plan.pop(0) if self._plan else (self._outage or "pass")
         if isinstance(fault, tuple):
             _, status, headers, content = fault
             lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}"]

@@ -60,7 +60,7 @@ def request(capture: bool = True, **overrides: Any) -> AuthorizationRequest:
     fields: dict[str, Any] = {
         "amount": 1000,
         "currency": "EUR",
-        "payment_method": "tok_visa",
+        "payment_method": "spm_M5N7TQ4TG5PFWR50",
         "payment_reference": REFERENCE,
         "idempotency_key": KEY,
         "capture": capture,
@@ -298,7 +298,8 @@ def test_requests_are_checkout_v71s_and_valid_against_its_description() -> None:
     body = json.loads(manual.body or b"")
     assert body["additionalData"] == {"manualCapture": "true"}
     assert body["reference"] == REFERENCE
-    assert body["paymentMethod"] == {"type": "scheme", "storedPaymentMethodId": "tok_visa"}
+    # Our spm_<id> is Adyen's stored payment method <id>: the prefix never reaches Adyen.
+    assert body["paymentMethod"] == {"type": "scheme", "storedPaymentMethodId": "M5N7TQ4TG5PFWR50"}
     assert json.loads(automatic.body or b"")["captureDelayHours"] == 0
     assert capture.path == "/payments/8535296650153317/captures"
     assert json.loads(capture.body or b"") == {
