@@ -93,6 +93,7 @@ from .stripe import StripeDialect
 from .stripe_notifications import StripeNotifications, stripe_signature_header
 from .types import (
     AcquirerConfig,
+    ActionRequired,
     AttemptRecord,
     Authorization,
     AuthorizationRequest,
@@ -107,6 +108,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     # the client and its values
     "AcquirerClient",
     "AcquirerConfig",
+    "ActionRequired",
     "AimdConfig",
     "AttemptRecord",
     "Authorization",

@@ -61,6 +61,7 @@ from .errors import (
     UpstreamServerError,
 )
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -262,7 +263,9 @@ class StripeDialect(Dialect):
         refund = _refund(_document(answer), "body", self.replayed(answer.headers))
         return matching_refund(refund, request)
 
-    def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
+    def decode_lookup(
+        self, answer: Answer, payment_reference: str
+    ) -> list[Authorization | ActionRequired]:
         """The listed PaymentIntents filed under `payment_reference` (others are skipped)."""
         items = _page(
             _document(answer),
