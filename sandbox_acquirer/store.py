@@ -413,6 +413,23 @@ class SandboxStore:
             entry = self._entry(account, charge_id)
             return entry.charge, entry.plan
 
+    def charge_change(self, charge_id: str, change: Callable[[Charge, datetime], Charge]) -> Charge:
+        """Replace charge ``charge_id`` (of any account) by ``change(charge, now)`` under the
+        lock, so two answers to one challenge are decided one at a time; ``change`` refuses
+        with ``OperationRefused`` (nothing changes). Unknown: ``OperationRefused`` 404. Not
+        journaled: after a restart the charge is as its last capture, void or refund left it.
+        """
+        with self._lock:
+            entry = next(
+                (e for (_, cid), e in self._state.charges.items() if cid == charge_id), None
+            )
+            if entry is None:
+                raise OperationRefused(
+                    "charge_not_found", f"No charge {charge_id[:64]!r}.", status=404
+                )
+            entry.charge = change(entry.charge, self._clock())
+            return entry.charge
+
     def commit_operation(
         self,
         claim: Claim,
