@@ -1,0 +1,259 @@
+"""Customer actions (3-D Secure by redirect, ADR 0049) on real PostgreSQL and the sandbox
+acquirer over HTTP: a payment created with a ``return_url`` and ``tok_3ds_challenge`` is
+``requires_action`` with its ``next_action``; the shopper answers the sandbox's challenge page
+(real HTTP) and comes back to our return endpoint, which re-fetches the outcome and sends the
+shopper on to the merchant's page. Approve, deny, returning twice, a return racing the
+sandbox's notification, an abandoned action expired (voided and canceled at the sandbox), an
+unknown token, and no ``return_url`` at all."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from payments.models import Payment, PaymentEvent
+from payments.reconciliation.actions import action_expiry_sweep
+from tests.integration.test_acquirer_notifications import (
+    SANDBOX_PATH,
+    apply_all,
+    merchant_events,
+    post,
+)
+from tests.support.api import PAYMENT_BODY
+from tests.support.keys import idempotency_key
+from tests.support.notifications import SANDBOX_SECRET, sandbox_notification
+
+#: The create flow's one-statement claim runs outside any transaction, as in production.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RETURN_URL = "http://127.0.0.1:8123/orders/42/back?lang=en"
+CHALLENGE = {**PAYMENT_BODY, "payment_method": "tok_3ds_challenge", "return_url": RETURN_URL}
+
+
+def create(merchant, body=CHALLENGE, key: str | None = None) -> dict:
+    response = merchant.create_payment(body, key=key or idempotency_key())
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def answer_challenge(payment: dict, outcome: str) -> str:
+    """The shopper's browser at the sandbox: the page, then the button; returns where the
+    sandbox sends the shopper (our return address)."""
+    url = payment["next_action"]["url"]
+    page = httpx.get(url)
+    assert page.status_code == 200 and 'value="approve"' in page.text
+    answered = httpx.post(url, data={"outcome": outcome})
+    assert answered.status_code == 303
+    return answered.headers["location"]
+
+
+def come_back(client, return_address: str):
+    """The shopper's browser at our return endpoint (no merchant key)."""
+    parts = urlsplit(return_address)
+    assert f"{parts.scheme}://{parts.netloc}" == "http://testserver"  # PUBLIC_BASE_URL
+    return client.get(parts.path)
+
+
+def actions(payment_id: str) -> list[str]:
+    types = ("action_required", "action_completed", "action_expired")
+    return list(
+        PaymentEvent.objects.filter(payment_id=payment_id, type__in=types)
+        .order_by("id")
+        .values_list("type", flat=True)
+    )
+
+
+def test_approve_the_challenge_then_come_back_succeeded_with_one_event(client, merchant_a, sandbox):
+    key = idempotency_key()
+    payment = create(merchant_a, key=key)
+    assert payment["status"] == "requires_action"
+    assert payment["return_url"] == RETURN_URL
+    assert payment["next_action"]["type"] == "redirect_to_url"
+    assert payment["next_action"]["url"].startswith(f"{sandbox.url}/challenge/ch_")
+    assert payment["next_action"]["expires_at"].endswith("Z")
+    assert merchant_events(payment["id"]) == ["payment.requires_action"]
+
+    back = come_back(client, answer_challenge(payment, "approve"))
+    assert back.status_code == 303
+    landed = urlsplit(back["Location"])
+    assert landed._replace(query="").geturl() == "http://127.0.0.1:8123/orders/42/back"
+    assert parse_qs(landed.query) == {"lang": ["en"], "payment_id": [payment["id"]]}
+    assert back["Referrer-Policy"] == "no-referrer"
+
+    now = merchant_a.client.get(f"/payments/{payment['id']}").json()
+    assert (now["status"], now["next_action"], now["amount_captured"]) == ("succeeded", None, 1999)
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
+    assert actions(payment["id"]) == ["action_required", "action_completed"]
+    (charge,) = sandbox.charges(payment["id"])
+    assert (charge["status"], charge["captured"]) == ("approved", True)
+    # The merchant's retry of its key answers what is true now.
+    replay = merchant_a.create_payment(CHALLENGE, key=key).json()
+    assert (replay["id"], replay["status"]) == (payment["id"], "succeeded")
+
+
+def test_deny_the_challenge_declined(client, merchant_a, sandbox):
+    payment = create(merchant_a)
+    assert come_back(client, answer_challenge(payment, "deny")).status_code == 303
+    now = Payment.objects.get(pk=payment["id"])
+    assert (now.status, now.decline_code) == ("declined", "authentication_failed")
+    assert merchant_events(payment["id"]) == ["payment.declined", "payment.requires_action"]
+
+
+def test_a_manual_payment_approved_is_held_for_capture(client, merchant_a, sandbox):
+    payment = create(merchant_a, {**CHALLENGE, "capture_method": "manual"})
+    come_back(client, answer_challenge(payment, "approve"))
+    assert Payment.objects.get(pk=payment["id"]).status == "requires_capture"
+    assert sandbox.charges(payment["id"])[0]["captured"] is False
+
+
+def test_coming_back_twice_records_the_outcome_once(client, merchant_a, sandbox):
+    payment = create(merchant_a)
+    address = answer_challenge(payment, "approve")
+    first, second = come_back(client, address), come_back(client, address)
+    assert first.status_code == second.status_code == 303
+    assert first["Location"] == second["Location"]
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
+    assert actions(payment["id"]) == ["action_required", "action_completed"]
+
+
+def test_coming_back_before_answering_changes_nothing(client, merchant_a, sandbox):
+    """A shopper who skips the page (or a forged return) finds the payment still waiting:
+    the look-up decides, never the browser."""
+    payment = create(merchant_a)
+    token_path = f"/payments/return/{Payment.objects.get(pk=payment['id']).return_token}"
+    assert client.get(f"{token_path}?outcome=approve&status=succeeded").status_code == 303
+    assert Payment.objects.get(pk=payment["id"]).status == "requires_action"
+    assert actions(payment["id"]) == ["action_required"]
+
+
+@pytest.mark.parametrize("order", ["notification_first", "together"])
+def test_a_return_racing_the_notification_ends_once(client, merchant_a, sandbox, settings, order):
+    """The sandbox's notification of the approval and the shopper's return, applied one after
+    the other or at the same time: succeeded once, one merchant event, the notification
+    applied."""
+    settings.ACQUIRER_WEBHOOK_SECRETS = SANDBOX_SECRET
+    payment = create(merchant_a)
+    address = answer_challenge(payment, "approve")
+    (charge,) = sandbox.charges(payment["id"])
+    body, headers = sandbox_notification("charge.authorized", charge)
+    assert post(client, SANDBOX_PATH, body, headers).status_code == 204
+    if order == "notification_first":
+        assert apply_all() == ["applied"]
+        assert come_back(client, address).status_code == 303
+    else:
+        start = threading.Barrier(2)
+        results: list[object] = []
+
+        def notified() -> None:
+            start.wait()
+            results.append(apply_all())
+
+        def returned() -> None:
+            start.wait()
+            results.append(come_back(client, address).status_code)
+
+        threads = [threading.Thread(target=notified), threading.Thread(target=returned)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sorted(map(str, results)) == ["303", "['applied']"]
+    assert Payment.objects.get(pk=payment["id"]).status == "succeeded"
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
+    assert actions(payment["id"]) == ["action_required", "action_completed"]
+
+
+def test_an_abandoned_action_expires_voided_at_the_sandbox_and_canceled(
+    client, merchant_a, sandbox
+):
+    payment = create(merchant_a)
+    expires_at = Payment.objects.get(pk=payment["id"]).action_expires_at
+    assert action_expiry_sweep(clock=lambda: expires_at - timedelta(seconds=1)) == {}
+    after = expires_at + timedelta(seconds=1)
+    assert action_expiry_sweep(clock=lambda: after) == {payment["id"]: "canceled"}
+    now = Payment.objects.get(pk=payment["id"])
+    assert (now.status, now.decline_code) == ("canceled", "action_expired")
+    assert merchant_events(payment["id"]) == ["payment.canceled", "payment.requires_action"]
+    assert actions(payment["id"]) == ["action_required", "action_expired"]
+    (charge,) = sandbox.charges(payment["id"])
+    assert (charge["status"], charge["voided"]) == ("canceled", True)
+    # The shopper comes back too late: the sandbox's page is closed, ours redirects unchanged.
+    late = httpx.post(payment["next_action"]["url"], data={"outcome": "approve"})
+    assert late.status_code == 409
+    token = Payment.objects.get(pk=payment["id"]).return_token
+    assert client.get(f"/payments/return/{token}").status_code == 303
+    assert action_expiry_sweep(clock=lambda: after) == {}
+    assert Payment.objects.get(pk=payment["id"]).status == "canceled"
+
+
+def test_expiry_looks_up_first_a_shopper_who_approved_and_never_came_back(merchant_a, sandbox):
+    payment = create(merchant_a)
+    answer_challenge(payment, "approve")  # ... and the browser closed
+    later = timezone.now() + timedelta(hours=1)
+    assert action_expiry_sweep(clock=lambda: later) == {payment["id"]: "succeeded"}
+    assert sandbox.charges(payment["id"])[0]["voided"] is False
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/payments/return/rtok_" + "A" * 43,  # well formed, names nothing
+        "/payments/return/not-a-token",
+        "/payments/return/rtok_x/y",
+        "/payments/return/%00",
+    ],
+)
+def test_an_unknown_or_malformed_token_is_a_404_problem(client, merchant_a, sandbox, path):
+    create(merchant_a)
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
+
+
+def test_the_return_token_is_never_logged(client, merchant_a, sandbox, caplog):
+    payment = create(merchant_a)
+    token = Payment.objects.get(pk=payment["id"]).return_token
+    caplog.clear()
+    come_back(client, answer_challenge(payment, "approve"))
+    assert caplog.records
+    assert token not in caplog.text
+    assert all(token not in str(record.__dict__) for record in caplog.records)
+
+
+def test_without_return_url_the_challenge_is_a_decline(merchant_a, sandbox):
+    body = {**PAYMENT_BODY, "payment_method": "tok_3ds_challenge"}
+    payment = create(merchant_a, body)
+    assert (payment["status"], payment["decline_code"]) == ("declined", "shopper_action_required")
+    assert (payment["next_action"], payment["return_url"]) == (None, None)
+    assert Payment.objects.get(pk=payment["id"]).return_token is None
+
+
+@pytest.mark.parametrize(
+    ("return_url", "code"),
+    [
+        ("ftp://shop.example/back", "invalid_url"),
+        ("https://user:pw@shop.example/back", "invalid_url"),
+        ("https://shop.example/back#top", "invalid_url"),
+        ("http://10.0.0.1/back", "forbidden_address"),
+    ],
+)
+def test_a_return_url_is_checked_as_a_webhook_url(merchant_a, sandbox, return_url, code):
+    response = merchant_a.create_payment({**CHALLENGE, "return_url": return_url})
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert (error["field"], error["code"]) == ("return_url", code)
+    assert Payment.objects.count() == 0
+
+
+def test_without_a_public_base_url_customer_actions_are_off(merchant_a, sandbox, settings):
+    settings.PUBLIC_BASE_URL = ""
+    response = merchant_a.create_payment(CHALLENGE)
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["code"] == "customer_actions_off"
