@@ -16,6 +16,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from ledger.services import audit_acquirer
 from payments.models import Payment, PaymentEvent
 from payments.reconciliation.actions import action_expiry_sweep
 from tests.integration.test_acquirer_notifications import (
@@ -257,3 +258,22 @@ def test_without_a_public_base_url_customer_actions_are_off(merchant_a, sandbox,
     response = merchant_a.create_payment(CHALLENGE)
     assert response.status_code == 400
     assert response.json()["errors"][0]["code"] == "customer_actions_off"
+
+
+def test_the_ledger_audit_agrees_with_the_sandbox_on_every_customer_action(
+    client, merchant_a, sandbox
+):
+    """Waiting, approved, denied and expired: the audit finds each where the sandbox has it."""
+    since = timezone.now() - timedelta(minutes=1)
+    waiting, approved, denied, expired = (create(merchant_a) for _ in range(4))
+    come_back(client, answer_challenge(approved, "approve"))
+    come_back(client, answer_challenge(denied, "deny"))
+    expires_at = Payment.objects.get(pk=expired["id"]).action_expires_at
+    Payment.objects.exclude(pk=expired["id"]).update(action_expires_at=expires_at + timedelta(1))
+    assert action_expiry_sweep(clock=lambda: expires_at) == {expired["id"]: "canceled"}
+    report = audit_acquirer(since=since)
+    assert report.clean, report.discrepancies
+    assert report.payments_by_status == {
+        "requires_action": 1, "succeeded": 1, "declined": 1, "canceled": 1
+    }  # fmt: skip
+    assert waiting["status"] == "requires_action"
