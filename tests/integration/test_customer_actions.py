@@ -17,6 +17,8 @@ import pytest
 from django.utils import timezone
 
 from ledger.services import audit_acquirer
+from merchant_client import ActionRequired, MerchantClient
+from merchant_client import Payment as MerchantPayment
 from payments.models import Payment, PaymentEvent
 from payments.reconciliation.actions import action_expiry_sweep
 from tests.integration.test_acquirer_notifications import (
@@ -25,6 +27,7 @@ from tests.integration.test_acquirer_notifications import (
     merchant_events,
     post,
 )
+from tests.integration.test_deferred_payments import DjangoTransport
 from tests.support.api import PAYMENT_BODY
 from tests.support.keys import idempotency_key
 from tests.support.notifications import SANDBOX_SECRET, sandbox_notification
@@ -277,3 +280,29 @@ def test_the_ledger_audit_agrees_with_the_sandbox_on_every_customer_action(
         "requires_action": 1, "succeeded": 1, "declined": 1, "canceled": 1
     }  # fmt: skip
     assert waiting["status"] == "requires_action"
+
+
+def test_the_merchant_client_returns_action_required_then_reads_the_outcome(
+    client, merchant_a, sandbox
+):
+    """merchant_client against the real API (in process): ActionRequired with the URL and the
+    expiry; after the shopper's challenge and return, the succeeded payment without one."""
+    api = MerchantClient("http://testserver", merchant_a.api_key, transport=DjangoTransport())
+    result = api.create_payment(
+        1999, "EUR", "tok_3ds_challenge", return_url=RETURN_URL, idempotency_key="mc-3ds-1"
+    )
+    assert isinstance(result, ActionRequired)
+    assert result.url.startswith(f"{sandbox.url}/challenge/ch_")
+    assert result.expires_at.tzinfo is not None and result.expires_at > timezone.now()
+    assert (result.payment.status, result.payment.final) == ("requires_action", False)
+    assert result.payment.return_url == RETURN_URL
+    again = api.create_payment(
+        1999, "EUR", "tok_3ds_challenge", return_url=RETURN_URL, idempotency_key="mc-3ds-1"
+    )
+    assert isinstance(again, ActionRequired) and again.replayed and again.url == result.url
+    come_back(client, answer_challenge({"next_action": {"url": result.url}}, "approve"))
+    done = api.get_payment(result.id)
+    assert (done.status, done.next_action, done.final) == ("succeeded", None, True)
+    declined = api.create_payment(1999, "EUR", "tok_3ds_challenge", idempotency_key="mc-3ds-2")
+    assert isinstance(declined, MerchantPayment)
+    assert declined.decline_code == "shopper_action_required"
