@@ -22,15 +22,16 @@ __all__ = ["redirect_action"]
 def redirect_action(document: dict[str, Any], base: Authorization, where: str) -> ActionRequired:
     """The `ActionRequired` of a `requires_action` PaymentIntent `document` whose fields
     (`base`: id, amount, currency, our reference, creation) were read already: its
-    `next_action.redirect_to_url.url`, an https URL. MalformedBody for any other action."""
+    `next_action.redirect_to_url.url`, an http(s) URL (Stripe's are https). MalformedBody for
+    any other action."""
     action = document.get("next_action")
     action = action if isinstance(action, dict) else {}
     redirect = action.get("redirect_to_url")
     url = redirect.get("url") if isinstance(redirect, dict) else None
     if action.get("type") != "redirect_to_url" or not isinstance(url, str):
         raise MalformedBody(f"{where}: status 'requires_action' without a redirect_to_url")
-    if not url.startswith("https://") or len(url) > 2048 or not url.isascii():
-        raise MalformedBody(f"{where}: field 'next_action.redirect_to_url.url' is not https")
+    if not url.startswith(("https://", "http://")) or len(url) > 2048 or not url.isascii():
+        raise MalformedBody(f"{where}: field 'next_action.redirect_to_url.url' is not http(s)")
     return ActionRequired(
         acquirer_reference=base.acquirer_reference,
         url=url,
