@@ -66,7 +66,7 @@ def customer_return(request: HttpRequest, token: str) -> HttpResponse:
             title="Not found",
             detail="This return address names no payment. Go back to the shop you came from.",
         )
-    action_complete(payment.pk, how="shopper_return")
+    action_complete(payment.pk, how="shopper_return", interactive=True)
     response = _SeeOther(merchant_return_address(payment.return_url, payment.pk))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"  # the token must not leave in a Referer

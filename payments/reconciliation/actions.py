@@ -41,10 +41,16 @@ from gateway_client import (
     Authorization,
     GatewayError,
     PermanentError,
+    RetryPolicy,
     VoidRequest,
 )
 from observability.request_context import current_request_id
-from payments.acquirer.client import client_for, reconciliation_retry_policy
+from payments.acquirer.client import (
+    acquirer_spec,
+    api_retry_policy,
+    client_for,
+    reconciliation_retry_policy,
+)
 from payments.core.payment_states import (
     UnexpectedStatus,
     payment_answer_store,
@@ -110,8 +116,9 @@ def action_outcome_record(
 ) -> str | None:
     """Record the acquirer's outcome of a customer action, ``found`` by a look-up (``how``:
     ``shopper_return``, ``notification``, ``expiry_lookup``) or a void (``expired``), for a
-    payment still ``requires_action``: approved -> ``succeeded`` (``requires_capture`` for a
-    manual capture), declined -> ``declined`` with its decline code, voided -> ``canceled``.
+    payment still ``requires_action``: voided (whether or not the shopper had approved it:
+    the authorization is released) -> ``canceled``; approved -> ``succeeded``
+    (``requires_capture`` for a manual capture); declined -> ``declined`` with its code.
     In one transaction under the payment's and its key's row locks, with the event, the
     merchant's webhook event and the refreshed answer of the merchant's key. Returns the new
     status, or None when the payment was no longer ``requires_action`` (recorded by another
@@ -120,11 +127,11 @@ def action_outcome_record(
         "acquirer_reference": found.acquirer_reference,
         "reconciliation_lease_until": None,
     }
-    if found.approved:
-        to_status, event_type = PaymentStatus.SUCCEEDED, PaymentEventType.ACTION_COMPLETED
-    elif found.voided:
+    if found.voided:
         to_status, event_type = PaymentStatus.CANCELED, PaymentEventType.ACTION_EXPIRED
         changes["decline_code"] = "action_expired"
+    elif found.approved:
+        to_status, event_type = PaymentStatus.SUCCEEDED, PaymentEventType.ACTION_COMPLETED
     else:
         to_status, event_type = PaymentStatus.DECLINED, PaymentEventType.ACTION_COMPLETED
         changes["decline_code"] = found.decline_code
@@ -146,11 +153,16 @@ def action_outcome_record(
     return str(payment.status)
 
 
-def _look_up(payment: Payment, client: AcquirerClient) -> Authorization | ActionRequired | None:
-    """The acquirer's authorization of ``payment`` now (None: it has no record). Outside any
-    transaction; raises GatewayError (and LookupUnsupported for a provider without one)."""
+def _look_up(
+    payment: Payment, client: AcquirerClient, policy: RetryPolicy | None = None
+) -> Authorization | ActionRequired | None:
+    """The acquirer's authorization of ``payment`` now (None: it has no record), under
+    ``policy`` (None: reconciliation's). Outside any transaction; raises GatewayError (and
+    LookupUnsupported for a provider without one)."""
     found = client.lookup(
-        payment.id, policy=reconciliation_retry_policy(), request_id=current_request_id()
+        payment.id,
+        policy=policy or reconciliation_retry_policy(),
+        request_id=current_request_id(),
     )
     return found[0] if found else None
 
@@ -160,20 +172,25 @@ def action_complete(
     *,
     how: str,
     client: AcquirerClient | None = None,
+    interactive: bool = False,
     clock: Callable[[], datetime] = timezone.now,
 ) -> str:
     """End ``payment_id``'s customer action if the acquirer has: look it up (outside any
-    transaction, at the payment's acquirer; ``client`` when it is that acquirer's) and record
+    transaction, at the payment's acquirer; ``client`` when it is that acquirer's; under the
+    API's retry policy when ``interactive``, a shopper's browser waiting, else
+    reconciliation's) and record
     the outcome (:func:`action_outcome_record`). Returns the payment's status afterwards:
     still ``requires_action`` when the shopper has not finished or the look-up failed (logged;
     the return, a notification or the expiry sweep asks again). Never raises for an acquirer
-    failure; ``Payment.DoesNotExist`` for an unknown id."""
+    failure (nor for an acquirer no longer configured); ``Payment.DoesNotExist`` for an
+    unknown id."""
     payment = Payment.objects.get(pk=payment_id)
     if payment.status != PaymentStatus.REQUIRES_ACTION:
         return str(payment.status)
     try:
-        found = _look_up(payment, client_for(payment.acquirer, client))
-    except (GatewayError, ValueError) as exc:
+        policy = api_retry_policy(acquirer_spec(payment.acquirer)) if interactive else None
+        found = _look_up(payment, client_for(payment.acquirer, client), policy)
+    except (GatewayError, ValueError, LookupError) as exc:
         logger.warning(
             "payment %s customer action look-up failed (%s)", payment_id, type(exc).__name__
         )
@@ -222,8 +239,8 @@ def action_expire(
     payment = Payment.objects.get(pk=payment_id)
     if payment.status != PaymentStatus.REQUIRES_ACTION:
         return str(payment.status)
-    acquirer = client_for(payment.acquirer, client)
     try:
+        acquirer = client_for(payment.acquirer, client)
         found = _look_up(payment, acquirer) if acquirer.dialect.supports_lookup else None
         if isinstance(found, Authorization):
             status = action_outcome_record(payment_id, found, how="expiry_lookup", now=clock())
@@ -241,7 +258,7 @@ def action_expire(
         # sweep's look-up records it.
         logger.warning("payment %s expiry void refused (%s)", payment_id, exc.status_code)
         return str(payment.status)
-    except (GatewayError, ValueError) as exc:
+    except (GatewayError, ValueError, LookupError) as exc:
         logger.warning("payment %s expiry failed (%s)", payment_id, type(exc).__name__)
         return str(payment.status)
     if not isinstance(voided, Authorization):  # a void answered "received" (Adyen): pending

@@ -16,11 +16,14 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from gateway_client import VoidRequest
+from gateway_client._call import Answer
+from gateway_client.sandbox_dialect import SandboxDialect
 from ledger.services import audit_acquirer
 from merchant_client import ActionRequired, MerchantClient
 from merchant_client import Payment as MerchantPayment
 from payments.models import Payment, PaymentEvent
-from payments.reconciliation.actions import action_expiry_sweep
+from payments.reconciliation.actions import action_expiry_sweep, action_outcome_record
 from tests.integration.test_acquirer_notifications import (
     SANDBOX_PATH,
     apply_all,
@@ -306,3 +309,28 @@ def test_the_merchant_client_returns_action_required_then_reads_the_outcome(
     declined = api.create_payment(1999, "EUR", "tok_3ds_challenge", idempotency_key="mc-3ds-2")
     assert isinstance(declined, MerchantPayment)
     assert declined.decline_code == "shopper_action_required"
+
+
+def test_an_approval_voided_before_it_was_recorded_is_canceled(client, merchant_a, sandbox):
+    """A manual payment the shopper approved and the expiry's void released before anyone
+    recorded the approval: the void's charge (approved, voided) ends it canceled, never
+    requires_capture (nothing is held any more); a late return changes nothing."""
+    payment = create(merchant_a, {**CHALLENGE, "capture_method": "manual"})
+    address = answer_challenge(payment, "approve")
+    (charge,) = sandbox.charges(payment["id"])
+    voided = httpx.post(
+        f"{sandbox.url}/charges/{charge['id']}/void",
+        json={},
+        headers={"Authorization": f"Bearer {sandbox.api_key}", "Idempotency-Key": "v-1"},
+    )
+    assert voided.status_code == 200 and voided.json()["voided"] is True
+    found = SandboxDialect().decode_void(
+        Answer(200, httpx.Headers(), voided.content), VoidRequest(charge["id"], "v-1")
+    )
+    assert (found.approved, found.voided) == (True, True)
+    assert action_outcome_record(payment["id"], found, how="expired", now=timezone.now()) == (
+        "canceled"
+    )
+    assert come_back(client, address).status_code == 303
+    assert Payment.objects.get(pk=payment["id"]).status == "canceled"
+    assert merchant_events(payment["id"]) == ["payment.canceled", "payment.requires_action"]
