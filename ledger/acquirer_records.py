@@ -52,7 +52,8 @@ class AcquirerRecord:
     ``reference`` is what we sent as the reference, our payment id; ``status`` is
     ``approved`` or ``declined`` (or, for a customer action, ``requires_action`` while the
     shopper is awaited and ``canceled`` once voided unfinished); ``amount`` in minor units
-    of ``currency``; ``created_at`` when the acquirer recorded it (aware). ``idempotency_key`` when the source knows it.
+    of ``currency``; ``created_at`` when the acquirer recorded it (aware).
+    ``idempotency_key`` when the source knows it.
     The capture state as it is now, when the source reports it (None: not reported, the audit
     then compares presence, status and amount only): ``amount_captured`` and
     ``amount_refunded`` (the sum of the succeeded refunds) in minor units, ``voided``.
