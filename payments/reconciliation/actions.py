@@ -51,6 +51,7 @@ from payments.acquirer.client import (
     client_for,
     reconciliation_retry_policy,
 )
+from payments.acquirer.connection import connection_release_before_call
 from payments.core.payment_states import (
     UnexpectedStatus,
     payment_answer_store,
@@ -157,8 +158,10 @@ def _look_up(
     payment: Payment, client: AcquirerClient, policy: RetryPolicy | None = None
 ) -> Authorization | ActionRequired | None:
     """The acquirer's authorization of ``payment`` now (None: it has no record), under
-    ``policy`` (None: reconciliation's). Outside any transaction; raises GatewayError (and
-    LookupUnsupported for a provider without one)."""
+    ``policy`` (None: reconciliation's). Outside any transaction (``RuntimeError`` inside
+    one), the database connection given back to the pool for the call (ADR 0048); raises
+    GatewayError (and LookupUnsupported for a provider without one)."""
+    connection_release_before_call()
     found = client.lookup(
         payment.id,
         policy=policy or reconciliation_retry_policy(),
@@ -245,6 +248,7 @@ def action_expire(
         if isinstance(found, Authorization):
             status = action_outcome_record(payment_id, found, how="expiry_lookup", now=clock())
             return status or _status(payment_id)
+        connection_release_before_call()
         voided = acquirer.void(
             VoidRequest(
                 acquirer_reference=payment.acquirer_reference or "",
