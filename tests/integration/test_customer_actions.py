@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from gateway_client import VoidRequest
@@ -334,3 +335,40 @@ def test_an_approval_voided_before_it_was_recorded_is_canceled(client, merchant_
     assert come_back(client, address).status_code == 303
     assert Payment.objects.get(pk=payment["id"]).status == "canceled"
     assert merchant_events(payment["id"]) == ["payment.canceled", "payment.requires_action"]
+
+
+def test_returns_a_notification_and_the_expiry_at_once_end_in_one_outcome(
+    client, merchant_a, sandbox, settings
+):
+    """Four returns of the shopper (a double click, a reload, a back button), the sandbox's
+    notification and an expiry sweep past the deadline, all released at once after the
+    approval: one outcome (succeeded: the sweep looks up first), one action_completed event,
+    one payment.succeeded, nothing voided at the sandbox."""
+    settings.ACQUIRER_WEBHOOK_SECRETS = SANDBOX_SECRET
+    payment = create(merchant_a)
+    address = answer_challenge(payment, "approve")
+    (charge,) = sandbox.charges(payment["id"])
+    body, headers = sandbox_notification("charge.authorized", charge)
+    assert post(client, SANDBOX_PATH, body, headers).status_code == 204
+    after = Payment.objects.get(pk=payment["id"]).action_expires_at + timedelta(seconds=1)
+    start = threading.Barrier(6)
+    results: list[object] = []
+
+    def run(work) -> None:
+        start.wait()
+        results.append(work())
+
+    jobs = [lambda: come_back(Client(), address).status_code for _ in range(4)]
+    jobs += [apply_all, lambda: action_expiry_sweep(clock=lambda: after)]
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert len(results) == 6
+    assert results.count(303) == 4
+    assert Payment.objects.get(pk=payment["id"]).status == "succeeded"
+    assert actions(payment["id"]) == ["action_required", "action_completed"]
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
+    (charge,) = sandbox.charges(payment["id"])
+    assert (charge["status"], charge["voided"]) == ("approved", False)
