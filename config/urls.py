@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
+from payments.api.customer_views import customer_return
 from payments.api.notification_views import acquirer_notification
 from payments.api.views import (
     PaymentCaptureApi,
@@ -26,6 +27,8 @@ from payments.monitoring.views import metrics_view
 
 urlpatterns = [
     path("payments", PaymentListCreateApi.as_view(), name="payments"),
+    # The shopper's browser after a customer action (3-D Secure; no merchant key): ADR 0049.
+    path("payments/return/<path:token>", customer_return, name="payment-return"),
     path("payments/<str:payment_id>", PaymentDetailApi.as_view(), name="payment-detail"),
     path("payments/<str:payment_id>/capture", PaymentCaptureApi.as_view(), name="payment-capture"),
     path("payments/<str:payment_id>/void", PaymentVoidApi.as_view(), name="payment-void"),

@@ -105,6 +105,7 @@ from .stripe_listing import (
 from .stripe_notifications import StripeNotifications, stripe_signature_header
 from .types import (
     AcquirerConfig,
+    ActionRequired,
     AttemptRecord,
     Authorization,
     AuthorizationRequest,
@@ -119,6 +120,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     # the client and its values
     "AcquirerClient",
     "AcquirerConfig",
+    "ActionRequired",
     "AimdConfig",
     "AttemptRecord",
     "Authorization",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ._call import Answer
 from .dialect import Dialect, WireRequest
-from .types import Authorization
+from .types import ActionRequired, Authorization
 
 __all__ = ["LOOKUP_PAGES", "lookup_pages"]
 
@@ -21,14 +21,15 @@ __all__ = ["LOOKUP_PAGES", "lookup_pages"]
 #: than the account's newest 2,000 is "not known", which reconciliation never reads as absent.
 LOOKUP_PAGES = 20
 
-Decode = Callable[[Answer], list[Authorization]]
+Found = list[Authorization | ActionRequired]
+Decode = Callable[[Answer], Found]
 
 
 def lookup_pages(
     dialect: Dialect,
     payment_reference: str,
-    read: Callable[[WireRequest, Decode], list[Authorization]],
-) -> list[Authorization]:
+    read: Callable[[WireRequest, Decode], Found],
+) -> Found:
     """The authorizations filed under `payment_reference`, read as the module docstring says.
     `read(request, decode)` sends one page's request and returns what `decode` made of it."""
     request = dialect.lookup_request(payment_reference)
@@ -39,7 +40,7 @@ def lookup_pages(
             answer: Answer,
             following: list[str | None] = following,
             last: bool = page == LOOKUP_PAGES,
-        ) -> list[Authorization]:
+        ) -> Found:
             if not last:
                 following[0] = dialect.lookup_cursor(answer, payment_reference)
                 if following[0] is not None:

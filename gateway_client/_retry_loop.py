@@ -61,7 +61,14 @@ from .errors import (
     RateLimitedError,
 )
 from .policy import RetryPolicy
-from .types import AcquirerConfig, AttemptRecord, Authorization, Received, Refund
+from .types import (
+    AcquirerConfig,
+    ActionRequired,
+    AttemptRecord,
+    Authorization,
+    Received,
+    Refund,
+)
 from .wire import MalformedBody
 
 __all__ = ["RetryLoop"]
@@ -187,7 +194,7 @@ class RetryLoop:
                 if attempt.error is None:
                     self._log.attempt(progress, attempt, outcome(attempt.result), "return")
                     result = attempt.result
-                    if isinstance(result, Authorization | Refund | Received):
+                    if isinstance(result, Authorization | Refund | Received | ActionRequired):
                         result = dataclasses.replace(
                             result,
                             attempts=progress.attempts,

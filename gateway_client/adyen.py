@@ -65,6 +65,7 @@ from .errors import (
     UpstreamServerError,
 )
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -287,7 +288,9 @@ class AdyenDialect(Dialect):
             (request.amount, request.currency),
         )  # fmt: skip
 
-    def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
+    def decode_lookup(
+        self, answer: Answer, payment_reference: str
+    ) -> list[Authorization | ActionRequired]:
         """Never called (no look-up): MalformedBody."""
         raise MalformedBody("Adyen has no look-up by merchantReference")
 

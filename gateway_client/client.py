@@ -95,6 +95,7 @@ from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
 from .types import (
     AcquirerConfig,
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -288,7 +289,7 @@ class AcquirerClient(RetryLoop):
         *,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
-    ) -> Authorization:
+    ) -> Authorization | ActionRequired:
         """
         Ask the acquirer to authorise `request` (the dialect's authorization request; the
         sandbox's `POST /charges`; captured at once, or held for a capture or a void when
@@ -299,8 +300,8 @@ class AcquirerClient(RetryLoop):
         call, sent as `X-Request-Id` on every attempt and logged (`gateway_request_id`);
         None sends none. 1-200 visible ASCII characters, else ValueError before anything.
 
-        Returns the Authorization, approved or declined (a decline is a result); for a manual
-        request with its capture state (uncaptured). Raises a GatewayError subclass:
+        Returns the Authorization, approved or declined (a decline is a result; manual: with
+        its capture state), or ActionRequired (held for the shopper). Raises:
         RetryableError (not applied; `retry_after`/`not_before` when a wait is known;
         RetryBudgetExhaustedError when the budget refused a retry), AmbiguousOutcomeError
         (maybe applied: reconcile) or PermanentError (refused). ValueError before sending
@@ -427,7 +428,7 @@ class AcquirerClient(RetryLoop):
         *,
         policy: RetryPolicy | None = None,
         request_id: str | None = None,
-    ) -> list[Authorization]:
+    ) -> list[Authorization | ActionRequired]:
         """
         Return the acquirer's charges for our `payment_reference` (may be empty; the
         sandbox's `GET /charges?reference=`), each with its capture state now when the
@@ -584,7 +585,9 @@ def _request_id_headers(progress: Progress) -> dict[str, str]:
     return {} if progress.request_id is None else {REQUEST_ID_HEADER: progress.request_id}
 
 
-def _authorization_outcome(authorization: Authorization) -> str:
+def _authorization_outcome(authorization: Authorization | ActionRequired) -> str:
+    if isinstance(authorization, ActionRequired):
+        return "action_required"
     return "approved" if authorization.approved else "declined"
 
 

@@ -33,6 +33,7 @@ from ._call import Answer
 from .classify import classify_status, error_code
 from .errors import GatewayError
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -149,9 +150,13 @@ class Dialect(ABC):
     # not match the request: an ambiguous outcome, never a value.
 
     @abstractmethod
-    def decode_authorization(self, answer: Answer, request: AuthorizationRequest) -> Authorization:
+    def decode_authorization(
+        self, answer: Answer, request: AuthorizationRequest
+    ) -> Authorization | ActionRequired:
         """The authorization an answer describes, approved or declined, checked against
-        `request` (amount, currency, our reference, the capture state asked for)."""
+        `request` (amount, currency, our reference, the capture state asked for); or
+        ActionRequired when the provider holds it for the shopper (3-D Secure), which only a
+        request with a `return_url` may get."""
 
     @abstractmethod
     def decode_capture(self, answer: Answer, request: CaptureRequest) -> Authorization | Received:
@@ -168,9 +173,11 @@ class Dialect(ABC):
         or `Received` (pending, Adyen)."""
 
     @abstractmethod
-    def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
+    def decode_lookup(
+        self, answer: Answer, payment_reference: str
+    ) -> list[Authorization | ActionRequired]:
         """The authorizations a look-up found for `payment_reference` (may be empty), each
-        with its capture state now."""
+        with its capture state now; ActionRequired for one still held for the shopper."""
 
     @abstractmethod
     def decode_lookup_refunds(self, answer: Answer, refund_reference: str) -> list[Refund]:

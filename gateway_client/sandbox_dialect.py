@@ -8,7 +8,7 @@ the default, speaking the JSON of wire.py exactly as the client did before the s
 | capture | `POST /charges/{id}/capture`, `{}` or `{"amount": N}` |
 | void | `POST /charges/{id}/void`, `{}` |
 | refund | `POST /refunds`, `{"charge", "amount"?, "reference"}` |
-| lookup | `GET /charges?reference=` |
+| lookup | `GET /charges?reference=` (a charge held for the shopper: ActionRequired) |
 | lookup_refunds | `GET /refunds?reference=` |
 
 Errors follow the shared table (classify.py) unchanged; the sandbox sends no retry hint and
@@ -24,6 +24,7 @@ from urllib.parse import quote
 from ._call import Answer
 from .dialect import Dialect, WireRequest, matching_refund
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -33,8 +34,8 @@ from .types import (
 )
 from .wire import (
     MalformedBody,
-    decode_charge,
     decode_charge_list,
+    decode_charge_or_action,
     decode_operated,
     decode_refund,
     decode_refund_list,
@@ -94,12 +95,21 @@ class SandboxDialect(Dialect):
         """`GET /refunds?reference=` (the sandbox files refunds by our reference alone)."""
         return WireRequest("GET", "/refunds", params=(("reference", refund_reference),))
 
-    def decode_authorization(self, answer: Answer, request: AuthorizationRequest) -> Authorization:
-        """The charge object, matching the request's amount, currency, reference and capture."""
-        authorization = decode_charge(answer.body or b"", replayed=self.replayed(answer.headers))
+    def decode_authorization(
+        self, answer: Answer, request: AuthorizationRequest
+    ) -> Authorization | ActionRequired:
+        """The charge object, matching the request's amount, currency, reference and capture;
+        ActionRequired for a charge held for the shopper, only when the request carried a
+        `return_url` (no shopper can come back otherwise)."""
+        body = answer.body or b""
+        authorization = decode_charge_or_action(body, replayed=self.replayed(answer.headers))
         for name in ("amount", "currency", "payment_reference"):
             if getattr(authorization, name) != getattr(request, name):
                 raise MalformedBody(f"the charge does not match the request ({name})")
+        if isinstance(authorization, ActionRequired):
+            if request.return_url is None:
+                raise MalformedBody("a customer action was asked for without a return_url")
+            return authorization
         if authorization.captured is not None and authorization.captured != (
             authorization.approved and request.capture
         ):
@@ -130,8 +140,11 @@ class SandboxDialect(Dialect):
         refund = decode_refund(answer.body or b"", replayed=self.replayed(answer.headers))
         return matching_refund(refund, request)
 
-    def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
-        """`{"data": [charge, ...]}`, every charge filed under `payment_reference`."""
+    def decode_lookup(
+        self, answer: Answer, payment_reference: str
+    ) -> list[Authorization | ActionRequired]:
+        """`{"data": [charge, ...]}`, every charge filed under `payment_reference` (one held
+        for the shopper as ActionRequired)."""
         return _echoing(
             decode_charge_list(answer.body or b""),
             payment_reference,

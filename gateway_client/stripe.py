@@ -22,8 +22,9 @@ capture state. `acquirer_reference` is the PaymentIntent's id (`pi_...`).
 Answers and errors (docs/connectors.md has the whole table):
 - A PaymentIntent `succeeded` is approved and captured; `requires_capture` approved and held;
   `canceled` after an authorization is voided; `requires_payment_method` with a
-  `last_payment_error` is a decline; `processing`, `requires_action` and
-  `requires_confirmation` are no final outcome (MalformedBody: ambiguous, reconciled later).
+  `last_payment_error` is a decline; `requires_action` with a `redirect_to_url` (asked with a
+  `return_url`) is ActionRequired (stripe_action.py); `processing`, `requires_confirmation` and
+  any other action are no final outcome (MalformedBody: ambiguous, reconciled later).
 - A `402` answering an authorization (a `card_error`) is a decline with its `decline_code`
   (else its `code`): a result, not an error.
 - `429` binds nothing: RateLimitedError (certainly not applied). `idempotency_error` (the same
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
@@ -60,7 +61,9 @@ from .errors import (
     RateLimitedError,
     UpstreamServerError,
 )
+from .stripe_action import redirect_action
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -143,10 +146,12 @@ class StripeDialect(Dialect):
 
     def authorize_request(self, request: AuthorizationRequest) -> WireRequest:
         """Create and confirm one PaymentIntent (`confirm=true`), filed under our payment
-        reference in its metadata."""
+        reference in its metadata; with the request's `return_url` (3-D Secure by redirect)."""
+        back = [] if request.return_url is None else [("return_url", request.return_url)]
         return _post(
             "/v1/payment_intents",
             [
+                *back,
                 ("amount", str(to_stripe_amount(request.amount, request.currency))),
                 ("currency", request.currency.lower()),
                 ("payment_method", request.payment_method),
@@ -231,13 +236,20 @@ class StripeDialect(Dialect):
 
     # -- answers ----------------------------------------------------------------------------
 
-    def decode_authorization(self, answer: Answer, request: AuthorizationRequest) -> Authorization:
+    def decode_authorization(
+        self, answer: Answer, request: AuthorizationRequest
+    ) -> Authorization | ActionRequired:
         """The PaymentIntent created, matching the request (amount, currency, our reference,
-        captured when automatic, held when manual)."""
+        captured when automatic, held when manual); ActionRequired when it waits for the
+        shopper at a redirect (only for a request with a `return_url`)."""
         authorization = _intent(_document(answer), "body", self.replayed(answer.headers))
         for name in ("amount", "currency", "payment_reference"):
             if getattr(authorization, name) != getattr(request, name):
                 raise MalformedBody(f"the PaymentIntent does not match the request ({name})")
+        if isinstance(authorization, ActionRequired):
+            if request.return_url is None:
+                raise MalformedBody("a redirect was asked for without a return_url")
+            return authorization
         if authorization.approved and authorization.captured != request.capture:
             raise MalformedBody("the PaymentIntent's capture state does not match the request")
         return authorization
@@ -251,8 +263,11 @@ class StripeDialect(Dialect):
         return intent
 
     def decode_void(self, answer: Answer, request: VoidRequest) -> Authorization:
-        """That PaymentIntent, canceled after its authorization."""
+        """That PaymentIntent, canceled after its authorization, or before it while it waited
+        for the shopper (voided, never approved)."""
         intent = self._operated(answer, request.acquirer_reference)
+        if intent.decline_code == "canceled":  # a customer action's, canceled unfinished
+            return replace(intent, voided=True)
         if not intent.voided:
             raise MalformedBody("the PaymentIntent is not canceled")
         return intent
@@ -262,7 +277,9 @@ class StripeDialect(Dialect):
         refund = _refund(_document(answer), "body", self.replayed(answer.headers))
         return matching_refund(refund, request)
 
-    def decode_lookup(self, answer: Answer, payment_reference: str) -> list[Authorization]:
+    def decode_lookup(
+        self, answer: Answer, payment_reference: str
+    ) -> list[Authorization | ActionRequired]:
         """The listed PaymentIntents filed under `payment_reference` (others are skipped)."""
         items = _page(
             _document(answer),
@@ -281,7 +298,7 @@ class StripeDialect(Dialect):
 
     def _operated(self, answer: Answer, acquirer_reference: str) -> Authorization:
         intent = _intent(_document(answer), "body", self.replayed(answer.headers))
-        if intent.acquirer_reference != acquirer_reference:
+        if isinstance(intent, ActionRequired) or intent.acquirer_reference != acquirer_reference:
             raise MalformedBody("the PaymentIntent does not match the request (id)")
         return intent
 
@@ -430,8 +447,9 @@ def _now() -> datetime:
     return datetime.now(tz=UTC)
 
 
-def _intent(document: Any, where: str, replayed: bool) -> Authorization:
-    """A PaymentIntent object as an Authorization with its capture state."""
+def _intent(document: Any, where: str, replayed: bool) -> Authorization | ActionRequired:
+    """A PaymentIntent object as an Authorization with its capture state, or ActionRequired
+    while it waits for the shopper at a redirect (stripe_action.py)."""
     if not isinstance(document, dict) or document.get("object") != "payment_intent":
         raise MalformedBody(f"{where}: not a payment_intent object")
     reference = _get(document, "id", str, where)
@@ -471,7 +489,9 @@ def _intent(document: Any, where: str, replayed: bool) -> Authorization:
         canceled = document.get("canceled_at")
         voided_at = _time(canceled, "canceled_at", where) if canceled is not None else None
         return _state(base, voided=True, voided_at=voided_at)
-    # processing, requires_action, requires_confirmation: no outcome yet.
+    if status == "requires_action":
+        return redirect_action(document, base, where)
+    # processing, requires_confirmation: no outcome yet.
     raise MalformedBody(f"{where}: field 'status' is not a final outcome")
 
 

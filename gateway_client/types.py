@@ -24,6 +24,7 @@ from resilience.validate import positive_seconds
 
 __all__ = [
     "AcquirerConfig",
+    "ActionRequired",
     "AttemptRecord",
     "Authorization",
     "AuthorizationRequest",
@@ -44,6 +45,21 @@ _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _MAX_IDEMPOTENCY_KEY_LENGTH = 255
 _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
 _MAX_REFERENCE_LENGTH = 255
+_MAX_URL_LENGTH = 2048
+
+
+def _validate_return_url(value: object) -> None:
+    """None, or an absolute http(s) URL of printable ASCII without spaces, at most 2048."""
+    if value is None:
+        return
+    if (
+        not isinstance(value, str)
+        or len(value) > _MAX_URL_LENGTH
+        or not _VISIBLE_ASCII.fullmatch(value)
+        or urlsplit(value).scheme not in ("http", "https")
+        or not urlsplit(value).hostname
+    ):
+        raise ValueError("return_url must be None or an absolute http(s) URL (<= 2048 ASCII)")
 
 
 def _validate_idempotency_key(value: object) -> None:
@@ -156,7 +172,10 @@ class AuthorizationRequest:
     token) is kept out of repr(). `capture`: True (the default) authorises and captures in one
     call, as before; False authorises only (manual capture: `AcquirerClient.capture` or
     `void` follows). The body carries `"capture": false` only when False, so an automatic
-    request is byte-identical to one made before the field existed.
+    request is byte-identical to one made before the field existed. `return_url`: where the
+    provider sends the shopper back after a customer action (3-D Secure); None (the default,
+    not sent): no shopper can come back, so a provider asking for one declines
+    (`shopper_action_required`). Kept out of repr() (it carries our unguessable return token).
     """
 
     amount: int
@@ -165,6 +184,7 @@ class AuthorizationRequest:
     payment_reference: str
     idempotency_key: str
     capture: bool = True
+    return_url: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
@@ -178,6 +198,7 @@ class AuthorizationRequest:
         _validate_idempotency_key(self.idempotency_key)
         if not isinstance(self.capture, bool):
             raise ValueError("capture must be a bool")
+        _validate_return_url(self.return_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +418,32 @@ class Received:
     reference: str | None
     amount: int | None
     currency: str | None
+    replayed: bool = False
+    attempts: int = field(default=1, compare=False)
+    attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequired:
+    """
+    The provider holds the authorisation for the shopper (3-D Secure by redirect): neither
+    approved nor declined until the shopper acts on the provider's page, `url`, and comes
+    back (to the request's `return_url`). A look-up later shows the outcome (`Authorization`)
+    or, while the shopper has not finished, this again.
+
+    `acquirer_reference`: the provider's id of the payment (the sandbox's `ch_...`, Stripe's
+    `pi_...`), which a void of the abandoned action names. `url`: the absolute http(s) URL
+    of the page to send the shopper's browser to. `payment_reference`, `amount` (minor
+    units), `currency` (ISO 4217), `created_at` (aware UTC) as in Authorization; `replayed`,
+    `attempts` and `attempt_log` as there (not part of equality).
+    """
+
+    acquirer_reference: str
+    url: str
+    amount: int
+    currency: str
+    payment_reference: str
+    created_at: datetime
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
     attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)

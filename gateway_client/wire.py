@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .types import (
+    ActionRequired,
     Authorization,
     AuthorizationRequest,
     CaptureRequest,
@@ -40,6 +41,7 @@ __all__ = [
     "MalformedBody",
     "decode_charge",
     "decode_charge_list",
+    "decode_charge_or_action",
     "decode_operated",
     "decode_refund",
     "decode_refund_list",
@@ -57,7 +59,10 @@ __all__ = [
 REQUEST_ID_HEADER = "X-Request-Id"
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
-_STATUSES = {"approved": True, "declined": False}
+#: A charge's status -> approved. `canceled`: a customer action voided before the shopper
+#: finished it (never authorised; voided). `requires_action` is decoded as ActionRequired.
+_STATUSES = {"approved": True, "declined": False, "canceled": False}
+_REQUIRES_ACTION = "requires_action"
 _REFUND_STATUSES: dict[str, RefundStatus] = {"succeeded": "succeeded", "failed": "failed"}
 _CAPTURE_STATE = (
     "captured",
@@ -95,6 +100,8 @@ def encode_authorization(request: AuthorizationRequest) -> bytes:
     }
     if not request.capture:
         document["capture"] = False
+    if request.return_url is not None:
+        document["return_url"] = request.return_url
     return _encode(document)
 
 
@@ -122,6 +129,15 @@ def decode_charge(body: bytes, *, replayed: bool = False) -> Authorization:
     return _charge(_load(body), replayed=replayed, where="body")
 
 
+def decode_charge_or_action(
+    body: bytes, *, replayed: bool = False
+) -> Authorization | ActionRequired:
+    """The charge object of an authorization's answer: an Authorization, or ActionRequired
+    for a charge held for the shopper (`"status": "requires_action"` with its
+    `"next_action": {"type": "redirect_to_url", "url": ...}`)."""
+    return _charge_or_action(_load(body), replayed=replayed, where="body")
+
+
 def decode_operated(
     body: bytes, acquirer_reference: str, *, replayed: bool = False
 ) -> Authorization:
@@ -141,10 +157,13 @@ def is_replayed(headers: Mapping[str, str]) -> bool:
     return headers.get("idempotent-replayed", "").strip().lower() == "true"
 
 
-def decode_charge_list(body: bytes) -> list[Authorization]:
-    """Return the Authorizations of a `{"data": [charge, ...]}` body."""
+def decode_charge_list(body: bytes) -> list[Authorization | ActionRequired]:
+    """Return the charges of a `{"data": [charge, ...]}` body: Authorizations, and
+    ActionRequired for one still held for the shopper."""
     items = _list(body)
-    return [_charge(item, replayed=False, where=f"data[{i}]") for i, item in enumerate(items)]
+    return [
+        _charge_or_action(item, replayed=False, where=f"data[{i}]") for i, item in enumerate(items)
+    ]
 
 
 def decode_refund(body: bytes, *, replayed: bool = False) -> Refund:
@@ -255,6 +274,27 @@ def _load(body: bytes) -> Any:
         raise MalformedBody("body is not valid JSON") from None
 
 
+def _charge_or_action(
+    document: Any, *, replayed: bool, where: str
+) -> Authorization | ActionRequired:
+    if not isinstance(document, dict) or document.get("status") != _REQUIRES_ACTION:
+        return _charge(document, replayed=replayed, where=where)
+    fields = _Fields(document, where)
+    action = fields.get("next_action", dict)
+    url = _Fields(action, f"{where}.next_action").get("url", str)
+    if action.get("type") != "redirect_to_url" or not url.startswith(("https://", "http://")):
+        raise MalformedBody(f"{where}: field 'next_action' is not a redirect to an http(s) URL")
+    return ActionRequired(
+        acquirer_reference=fields.identifier("id"),
+        url=url,
+        amount=fields.amount("amount"),
+        currency=fields.currency(),
+        payment_reference=fields.get("reference", str),
+        created_at=fields.timestamp("created_at"),
+        replayed=replayed,
+    )
+
+
 def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
     if not isinstance(document, dict):
         raise MalformedBody(f"{where} is not a JSON object")
@@ -262,7 +302,7 @@ def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
     acquirer_reference = fields.identifier("id")
     status = fields.get("status", str)
     if status not in _STATUSES:
-        raise MalformedBody(f"{where}: field 'status' is neither 'approved' nor 'declined'")
+        raise MalformedBody(f"{where}: field 'status' is not 'approved', 'declined' or 'canceled'")
     approved = _STATUSES[status]
     decline_code = fields.get("decline_code", str, nullable=True)
     if approved and decline_code is not None:
@@ -287,10 +327,12 @@ def _charge(document: Any, *, replayed: bool, where: str) -> Authorization:
     if len(present) != len(_CAPTURE_STATE):
         missing = next(name for name in _CAPTURE_STATE if name not in document)
         raise MalformedBody(f"{where}: field {missing!r} of the capture state is missing")
-    return _with_capture_state(authorization, fields)
+    return _with_capture_state(authorization, fields, canceled=status == "canceled")
 
 
-def _with_capture_state(authorization: Authorization, fields: _Fields) -> Authorization:
+def _with_capture_state(
+    authorization: Authorization, fields: _Fields, *, canceled: bool = False
+) -> Authorization:
     where = fields.where
     captured = fields.get("captured", bool)
     voided = fields.get("voided", bool)
@@ -300,7 +342,7 @@ def _with_capture_state(authorization: Authorization, fields: _Fields) -> Author
     voided_at = fields.optional_timestamp("voided_at")
     if captured and voided:
         raise MalformedBody(f"{where}: a charge is both captured and voided")
-    if not authorization.approved and (captured or voided):
+    if not authorization.approved and (captured or voided != canceled):
         raise MalformedBody(f"{where}: a declined charge is captured or voided")
     if captured != (amount_captured > 0):
         raise MalformedBody(f"{where}: 'amount_captured' does not agree with 'captured'")

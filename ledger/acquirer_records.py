@@ -44,8 +44,10 @@ class AcquirerRecord:
 
     ``acquirer_reference`` is the acquirer's id (our payment's ``acquirer_reference``);
     ``reference`` is what we sent as the reference, our payment id; ``status`` is
-    ``approved`` or ``declined``; ``amount`` in minor units of ``currency``; ``created_at``
-    when the acquirer recorded it (aware). ``idempotency_key`` when the source knows it.
+    ``approved`` or ``declined`` (or, for a customer action, ``requires_action`` while the
+    shopper is awaited and ``canceled`` once voided unfinished); ``amount`` in minor units
+    of ``currency``; ``created_at`` when the acquirer recorded it (aware).
+    ``idempotency_key`` when the source knows it.
     The capture state as it is now, when the source reports it (None: not reported, the audit
     then compares presence, status and amount only): ``amount_captured`` and
     ``amount_refunded`` (the sum of the succeeded refunds) in minor units, ``voided``.
@@ -53,7 +55,7 @@ class AcquirerRecord:
 
     acquirer_reference: str
     reference: str
-    status: Literal["approved", "declined"]
+    status: Literal["approved", "declined", "requires_action", "canceled"]
     amount: int
     currency: str
     created_at: datetime
@@ -192,7 +194,7 @@ def _created_at(row: dict) -> datetime:
 def _record(row: dict) -> AcquirerRecord:
     try:
         created_at = _created_at(row)
-        if row["status"] not in ("approved", "declined"):
+        if row["status"] not in ("approved", "declined", "requires_action", "canceled"):
             raise ValueError("unknown status")  # noqa: TRY301 - one except below for every malformation
         return AcquirerRecord(
             acquirer_reference=str(row["id"]),

@@ -50,7 +50,7 @@ from .errors import (
     ValidationError,
 )
 from .retry import DEFAULT_POLICY
-from .types import Page, Payment, Pending, Refund
+from .types import ActionRequired, NextAction, Page, Payment, Pending, Refund
 from .webhooks import (
     Event,
     WebhookError,
@@ -61,9 +61,11 @@ from .webhooks import (
 
 __all__ = [  # noqa: RUF022 - grouped: the client and its values, then the error tree in order
     "DEFAULT_POLICY",
+    "ActionRequired",
     "Event",
     "ManualClock",
     "MerchantClient",
+    "NextAction",
     "Page",
     "Payment",
     "Pending",

@@ -48,7 +48,17 @@ from resilience import Clock, SystemClock, attempt_deadline, full_jitter, instal
 
 from .errors import ConnectionFailed, MerchantApiError, OutcomeUnknown, error_class
 from .retry import AMBIGUOUS, DEFAULT_POLICY, NOT_SENT, Outcome, decide, server_wait
-from .types import DecodeError, Page, Payment, Pending, Refund, decode_payment, decode_refund
+from .types import (
+    ActionRequired,
+    DecodeError,
+    Page,
+    Payment,
+    Pending,
+    Refund,
+    action_required,
+    decode_payment,
+    decode_refund,
+)
 
 __all__ = ["MerchantClient"]
 
@@ -157,10 +167,11 @@ class MerchantClient:
         description: str | None = None,
         capture_method: str | None = None,
         allow_deferred: bool = False,
+        return_url: str | None = None,
         idempotency_key: str | None = None,
         persist_key: Callable[[str], None] | None = None,
         policy: RetryPolicy | None = None,
-    ) -> Payment | Pending[Payment]:
+    ) -> Payment | Pending[Payment] | ActionRequired:
         """
         `POST /payments`: authorize (and, by default, capture) `amount` minor units of
         `currency` (ISO 4217) with the token `payment_method` (`tok_...`).
@@ -169,7 +180,10 @@ class MerchantClient:
         `capture_method="manual"`, or `declined`: a decline is a result) or `Pending` (202,
         `processing`; or `deferred` with `allow_deferred=True`, for payments nobody waits for
         such as renewals: no acquirer could take it now, the API sends it at its `not_before`
-        or later, and the same key answers its current state). Raises the
+        or later, and the same key answers its current state). With `return_url` (your
+        https page for the shopper's return), a payment the acquirer holds for the shopper
+        (3-D Secure) is `ActionRequired`: send the shopper to its `url`; without it, such a
+        payment is declined `shopper_action_required`. Raises the
         `merchant_client.errors` tree: `ServiceUnavailable` (nothing charged; come back after
         `retry_after` with the same key), `AcquirerError`, `ValidationError`,
         `CardDataNotAccepted`, `IdempotencyKeyReused`, ...; `TypeError` when neither
@@ -186,10 +200,12 @@ class MerchantClient:
             "description": description,
             "capture_method": capture_method,
             "allow_deferred": True if allow_deferred else None,  # false: left out, as before
+            "return_url": return_url,
         }
         body.update({name: value for name, value in optional.items() if value is not None})
         key = self._key(idempotency_key, persist_key)
-        return self._mutate("/payments", body, key, decode_payment, policy)
+        result = self._mutate("/payments", body, key, decode_payment, policy)
+        return action_required(result) if isinstance(result, Payment) else result
 
     def capture(
         self,

@@ -8,6 +8,9 @@ API's stored answer to an earlier request with the same idempotency key), `reque
 answer's `Request-Id` header, None without one), `status_code` and `attempts` (requests sent
 by the call).
 
+`ActionRequired` is a payment the acquirer holds for the shopper (`requires_action`, 3-D
+Secure): send the shopper's browser to its `url` before `expires_at`.
+
 `Pending` is a `202`: the outcome is not known yet (never a failure); `object` is the payment
 (`processing`, `deferred`, `capture_pending`, `void_pending`) or the refund (`pending`) as the
 API showed it, `retry_after` the seconds the API asks to wait before looking again (for a
@@ -28,8 +31,10 @@ from typing import Any, Generic, TypeVar
 __all__ = [
     "FINAL_PAYMENT_STATUSES",
     "FINAL_REFUND_STATUSES",
+    "ActionRequired",
     "Answered",
     "DecodeError",
+    "NextAction",
     "Page",
     "Payment",
     "Pending",
@@ -65,6 +70,18 @@ class Answered:
 
 
 @dataclass(frozen=True, slots=True)
+class NextAction:
+    """What the shopper must do for a `requires_action` payment: `type` (`redirect_to_url`:
+    send the shopper's browser to `url`, the acquirer's page), `expires_at` (aware UTC: not
+    finished by then, the payment is voided and ends `canceled`, `decline_code`
+    `action_expired`)."""
+
+    type: str
+    url: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Payment(Answered):
     """
     The payment object (docs/api.md, "API contract"). `amount`, `amount_captured` and
@@ -75,8 +92,11 @@ class Payment(Answered):
     UTC datetime while `deferred`, else None. `acquirer`: the name of the acquirer that holds
     it (captures, voids and refunds go there; None from a server older than several
     acquirers). `amount_disputed`: minor units held or withdrawn by the payment's open and lost
-    disputes (None from a server older than disputes). `final` is True when the status will
-    not change by itself.
+    disputes (None from a server older than disputes). `return_url`: the merchant's page the
+    shopper comes back to after a customer action, as sent; `next_action`: a `NextAction`
+    while `requires_action` (the acquirer holds it for the shopper, 3-D Secure), else None
+    (both None from a server older than customer actions). `final` is True when the status
+    will not change by itself.
     """
 
     id: str
@@ -97,11 +117,13 @@ class Payment(Answered):
     not_before: datetime | None = None
     acquirer: str | None = None
     amount_disputed: int | None = None
+    return_url: str | None = None
+    next_action: NextAction | None = None
 
     @property
     def final(self) -> bool:
-        """True unless the status is `processing`, `deferred`, `capture_pending` or
-        `void_pending`."""
+        """True unless the status is `processing`, `deferred`, `requires_action`,
+        `capture_pending` or `void_pending`."""
         return self.status in FINAL_PAYMENT_STATUSES
 
 
@@ -152,6 +174,54 @@ class Pending(Generic[T]):
     def id(self) -> str:
         """The pending payment's or refund's id."""
         return self.object.id
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequired:
+    """
+    A payment the acquirer holds for the shopper (`requires_action`, 3-D Secure by redirect):
+    send the shopper's browser to `url` (the acquirer's page) before `expires_at` (aware UTC).
+    The shopper comes back to the `return_url` given at creation with `payment_id` in its
+    query; then `MerchantClient.get_payment(id)` (or the webhook event) says the outcome:
+    `succeeded` / `requires_capture`, `declined`, or, expired unfinished, `canceled`.
+    `payment`: the payment as the API showed it; `replayed`, `request_id`, `attempts` as on
+    every result.
+    """
+
+    payment: Payment
+    replayed: bool = field(default=False, compare=False)
+    request_id: str | None = field(default=None, compare=False)
+    attempts: int = field(default=1, compare=False)
+
+    @property
+    def id(self) -> str:
+        """The payment's id."""
+        return self.payment.id
+
+    @property
+    def url(self) -> str:
+        """Where to send the shopper's browser."""
+        assert self.payment.next_action is not None  # checked by `action_required`
+        return self.payment.next_action.url
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the action expires unfinished (aware UTC)."""
+        assert self.payment.next_action is not None
+        return self.payment.next_action.expires_at
+
+
+def action_required(payment: Payment) -> ActionRequired | Payment:
+    """`payment` as an `ActionRequired` when it is `requires_action` (which `decode_payment`
+    checked has its `next_action`), else unchanged."""
+    if payment.status != "requires_action":
+        return payment
+    return ActionRequired(
+        payment,
+        replayed=payment.replayed,
+        request_id=payment.request_id,
+        attempts=payment.attempts,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +276,21 @@ def _optional_timestamp(document: Mapping[str, Any], name: str) -> datetime | No
     return timestamp_of(document, name)
 
 
+def _next_action(document: Mapping[str, Any], name: str) -> NextAction | None:
+    """`document[name]` as a `NextAction` (`type`, `url`, `expires_at`), or None when null or
+    absent. Raises DecodeError."""
+    value = document.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DecodeError(f"field {name!r} is not an object or null")
+    return NextAction(
+        type=field_of(value, "type", str),
+        url=field_of(value, "url", str),
+        expires_at=timestamp_of(value, "expires_at"),
+    )
+
+
 def _object(document: object, kind: str) -> Mapping[str, Any]:
     if not isinstance(document, dict) or document.get("object") != kind:
         raise DecodeError(f"not a {kind} object")
@@ -220,6 +305,7 @@ _READERS: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
     "int | None": _optional_int,
     "datetime": timestamp_of,
     "datetime | None": _optional_timestamp,
+    "NextAction | None": _next_action,
 }
 
 
@@ -233,8 +319,12 @@ def _decode(cls: type[T], kind: str, document: object, meta: dict[str, Any]) -> 
 
 def decode_payment(document: object, **meta: Any) -> Payment:
     """A `Payment` from the decoded JSON of a payment object; `meta` sets `replayed`,
-    `request_id`, `status_code`, `attempts`. Raises DecodeError."""
-    return _decode(Payment, "payment", document, meta)
+    `request_id`, `status_code`, `attempts`. Raises DecodeError (also for a `requires_action`
+    payment without its `next_action`)."""
+    payment = _decode(Payment, "payment", document, meta)
+    if payment.status == "requires_action" and payment.next_action is None:
+        raise DecodeError("field 'next_action' is missing for a requires_action payment")
+    return payment
 
 
 def decode_refund(document: object, **meta: Any) -> Refund:

@@ -74,7 +74,8 @@ SECRET_NAMES: tuple[str, ...] = (
 
 #: Prefixes of the key formats this project issues or holds, with the ones of the common
 #: payment APIs: merchant keys (``merchants.services.API_KEY_PREFIX``), the sandbox acquirer's
-#: key, test keys, restricted keys, webhook signing secrets, publishable keys.
+#: key, test keys, restricted keys, webhook signing secrets, publishable keys, and the
+#: shopper's return tokens in our return addresses (``/payments/return/rtok_...``).
 KEY_PREFIXES: tuple[str, ...] = (
     "sk_live_",
     "sk_test_",
@@ -84,6 +85,7 @@ KEY_PREFIXES: tuple[str, ...] = (
     "pk_test_",
     "whsec_",
     "sandbox_sk_",
+    "rtok_",  # a shopper's return token (payments.models.new_return_token, ADR 0049)
 )
 
 REDACTED = "[redacted]"

@@ -36,6 +36,13 @@ def new_payment_id() -> str:
     return "pay_" + secrets.token_hex(12)
 
 
+def new_return_token() -> str:
+    """Return a new return token: ``rtok_`` + 43 URL-safe characters (256 random bits), the
+    unguessable part of the shopper's return address ``/payments/return/<token>``. The prefix
+    is one the log and span redaction hides (``observability.log_filters.KEY_PREFIXES``)."""
+    return "rtok_" + secrets.token_urlsafe(32)
+
+
 def new_operation_id(kind: str) -> str:
     """Return a new :class:`PaymentOperation` id: ``re_`` + 24 lower-case hex characters for a
     refund (the public refund id), ``op_`` + 24 hex for a capture or a void."""
@@ -57,8 +64,13 @@ class PaymentStatus(models.TextChoices):
     CAPTURE_PENDING = "capture_pending", "Capture pending"
     #: A void was sent; its outcome is not known yet (reconciliation resolves it).
     VOID_PENDING = "void_pending", "Void pending"
-    #: The authorization was released (voided); nothing was captured.
+    #: The authorization was released (voided); nothing was captured. Also a customer action
+    #: that expired (the shopper never finished it): voided at the acquirer.
     CANCELED = "canceled", "Canceled"
+    #: The acquirer holds the payment for the shopper (3-D Secure): the merchant sends the
+    #: shopper to ``next_action``'s URL; the shopper's return, a notification, or the expiry
+    #: sweep ends it (payments/reconciliation/actions.py, ADR 0049).
+    REQUIRES_ACTION = "requires_action", "Requires action"
 
 
 class CaptureMethod(models.TextChoices):
@@ -182,6 +194,16 @@ class PaymentEventType(models.TextChoices):
     #: A verified provider notification about this payment was applied (data: acquirer,
     #: event_id, event_type, result); once per notification (payments/notifications/).
     ACQUIRER_NOTIFICATION = "acquirer_notification", "Acquirer notification applied"
+    #: processing -> requires_action: the acquirer asks for the shopper (3-D Secure); the
+    #: payment shows ``next_action`` until it ends (data: how, expires_at).
+    ACTION_REQUIRED = "action_required", "Customer action required"
+    #: requires_action -> succeeded / requires_capture / declined / failed: the acquirer's
+    #: outcome after the shopper's action, re-fetched (data: how: ``shopper_return``,
+    #: ``notification``, ``expiry_lookup``).
+    ACTION_COMPLETED = "action_completed", "Customer action completed"
+    #: requires_action -> canceled: the shopper never finished by ``action_expires_at``; the
+    #: authorization was voided at the acquirer (data: reason ``action_expired``).
+    ACTION_EXPIRED = "action_expired", "Customer action expired"
     #: A dispute was opened, changed or closed (data: dispute, status, amount, reason).
     DISPUTE_OPENED = "dispute_opened", "Dispute opened"
     DISPUTE_UPDATED = "dispute_updated", "Dispute updated"
@@ -273,6 +295,29 @@ class Payment(models.Model):
     deferred_attempts = models.PositiveIntegerField(
         default=0, help_text="Submissions of a deferred payment that were certainly not applied."
     )
+    # Customer actions (3-D Secure by redirect, ADR 0049).
+    return_url = models.CharField(
+        max_length=2048,
+        null=True,
+        blank=True,
+        help_text="The merchant's page the shopper is sent back to after a customer action.",
+    )
+    #: The unguessable part of our return address (``/payments/return/<token>``), sent to the
+    #: acquirer with the authorization; only when ``return_url`` is given. Unique: the return
+    #: endpoint finds the payment by it (the partial unique index ``payment_return_token``).
+    return_token = models.CharField(max_length=64, null=True, blank=True)
+    action_url = models.CharField(
+        max_length=2048,
+        null=True,
+        blank=True,
+        help_text="Where the shopper authenticates (the acquirer's page), while requires_action.",
+    )
+    action_expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A customer action not finished by then is voided "
+        "(CUSTOMER_ACTION_EXPIRY_SECONDS).",
+    )
     #: The W3C ``traceparent`` of the span that created the payment (empty when tracing was
     #: off): reconciliation and the deferred sweep, whoever runs them, add their spans to the
     #: payment's trace (observability/trace_context.py; ADR 0044).
@@ -296,6 +341,11 @@ class Payment(models.Model):
             ),
             models.Index(
                 fields=["merchant", "status", "-created_at"], name="payment_merchant_status"
+            ),
+            models.Index(
+                fields=["action_expires_at"],
+                name="payment_action_expiry_due",
+                condition=models.Q(status="requires_action"),
             ),
             models.Index(
                 fields=["next_check_at"],
@@ -343,6 +393,12 @@ class Payment(models.Model):
             models.CheckConstraint(
                 condition=models.Q(capture_method__in=CaptureMethod.values),
                 name="payment_capture_method_valid",
+            ),
+            # Only payments with a customer action's return address hold a token (ADR 0049).
+            models.UniqueConstraint(
+                fields=["return_token"],
+                name="payment_return_token",
+                condition=models.Q(return_token__isnull=False),
             ),
         ]
 

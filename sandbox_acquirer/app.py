@@ -35,6 +35,9 @@ path                                   auth    methods
                                                a dispute, notified ``dispute.created``
 ``/_sandbox/disputes/<id>``            no      POST ``{"status"}`` -> 200, notified
                                                ``dispute.updated`` or ``dispute.closed``
+``/challenge/<charge id>``             no      GET -> the 3-D Secure challenge page (HTML);
+                                               POST ``outcome=approve|deny`` -> 303 to the
+                                               charge's ``return_url`` (``challenge.py``)
 =====================================  ======  ==============================================
 
 Every POST of the acquirer API runs the same steps (``_execute``): count the attempt per
@@ -68,6 +71,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
+from sandbox_acquirer import challenge
 from sandbox_acquirer.conditions import (
     CONDITION_NAMES,
     ENDPOINTS,
@@ -291,6 +295,8 @@ class SandboxApp:
 
     def handle(self, request: Request) -> Response:
         """Answer ``request``. May block for as long as its scenario or conditions say."""
+        if request.path.startswith(challenge.CHALLENGE_PREFIX):
+            return self._challenge(request, request.path[len(challenge.CHALLENGE_PREFIX) :])
         if request.path.startswith(_CONDITION_PREFIX):
             return self._condition(request, request.path[len(_CONDITION_PREFIX) :])
         if request.path.startswith(_DISPUTE_PREFIX):
@@ -318,7 +324,7 @@ class SandboxApp:
         Health checks and the ``/_sandbox/`` control endpoints are not, so polling them
         does not disturb what a test measures.
         """
-        return path != "/healthz" and not path.startswith("/_sandbox/")
+        return path != "/healthz" and not path.startswith(("/_sandbox/", "/challenge/"))
 
     @staticmethod
     def endpoint_label(method: str, path: str) -> str:
@@ -456,12 +462,20 @@ class SandboxApp:
         lifecycle = charge_request.capture is not None
 
         def record(claim: Claim) -> Response:
+            charge_id = new_charge_id()
+            status, decline_code, action_url = scenario.status, scenario.decline_code, None
+            if scenario.challenge and charge_request.return_url is not None:
+                status = "requires_action"
+                action_url = challenge.challenge_url(request.header("host"), charge_id)
+            elif scenario.challenge:  # nobody can come back from a challenge
+                status, decline_code = "declined", "shopper_action_required"
             charge = Charge.record(
-                id=new_charge_id(),
-                status=scenario.status,
-                decline_code=scenario.decline_code,
+                id=charge_id,
+                status=status,
+                decline_code=decline_code,
                 request=charge_request,
                 created_at=self.store.now(),
+                action_url=action_url,
             )
             created = json_response(201, charge.to_json(lifecycle=lifecycle))
             self.store.commit(
@@ -471,8 +485,9 @@ class SandboxApp:
                 visible_after=timedelta(seconds=scenario.lookup_lag_seconds),
                 plan=plan,
             )
-            kind = "charge.authorized" if charge.status == "approved" else "charge.declined"
-            self.notifier.emit(kind, charge.to_json(), charge.created_at)
+            if charge.status != "requires_action":
+                kind = "charge.authorized" if charge.status == "approved" else "charge.declined"
+                self.notifier.emit(kind, charge.to_json(), charge.created_at)
             return created
 
         return self._execute(
@@ -780,6 +795,31 @@ class SandboxApp:
             return _refused(exc)
         self.notifier.emit(event, dispute, self.store.now())
         return json_response(200, dispute)
+
+    def _challenge(self, request: Request, charge_id: str) -> Response:
+        """``GET`` or ``POST /challenge/<charge id>`` (``challenge.py``): the page, or the
+        shopper's answer recorded and a 303 to the charge's ``return_url``."""
+        html_type = "text/html; charset=utf-8"
+        if request.method not in ("GET", "POST"):
+            return _method_not_allowed(request.path, {"GET": None, "POST": None})
+        try:
+            if request.method == "GET":
+                return Response(200, challenge.challenge_page(self._any_charge(charge_id)),
+                                content_type=html_type)  # fmt: skip
+            approve = challenge.parse_outcome(request.body)
+            done = self.store.charge_change(
+                charge_id,
+                lambda charge, now: challenge.complete(
+                    charge,
+                    approve,
+                    now,
+                    lambda kind, c: self.notifier.emit(kind, c.to_json(), now),
+                ),
+            )
+        except OperationRefused as exc:
+            return Response(exc.status, challenge.closed_page(exc.detail), content_type=html_type)
+        location = done.return_url or "/"
+        return Response(303, b"", headers=(("Location", location),), content_type=html_type)
 
     def _any_charge(self, charge_id: str) -> Charge:
         """The charge ``charge_id`` of any account. OperationRefused 404 otherwise."""

@@ -16,6 +16,10 @@ concurrent captures or refunds of one charge are decided one at a time::
                                                   --void---------------> voided
     captured                        --refund(N <= amount_captured - amount_refunded)--> captured
     declined                        -> nothing further is allowed
+    requires_action (tok_3ds_challenge with a return_url: the shopper's 3-D Secure challenge)
+                                    --Approve on the challenge page--> approved (as above)
+                                    --Deny--> declined (authentication_failed)
+                                    --void--> canceled (voided; never authorized)
 
 Nothing here does I/O or keeps state; ``store`` keeps charges and refunds, ``app`` renders them.
 """
@@ -58,13 +62,15 @@ __all__ = [
 #: Longest accepted ``payment_method`` and ``reference``, in characters.
 MAX_TEXT_LENGTH = 255
 
-ChargeStatus = Literal["approved", "declined"]
+ChargeStatus = Literal["approved", "declined", "requires_action", "canceled"]
 RefundStatus = Literal["succeeded", "failed"]
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _ID_ALPHABET = string.ascii_letters + string.digits
 _CHARGE_FIELDS = frozenset({"amount", "currency", "payment_method", "reference"})
-_CHARGE_OPTIONAL_FIELDS = frozenset({"capture"})
+_CHARGE_OPTIONAL_FIELDS = frozenset({"capture", "return_url"})
+#: Longest accepted ``return_url``, in characters.
+MAX_URL_LENGTH = 2048
 _REFUND_FIELDS = frozenset({"charge", "reference"})
 _REFUND_OPTIONAL_FIELDS = frozenset({"amount"})
 
@@ -113,6 +119,9 @@ class ChargeRequest:
     #: ``None`` when the body has no ``capture`` field (captured at once, today's answer
     #: shape); ``True``/``False`` when given (``False``: authorize only).
     capture: bool | None = None
+    #: Where the challenge page sends the shopper back (``http(s)://``, at most 2048); None:
+    #: no shopper can come back, so a token asking for the challenge is declined.
+    return_url: str | None = None
 
     @property
     def captures_now(self) -> bool:
@@ -133,6 +142,8 @@ class ChargeRequest:
         }
         if self.capture is not None:
             result["capture"] = self.capture
+        if self.return_url is not None:
+            result["return_url"] = self.return_url
         return result
 
 
@@ -205,6 +216,11 @@ class Charge:
     voided: bool = False
     captured_at: datetime | None = None
     voided_at: datetime | None = None
+    #: A charge held for the shopper (``requires_action``): the challenge page's address, the
+    #: shopper's way back, and whether an approval captures at once.
+    action_url: str | None = None
+    return_url: str | None = None
+    capture_on_approval: bool = True
 
     @classmethod
     def record(
@@ -215,11 +231,16 @@ class Charge:
         decline_code: str | None,
         request: ChargeRequest,
         created_at: datetime,
+        action_url: str | None = None,
     ) -> Charge:
         """A new charge for ``request``: an approval is captured at once unless
-        ``request.capture`` is ``False``; a decline is never captured."""
+        ``request.capture`` is ``False``; a decline is never captured; ``requires_action``
+        (with ``action_url``, the challenge page) waits for the shopper."""
         capture = status == "approved" and request.captures_now
         return cls(
+            action_url=action_url,
+            return_url=request.return_url if status == "requires_action" else None,
+            capture_on_approval=request.captures_now,
             id=id,
             status=status,
             decline_code=decline_code,
@@ -255,13 +276,41 @@ class Charge:
         return replace(self, captured=True, amount_captured=amount, captured_at=at)
 
     def voided_at_time(self, at: datetime) -> Charge:
-        """This charge's authorization released at ``at``.
+        """This charge's authorization released at ``at``; a charge still waiting for the
+        shopper is ``canceled`` (voided, never authorized: its challenge is closed).
 
         Raises ``OperationRefused``: ``charge_declined``, ``charge_already_captured``,
         ``charge_already_voided``.
         """
+        if self.status == "requires_action":
+            return replace(self, status="canceled", voided=True, voided_at=at)
         self._require_authorized("voided")
         return replace(self, voided=True, voided_at=at)
+
+    def challenge_completed(self, approve: bool, at: datetime) -> Charge:
+        """This charge after the shopper's 3-D Secure challenge at ``at``: approved
+        (captured at once unless the request said ``capture: false``) or declined
+        ``authentication_failed``.
+
+        Raises ``OperationRefused`` 409 ``charge_not_awaiting_action`` for a charge that is
+        not ``requires_action`` (answered already, or voided when the action expired).
+        """
+        if self.status != "requires_action":
+            raise OperationRefused(
+                "charge_not_awaiting_action",
+                f"Charge {self.id} is {self.status}: its challenge is closed.",
+                status=409,
+            )
+        if not approve:
+            return replace(self, status="declined", decline_code="authentication_failed")
+        capture = self.capture_on_approval
+        return replace(
+            self,
+            status="approved",
+            captured=capture,
+            amount_captured=self.amount if capture else 0,
+            captured_at=at if capture else None,
+        )
 
     def refundable(self, amount: int | None) -> int:
         """The amount a refund of ``amount`` (``None``: all that remains) takes.
@@ -298,6 +347,11 @@ class Charge:
         return replace(self, amount_refunded=self.amount_refunded + amount)
 
     def _require_authorized(self, verb: str) -> None:
+        if self.status == "requires_action":
+            raise OperationRefused(
+                "charge_requires_action",
+                f"Charge {self.id} waits for the shopper and cannot be {verb}.",
+            )
         if self.status == "declined":
             raise OperationRefused(
                 "charge_declined", f"Charge {self.id} was declined and cannot be {verb}."
@@ -325,6 +379,8 @@ class Charge:
             "reference": self.reference,
             "created_at": format_timestamp(self.created_at),
         }
+        if self.status == "requires_action":
+            result["next_action"] = {"type": "redirect_to_url", "url": self.action_url}
         if lifecycle:
             result.update(
                 captured=self.captured,
@@ -456,12 +512,24 @@ def parse_charge_request(data: Any) -> ChargeRequest:
     if not payment_method.startswith("tok_"):
         raise InvalidRequest("payment_method must be a token starting with tok_.")
     reference = _text(data, "reference")
+    return_url = data.get("return_url")
+    if "return_url" in data and (
+        not isinstance(return_url, str)
+        or not 0 < len(return_url) <= MAX_URL_LENGTH
+        or not return_url.isascii()
+        or not return_url.isprintable()
+        or not return_url.startswith(("https://", "http://"))
+    ):
+        raise InvalidRequest(
+            f"return_url must be an absolute http(s) URL of at most {MAX_URL_LENGTH} characters."
+        )
     return ChargeRequest(
         amount=amount,
         currency=currency,
         payment_method=payment_method,
         reference=reference,
         capture=capture,
+        return_url=return_url,
     )
 
 

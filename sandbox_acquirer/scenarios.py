@@ -25,6 +25,11 @@ Tokens (details and examples in docs/sandbox.md):
 ``tok_decline``                    declined, ``do_not_honor``
 ``tok_insufficient_funds``         declined, ``insufficient_funds``
 ``tok_issuer_unavailable``         declined, ``issuer_unavailable`` (a soft decline)
+``tok_3ds_challenge``              3-D Secure: with a ``return_url``, ``requires_action`` and a
+                                   ``next_action`` to the sandbox's challenge page (Approve:
+                                   approved; Deny: declined ``authentication_failed``; a void
+                                   first: canceled); without one, declined
+                                   ``shopper_action_required``
 ``tok_slow_<ms>``                  approved after ``<ms>`` ms (0..60000), key in progress meanwhile
 ``tok_timeout_after_commit``       approved and recorded, reply after ``hang_seconds``
 ``tok_500_after_commit``           approved and recorded, reply is a 500
@@ -138,8 +143,8 @@ class Scenario:
     attempt); ``hold_key_seconds`` is spent before the charge is recorded,
     ``reply_delay_seconds`` after it; ``reply`` is what the first successful attempt
     receives; ``trickle_seconds_per_byte`` paces its body; ``lookup_lag_seconds`` hides the
-    charge from ``GET /charges`` for that long. Replays never wait and always receive the
-    charge at once.
+    charge from ``GET /charges`` for that long; ``challenge`` holds it for the shopper.
+    Replays never wait and always receive the charge at once.
     """
 
     status: ChargeStatus = "approved"
@@ -151,6 +156,10 @@ class Scenario:
     failure: Fault | None = None
     trickle_seconds_per_byte: float = 0.0
     lookup_lag_seconds: float = 0.0
+    #: The issuer asks for the shopper (3-D Secure): ``requires_action`` with a challenge
+    #: page when the request carries a ``return_url``, else declined
+    #: ``shopper_action_required``.
+    challenge: bool = False
 
 
 _APPROVED = Scenario()
@@ -164,6 +173,7 @@ _FIXED: dict[str, Callable[[ScenarioSettings], Scenario]] = {
     "tok_issuer_unavailable": lambda _: Scenario(
         status="declined", decline_code="issuer_unavailable"
     ),
+    "tok_3ds_challenge": lambda _: Scenario(challenge=True),
     "tok_timeout_after_commit": lambda settings: Scenario(
         reply_delay_seconds=settings.hang_seconds
     ),

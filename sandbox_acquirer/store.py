@@ -413,6 +413,31 @@ class SandboxStore:
             entry = self._entry(account, charge_id)
             return entry.charge, entry.plan
 
+    def charge_change(self, charge_id: str, change: Callable[[Charge, datetime], Charge]) -> Charge:
+        """Replace charge ``charge_id`` (of any account) by ``change(charge, now)`` under the
+        lock, so two answers to one challenge are decided one at a time; ``change`` refuses
+        with ``OperationRefused`` (nothing changes). Unknown: ``OperationRefused`` 404.
+        Journaled (``charge_change``), so a restarted sandbox shows the charge as changed.
+        """
+        with self._lock:
+            entry = next(
+                (e for (_, cid), e in self._state.charges.items() if cid == charge_id), None
+            )
+            if entry is None:
+                raise OperationRefused(
+                    "charge_not_found", f"No charge {charge_id[:64]!r}.", status=404
+                )
+            entry.charge = change(entry.charge, self._clock())
+            if self._journal is not None:
+                self._journal.append(
+                    {
+                        "type": "charge_change",
+                        "account": entry.account,
+                        "charge": charge_to_json(entry.charge),
+                    }
+                )
+            return entry.charge
+
     def commit_operation(
         self,
         claim: Claim,
@@ -720,7 +745,14 @@ class SandboxStore:
         )
 
     def _replay(self, entry: dict[str, Any]) -> None:
-        """Apply one journal entry, as ``commit`` or ``commit_operation`` recorded it."""
+        """Apply one journal entry, as ``commit``, ``commit_operation`` or ``charge_change``
+        recorded it."""
+        if entry["type"] == "charge_change":
+            charge = charge_from_json(entry["charge"])
+            changed = self._state.charges.get((entry["account"], charge.id))
+            if changed is not None:  # None only when the charge was evicted since
+                changed.charge = charge
+            return
         account, key = entry["account"], entry["key"]
         state = self._state
         state.records.pop((account, key), None)  # a later entry of the key wins

@@ -18,6 +18,7 @@ EVENT_TYPES: dict[str, str] = {
     "payment.failed": "certainly not authorized (unreachable acquirer, refused request)",
     "payment.canceled": "the authorization was voided",
     "payment.needs_review": "reconciliation gave up; an operator resolves it",
+    "payment.requires_action": "the acquirer holds it for the shopper (next_action: 3-D Secure)",
     "refund.succeeded": "the acquirer refunded",
     "refund.failed": "the refund was not applied",
     "refund.needs_review": "reconciliation gave up on the refund; an operator resolves it",

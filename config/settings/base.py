@@ -338,6 +338,19 @@ DEFERRED_BATCH_SIZE = env.int("DEFERRED_BATCH_SIZE", default=20)
 DEFERRED_SUBMIT_RATE_PER_SECOND = env.int("DEFERRED_SUBMIT_RATE_PER_SECOND", default=5)
 DEFERRED_BACKOFF_BASE_SECONDS = env.float("DEFERRED_BACKOFF_BASE_SECONDS", default=30.0)
 DEFERRED_BACKOFF_CAP_SECONDS = env.float("DEFERRED_BACKOFF_CAP_SECONDS", default=900.0)
+# --- Customer actions (3-D Secure by redirect; payments/reconciliation/actions.py; ADR 0049) --
+# The address of this service as the shopper's browser reaches it: the acquirer sends the
+# shopper back to <PUBLIC_BASE_URL>/payments/return/<token>. Empty: POST /payments refuses a
+# return_url (customer actions are off) and a payment needing the shopper is declined.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
+# A customer action not finished by then is looked up, then voided and canceled: 15 minutes
+# is Stripe's and Adyen's order of magnitude for a 3-D Secure session, long enough for a
+# shopper to find a phone for an app challenge, short enough that an abandoned hold is
+# released soon.
+CUSTOMER_ACTION_EXPIRY_SECONDS = env.float("CUSTOMER_ACTION_EXPIRY_SECONDS", default=900.0)
+CUSTOMER_ACTION_SWEEP_INTERVAL_SECONDS = env.float(
+    "CUSTOMER_ACTION_SWEEP_INTERVAL_SECONDS", default=60.0
+)
 # A requires_capture payment older than this is voided by the beat (the card networks' common
 # hold is 7 days; an expired hold is released by the issuer anyway).
 AUTHORIZATION_HOLD_SECONDS = env.float("AUTHORIZATION_HOLD_SECONDS", default=7 * 24 * 3600.0)
@@ -481,6 +494,10 @@ CELERY_BEAT_SCHEDULE = {
     "submit-due-deferred-payments": {
         "task": "payments.deferred_tasks.submit_due_deferred_payments",
         "schedule": DEFERRED_SWEEP_INTERVAL_SECONDS,
+    },
+    "expire-customer-actions": {
+        "task": "payments.tasks.expire_customer_actions",
+        "schedule": CUSTOMER_ACTION_SWEEP_INTERVAL_SECONDS,
     },
     "void-expired-authorizations": {
         "task": "payments.tasks.void_expired_authorizations",

@@ -16,5 +16,7 @@ DATABASES = database_settings(env, allow_embedded=True)
 CELERY_BROKER_URL, ACQUIRER_STATE_REDIS_URL = local_redis_urls()
 # Webhook receivers on this machine (http://127.0.0.1:...); never in production.
 WEBHOOK_ALLOW_LOCAL_URLS = env.bool("WEBHOOK_ALLOW_LOCAL_URLS", default=True)
+# `make run`'s web process, where the sandbox's challenge page sends the shopper back.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000")
 # A developer's keys say so (ADR 0039), whatever acquirers this machine points at.
 API_KEY_MODE = env.str("API_KEY_MODE", default="test")

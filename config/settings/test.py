@@ -37,6 +37,8 @@ API_AUTH_FAILURE_LIMIT = 0
 METRICS_BEARER_TOKEN = ""
 # Webhook receivers on this machine (http://127.0.0.1:...); never in production.
 WEBHOOK_ALLOW_LOCAL_URLS = True
+# The shopper's return address (customer actions); an e2e stack sets its own port.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://testserver")
 # One acquirer from the ACQUIRER_* settings whatever the environment says; tests that route
 # between several set ACQUIRERS themselves (tests/integration/test_acquirer_failover.py).
 ACQUIRERS = None

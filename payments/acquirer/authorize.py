@@ -17,8 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from django.conf import settings
+
 from gateway_client import (
     AcquirerClient,
+    ActionRequired,
     AmbiguousOutcomeError,
     AttemptRecord,
     AuthorizationRequest,
@@ -38,7 +41,20 @@ __all__ = [
     "authorization_request",
     "failed_attempt",
     "payment_authorize",
+    "return_address",
 ]
+
+#: The path of the shopper's return (``payments.api.customer_views``), after the base URL.
+RETURN_PATH = "/payments/return/"
+
+
+def return_address(payment: Payment) -> str | None:
+    """Where the acquirer sends the shopper back after a customer action: our return endpoint
+    with the payment's unguessable token (``PUBLIC_BASE_URL`` + ``/payments/return/<token>``);
+    None for a payment without a ``return_url`` (no shopper can come back). Never logged."""
+    if not payment.return_token:
+        return None
+    return settings.PUBLIC_BASE_URL.rstrip("/") + RETURN_PATH + payment.return_token
 
 
 def attempt_log_data(records: tuple[AttemptRecord, ...]) -> tuple[dict, ...]:
@@ -49,8 +65,9 @@ def attempt_log_data(records: tuple[AttemptRecord, ...]) -> tuple[dict, ...]:
 def authorization_request(payment: Payment) -> AuthorizationRequest:
     """The request sent to the acquirer for ``payment``: amount in minor units, ISO 4217
     currency, the token, our payment id as the reference, ``capture`` False for a manual
-    payment (authorize only), and always the payment's own
-    acquirer idempotency key (so a re-send is answered from the acquirer's record)."""
+    payment (authorize only), always the payment's own acquirer idempotency key (so a re-send
+    is answered from the acquirer's record), and our return address when the merchant gave a
+    ``return_url`` (:func:`return_address`; ADR 0049)."""
     return AuthorizationRequest(
         amount=payment.amount,
         currency=payment.currency,
@@ -58,6 +75,7 @@ def authorization_request(payment: Payment) -> AuthorizationRequest:
         payment_reference=payment.id,
         idempotency_key=payment.acquirer_idempotency_key,
         capture=payment.capture_method == CaptureMethod.AUTOMATIC,
+        return_url=return_address(payment),
     )
 
 
@@ -119,6 +137,18 @@ def payment_authorize(
     except GatewayError as exc:
         attempt = failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
         return replace(attempt, acquirer=client.config.name)
+    if isinstance(authorization, ActionRequired):
+        return AcquirerAttempt(
+            outcome=AuthorizationOutcome.ACTION_REQUIRED,
+            status_code=201,
+            attempts=authorization.attempts,
+            elapsed_seconds=round(monotonic() - started, 3),
+            acquirer_reference=authorization.acquirer_reference,
+            replayed=authorization.replayed,
+            attempt_log=attempt_log_data(authorization.attempt_log),
+            acquirer=client.config.name,
+            action_url=authorization.url,
+        )
     return AcquirerAttempt(
         outcome=(
             AuthorizationOutcome.APPROVED

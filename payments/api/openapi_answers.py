@@ -171,6 +171,14 @@ OPERATIONS: dict[str, Operation] = {
                 "pm_: Stripe, spm_: Adyen; docs/connectors.md): depends on the service's "
                 "ACQUIRERS",
             ),
+            Beyond(
+                "validation_error",
+                ("unresolvable", "forbidden_address", "insecure_scheme", "customer_actions_off"),
+                "return_url",
+                "the host does not resolve, or resolves to a loopback, private, link-local or "
+                "reserved address; http to anything but a loopback page: depends on DNS (the "
+                "webhook URL rules); customer actions off: the service has no PUBLIC_BASE_URL",
+            ),
         ),
         idempotent=True,
     ),

@@ -11,6 +11,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from payments.api.card_data import card_data_fields, card_data_refusal
@@ -21,6 +22,7 @@ from payments.models import (
     PaymentStatus,
     RefundReason,
 )
+from webhooks.url_safety import MAX_URL_LENGTH, UnsafeUrl, check_url, url_pattern
 
 #: A payment method token of one of the families (``acquirers.specs.PAYMENT_METHOD_FAMILIES``,
 #: ADR 0051): the sandbox's (``tok_...``), a Stripe PaymentMethod id (``pm_...``, made by
@@ -155,6 +157,16 @@ class StrictBodySerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class ReturnUrlField(StrictStringField):
+    """``return_url`` of ``POST /payments``: checked exactly as a webhook endpoint's URL is
+    (``webhooks.url_safety.check_url``: https on 443 or 8443 to public addresses; in
+    development and tests also ``http://127.0.0.1``, ``WEBHOOK_ALLOW_LOCAL_URLS``); its
+    OpenAPI ``pattern`` is ``url_safety.url_pattern`` under the same setting."""
+
+    def openapi_pattern(self) -> str:
+        return url_pattern(allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS)
+
+
 class PaymentCreateInputSerializer(StrictBodySerializer):
     """Body of ``POST /payments`` (strict, see :class:`StrictBodySerializer`)."""
 
@@ -203,6 +215,25 @@ class PaymentCreateInputSerializer(StrictBodySerializer):
         "'deferred' (not sent anywhere yet, sent at not_before or later) instead of 503. For "
         "merchant-initiated payments nobody waits for (renewals). Default false.",
     )
+    return_url = ReturnUrlField(
+        max_length=MAX_URL_LENGTH,
+        required=False,
+        help_text="Your page the shopper comes back to after a customer action (3-D Secure), "
+        "with payment_id added to its query. Absolute https URL on port 443 or 8443 resolving "
+        "to public addresses, as a webhook endpoint's. Without it, a payment that needs the "
+        "shopper is declined shopper_action_required.",
+    )
+
+    def validate_return_url(self, value: str) -> str:
+        if not settings.PUBLIC_BASE_URL:
+            raise serializers.ValidationError(
+                "Customer actions are off on this service (no PUBLIC_BASE_URL).",
+                code="customer_actions_off",
+            )
+        try:
+            return check_url(value, allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS)
+        except UnsafeUrl as exc:
+            raise serializers.ValidationError(exc.message, code=exc.code) from exc
 
 
 #: The fields of ``POST /payments``: the ones it needs, and all it knows.
@@ -223,9 +254,11 @@ def payment_create_input(data: Any) -> dict[str, Any] | None:
     """The validated body of ``POST /payments`` when :class:`PaymentCreateInputSerializer`
     certainly accepts ``data`` (the parsed JSON body), else None.
 
-    Plain checks, no DRF: the hot path of a fresh payment (ADR 0029). The dict returned equals
-    the serializer's ``validated_data`` (the fields sent, values unchanged: ``amount`` an int,
-    ``allow_deferred`` a bool, the others str). None says nothing about why: the caller then
+    Plain checks, no DRF: the hot path of a fresh payment (ADR 0029); a ``return_url`` is
+    judged by the webhooks' URL check, as the serializer does (it resolves the host). The dict
+    returned equals the serializer's ``validated_data`` (the fields sent, values unchanged:
+    ``amount`` an int, ``allow_deferred`` a bool, the others str). None says nothing about
+    why: the caller then
     runs the serializer, whose answer (the card-data refusal, the field errors) is the one
     the merchant gets, so this function may refuse more than the serializer, never less
     (``tests/unit/test_payment_create_input.py`` proves both on a generated corpus).
@@ -251,9 +284,24 @@ def payment_create_input(data: Any) -> dict[str, Any] | None:
         return None
     if "allow_deferred" in data and type(data["allow_deferred"]) is not bool:
         return None
+    if "return_url" in data and not _return_url_accepted(data["return_url"]):
+        return None
     if card_data_fields(data):  # last: the dearest check, on a body valid in every other way
         return None
     return dict(data)
+
+
+def _return_url_accepted(value: Any) -> bool:
+    """What :class:`ReturnUrlField` and ``validate_return_url`` accept, as a plain check."""
+    if type(value) is not str or not 0 < len(value) <= MAX_URL_LENGTH or not value.isprintable():
+        return False
+    if not settings.PUBLIC_BASE_URL:
+        return False
+    try:
+        check_url(value, allow_local=settings.WEBHOOK_ALLOW_LOCAL_URLS)
+    except UnsafeUrl:
+        return False
+    return True
 
 
 def payment_create_validated(data: Any) -> dict[str, Any]:

@@ -100,6 +100,11 @@ OUTCOME_TRANSITIONS: dict[AuthorizationOutcome, tuple[str, PaymentEventType, str
         PaymentEventType.AUTHORIZATION_DECLINED,
         None,
     ),
+    AuthorizationOutcome.ACTION_REQUIRED: (
+        PaymentStatus.REQUIRES_ACTION,
+        PaymentEventType.ACTION_REQUIRED,
+        None,
+    ),
     AuthorizationOutcome.NOT_SENT: (
         PaymentStatus.FAILED,
         PaymentEventType.AUTHORIZATION_NOT_SENT,
@@ -129,6 +134,7 @@ def payment_create(
     description: str | None = None,
     capture_method: str = "automatic",
     allow_deferred: bool = False,
+    return_url: str | None = None,
     client: AcquirerClient | None = None,
     clock: Callable[[], datetime] = timezone.now,
     random: Callable[[], float] = random_module.random,
@@ -152,6 +158,11 @@ def payment_create(
     certainly not applied, the payment is ``deferred`` (a stored ``202``;
     ``payments.authorization.deferral``, with ``random`` for its backoff) instead of the ``503``;
     ``payments.authorization.deferred_sweep`` submits it later.
+
+    ``return_url`` (checked by the caller, as a webhook URL is): the merchant's page for the
+    shopper after a customer action. With it, an acquirer that asks for the shopper
+    (3-D Secure) leaves the payment ``requires_action`` with its ``next_action`` (ADR 0049);
+    without it, such a payment is declined ``shopper_action_required``.
     """
     body = {"amount": amount, "currency": currency, "payment_method": payment_method}
     # The default capture method is left out, so the fingerprint of an automatic request is
@@ -163,6 +174,7 @@ def payment_create(
         "description": description,
         "capture_method": manual,
         "allow_deferred": True if allow_deferred else None,
+        "return_url": return_url,
     }
     body |= {name: value for name, value in optional.items() if value is not None}
     now = clock()
@@ -289,7 +301,7 @@ def payment_authorization_record(
                 to_status=to_status,
                 event_type=event_type,
                 now=now,
-                changes=_outcome_changes(attempt, failure_code),
+                changes=_outcome_changes(attempt, failure_code, now),
             )
             if recorded is not None:
                 crash_point("before_phase2_commit")
@@ -306,7 +318,7 @@ def payment_authorization_record(
             pass  # Resolved meanwhile (by reconciliation): the answer renders what is now true.
         elif outcome in OUTCOME_TRANSITIONS:
             to_status, event_type, failure_code = OUTCOME_TRANSITIONS[outcome]
-            changes = _outcome_changes(attempt, failure_code)
+            changes = _outcome_changes(attempt, failure_code, now)
             payment_transition(
                 payment=payment, to_status=to_status, event_type=event_type, now=now, **changes
             )
@@ -341,12 +353,19 @@ def _authorize_outcome_log(payment: Payment, outcome: AuthorizationOutcome) -> N
         )
 
 
-def _outcome_changes(attempt: AcquirerAttempt, failure_code: str | None) -> dict[str, object]:
-    """The payment's fields an outcome sets besides its status (phase 2's transition)."""
+def _outcome_changes(
+    attempt: AcquirerAttempt, failure_code: str | None, now: datetime
+) -> dict[str, object]:
+    """The payment's fields an outcome sets besides its status (phase 2's transition); a
+    customer action's page and its expiry (``CUSTOMER_ACTION_EXPIRY_SECONDS`` from ``now``)."""
     changes: dict[str, object] = {"next_check_at": None}
-    for name in ("acquirer_reference", "decline_code"):
+    for name in ("acquirer_reference", "decline_code", "action_url"):
         if getattr(attempt, name) is not None:
             changes[name] = getattr(attempt, name)
+    if attempt.outcome is AuthorizationOutcome.ACTION_REQUIRED:
+        changes["action_expires_at"] = now + timedelta(
+            seconds=settings.CUSTOMER_ACTION_EXPIRY_SECONDS
+        )
     if failure_code is not None:
         changes["failure_code"] = failure_code
     return changes

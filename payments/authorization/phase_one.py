@@ -35,6 +35,7 @@ from payments.models import (
     PaymentEventType,
     PaymentStatus,
     new_payment_id,
+    new_return_token,
 )
 
 #: The route of the create flow, in the idempotency key's fingerprint.
@@ -122,8 +123,9 @@ def _payment_new(
 ) -> Payment:
     """The unsaved ``processing`` payment for the validated ``body``, at ``acquirer`` (a
     configured name; empty: the first in routing order), named before anything is sent, with
-    that acquirer's first acquirer idempotency key (``authorize-<id>``) and the running
-    span's ``traceparent`` (ADR 0044); its idempotency key is set by the caller."""
+    that acquirer's first acquirer idempotency key (``authorize-<id>``), the running span's
+    ``traceparent`` (ADR 0044) and, with a ``return_url``, its return token (ADR 0049); its
+    idempotency key is set by the caller."""
     payment_id = new_payment_id()
     return Payment(
         id=payment_id,
@@ -135,6 +137,8 @@ def _payment_new(
         description=body.get("description"),
         capture_method=body.get("capture_method", CaptureMethod.AUTOMATIC),
         allow_deferred=body.get("allow_deferred", False),
+        return_url=body.get("return_url"),
+        return_token=new_return_token() if body.get("return_url") else None,
         status=PaymentStatus.PROCESSING,
         acquirer_idempotency_key=acquirer_idempotency_key(payment_id, acquirer, first=True),
         acquirer=acquirer or default_acquirer_name(),

@@ -17,12 +17,12 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from django.conf import settings
 
 from idempotency.models import IdempotencyKey
-from payments.core.documents import RefundSerializer
+from payments.core.documents import RefundSerializer, next_action_document
+from payments.core.documents import rfc3339 as _rfc3339
 from payments.core.problem_format import PROBLEM_CONTENT_TYPE, problem_body
 from payments.models import OperationKind, OperationStatus, Payment, PaymentOperation, PaymentStatus
 
@@ -71,14 +71,6 @@ def json_bytes(document: object) -> bytes:
     return json.dumps(document, ensure_ascii=False).encode("utf-8")
 
 
-def _rfc3339(value: datetime | None) -> str | None:
-    """``value`` in UTC as DRF's ``DateTimeField(format="iso-8601")`` writes it (``...Z``)."""
-    if value is None:
-        return None
-    text = value.astimezone(UTC).isoformat()
-    return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
-
-
 def payment_document(payment: Payment) -> dict[str, object]:
     """The payment object of the API (``PaymentSerializer``'s fields and values, exactly),
     built without the serializer: the create flow renders it on every payment, and a
@@ -102,6 +94,8 @@ def payment_document(payment: Payment) -> dict[str, object]:
         "amount_disputed": payment.amount_disputed,
         "not_before": _rfc3339(payment.not_before),
         "acquirer": payment.acquirer,
+        "return_url": payment.return_url,
+        "next_action": next_action_document(payment),
         "created_at": _rfc3339(payment.created_at),
         "updated_at": _rfc3339(payment.updated_at),
     }

@@ -20,6 +20,9 @@ class AuthorizationOutcome(enum.Enum):
     NOT_SENT = "not_sent"  #: certainly not applied: failed, key released.
     CIRCUIT_OPEN = "circuit_open"  #: refused by the open breaker, nothing sent: key released.
     REJECTED = "rejected"  #: the acquirer refused our request (permanent): failed.
+    #: The acquirer holds the authorization for the shopper (3-D Secure): ``requires_action``
+    #: with the page the shopper is sent to (ADR 0049). Applied, not final.
+    ACTION_REQUIRED = "action_required"
     #: A capture, void or refund the acquirer accepted without its outcome (Adyen's
     #: ``received``): the operation stays pending until the outcome is known (a notification,
     #: or a person after reconciliation's maximum age). Never "applied".
@@ -45,7 +48,9 @@ class AcquirerAttempt:
     (``retry-after``, ``quota-header`` or ``gate``). ``amount``: for a capture or refund, the
     amount (minor units) the acquirer applied. ``code``: the acquirer's refusal code (a
     permanent error's), when it gave one. ``acquirer``: the name of the acquirer the call went
-    to (``ACQUIRERS``; every attempt records it). ``attempt_log``: each step of the call, in order
+    to (``ACQUIRERS``; every attempt records it). ``action_url``: the page where the shopper
+    authenticates, for an ``action_required`` outcome. ``attempt_log``: each step of the
+    call, in order
     (:func:`attempt_log_data` of the gateway's ``AttemptRecord``s: start, elapsed, status,
     outcome, error class, decision and stop reason, the chosen wait and its source, the retry
     budget, the rate gate and the breaker state), shown as rows on the payment's page.
@@ -66,6 +71,8 @@ class AcquirerAttempt:
     code: str | None = None
     attempt_log: tuple[dict, ...] = ()
     acquirer: str | None = None
+    #: The acquirer's page where the shopper authenticates (an ``action_required`` outcome).
+    action_url: str | None = None
 
     def as_event_data(self) -> dict:
         """The JSON stored in the event: every field, the outcome as its value and the attempt

@@ -90,6 +90,19 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
             PaymentStatus.DECLINED,
             PaymentStatus.FAILED,
             PaymentStatus.NEEDS_REVIEW,
+            PaymentStatus.REQUIRES_ACTION,  # the acquirer holds it for the shopper (ADR 0049)
+        }
+    ),
+    # Held for the shopper (3-D Secure): the acquirer's outcome once the shopper acted (looked
+    # up on the shopper's return, a notification, or the expiry sweep), or canceled (voided)
+    # when the action expired (payments/reconciliation/actions.py).
+    PaymentStatus.REQUIRES_ACTION: frozenset(
+        {
+            PaymentStatus.SUCCEEDED,
+            PaymentStatus.REQUIRES_CAPTURE,
+            PaymentStatus.DECLINED,
+            PaymentStatus.FAILED,
+            PaymentStatus.CANCELED,
         }
     ),
     # Not sent anywhere yet (payments/authorization/deferred_sweep.py): the sweep submits it, or it
@@ -127,7 +140,7 @@ _APPROVED_STATUS = {
 
 #: The merchant's webhook event of a change into each payment status. The pending statuses
 #: (processing, deferred, capture_pending, void_pending) have none: the answer of the call
-#: says so.
+#: says so. ``requires_action`` has one: the merchant may learn of it from a reconciliation.
 PAYMENT_WEBHOOK_EVENTS: dict[str, str] = {
     PaymentStatus.SUCCEEDED: "payment.succeeded",
     PaymentStatus.REQUIRES_CAPTURE: "payment.requires_capture",
@@ -135,6 +148,7 @@ PAYMENT_WEBHOOK_EVENTS: dict[str, str] = {
     PaymentStatus.FAILED: "payment.failed",
     PaymentStatus.CANCELED: "payment.canceled",
     PaymentStatus.NEEDS_REVIEW: "payment.needs_review",
+    PaymentStatus.REQUIRES_ACTION: "payment.requires_action",
 }
 
 
@@ -206,6 +220,7 @@ def resolved_status(payment: Payment, to_status: str, changes: dict[str, Any]) -
     if to_status == PaymentStatus.SUCCEEDED and payment.status in (
         PaymentStatus.PROCESSING,
         PaymentStatus.NEEDS_REVIEW,
+        PaymentStatus.REQUIRES_ACTION,
     ):
         to_status = _APPROVED_STATUS[payment.capture_method]
         if to_status == PaymentStatus.SUCCEEDED:

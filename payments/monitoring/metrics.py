@@ -17,7 +17,8 @@ Metric names (labels in braces):
 Gauges, computed at scrape time:
 
 * ``payments_unresolved{status}``: exact count of ``processing``, ``deferred`` (the deferred
-  backlog: not sent anywhere yet) and ``needs_review`` payments.
+  backlog: not sent anywhere yet), ``needs_review`` and ``requires_action`` (waiting for the
+  shopper: ADR 0049) payments.
 * ``payments_oldest_unresolved_age_seconds{status}``: age of the oldest one (0 if none).
 * ``payments_by_status_estimated{status}``: payments per status, planner estimate.
 * ``payments_reconciliation_lag_seconds``: how long the most overdue ``processing`` payment
@@ -82,7 +83,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: ``deferred`` too: its exact count is the deferred backlog, its oldest age the backlog's age.
-UNRESOLVED_STATUSES = (PaymentStatus.PROCESSING, PaymentStatus.DEFERRED, PaymentStatus.NEEDS_REVIEW)
+UNRESOLVED_STATUSES = (
+    PaymentStatus.PROCESSING,
+    PaymentStatus.DEFERRED,
+    PaymentStatus.NEEDS_REVIEW,
+    PaymentStatus.REQUIRES_ACTION,
+)
 
 # --- Counters (in process) -------------------------------------------------------------------
 

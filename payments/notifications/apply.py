@@ -4,7 +4,8 @@ A notification is re-read from its stored body (parsed by its acquirer's connect
 
 * about a **payment or a refund** (Stripe, the sandbox: providers with a look-up): a hint to
   re-fetch. The payment's authorization is reconciled now when it is unresolved
-  (``processing``, or ``needs_review``: a look-up only), and each of its pending operations;
+  (``processing``, or ``needs_review``: a look-up only), its customer action ended when the
+  acquirer says the shopper finished (``requires_action``), and each of its pending operations;
   reconciliation's look-up, outside any transaction, says what is true and
   ``payments.core`` records it. Nothing in the notification's body is recorded as a fact, so
   an echo of our own refund is never a second refund, and a forged-but-verified one could
@@ -64,6 +65,7 @@ from payments.models import (
 )
 from payments.monitoring.metrics import record_notification_applied
 from payments.notifications.connectors import notification_connector
+from payments.reconciliation.actions import action_complete
 from payments.reconciliation.notified import Notified, operation_notified
 from payments.reconciliation.operations import operation_reconciliation_run
 from payments.reconciliation.payments import reconciliation_run
@@ -151,6 +153,10 @@ def _apply(row: AcquirerNotification, clock: Callable[[], datetime]) -> ApplyRep
         return _later(row, clock(), "the payment has not been sent yet")
     if payment.status in _UNRESOLVED:
         reconciliation_run(payment.pk, include_review=True, clock=clock)
+    elif payment.status == PaymentStatus.REQUIRES_ACTION:
+        # Held for the shopper: the same look-up and record as the shopper's return, so the
+        # two racing end in one outcome (ADR 0049). Still waiting: applied; expiry ends it.
+        action_complete(payment.pk, how="notification", clock=clock)
     pending = PaymentOperation.objects.filter(payment_id=payment.pk, status=OperationStatus.PENDING)
     for operation_id in pending.values_list("pk", flat=True):
         operation_reconciliation_run(

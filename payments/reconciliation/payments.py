@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from gateway_client import (
     AcquirerClient,
+    ActionRequired,
     Authorization,
     GatewayError,
     LookupUnsupported,
@@ -60,6 +61,7 @@ from payments.core.payment_states import (
     payment_transition,
 )
 from payments.models import Payment, PaymentEventType, PaymentStatus
+from payments.reconciliation.actions import action_required_record
 from payments.reconciliation.schedule import (
     AlreadyResolved,
     Check,
@@ -203,12 +205,20 @@ def reconciliation_claim_payment(
 
 def _record_authorization(
     payment_id: str,
-    authorization: Authorization,
+    authorization: Authorization | ActionRequired,
     *,
     how: str,
     authorizations_found: int,
     now: datetime,
 ) -> ReconciliationReport:
+    if isinstance(authorization, ActionRequired):
+        # Held for the shopper (3-D Secure): requires_action, ended by the shopper's return,
+        # a notification or the expiry sweep (payments.reconciliation.actions).
+        status = action_required_record(payment_id, authorization, how=how, now=now)
+        if status is None:
+            current = Payment.objects.values_list("status", flat=True).get(pk=payment_id)
+            return ReconciliationReport(payment_id, ReconciliationResult.ALREADY_RESOLVED, current)
+        return ReconciliationReport(payment_id, ReconciliationResult.RESOLVED, status)
     to_status = PaymentStatus.SUCCEEDED if authorization.approved else PaymentStatus.DECLINED
     changes = {
         "acquirer_reference": authorization.acquirer_reference,

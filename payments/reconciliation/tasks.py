@@ -17,6 +17,7 @@ from idempotency.services import idempotency_keys_purge_expired
 from payments.acquirer.client import acquirer_client, reconciliation_retry_policy
 from payments.models import OperationStatus, PaymentStatus
 from payments.monitoring.metrics import record_reconciliation
+from payments.reconciliation.actions import action_expiry_sweep
 from payments.reconciliation.operations import (
     authorization_holds_expire,
     operation_reconciliation_run,
@@ -38,6 +39,7 @@ UNRESOLVED_PAYMENT = Q(
         PaymentStatus.PROCESSING,
         PaymentStatus.DEFERRED,
         PaymentStatus.NEEDS_REVIEW,
+        PaymentStatus.REQUIRES_ACTION,
     ]
 ) | Q(payment_operation__status__in=[OperationStatus.PENDING, OperationStatus.NEEDS_REVIEW])
 
@@ -125,3 +127,11 @@ def void_expired_authorizations() -> int:
         client=acquirer_client(), hold_seconds=settings.AUTHORIZATION_HOLD_SECONDS
     )
     return len(voids)
+
+
+@shared_task(name="payments.tasks.expire_customer_actions", ignore_result=True)
+def expire_customer_actions() -> int:
+    """The beat sweep of customer actions past ``action_expires_at`` (ADR 0049): each looked
+    up, else voided and ``canceled`` (:func:`~payments.reconciliation.actions.action_expiry_sweep`).
+    Returns how many it took. Never autoretries: the next sweep takes what this one left."""
+    return len(action_expiry_sweep())

@@ -41,6 +41,13 @@ INDEXES = {
             "(next_check_at) WHERE ((status)::text = 'processing'::text)",
         ),
         ("payment_deferred_due", "(not_before) WHERE ((status)::text = 'deferred'::text)"),
+        # Customer actions (ADR 0049): the return endpoint's look-up by token, and the expiry
+        # sweep's due actions; only the rows that have one.
+        ("payment_return_token", "(return_token) WHERE (return_token IS NOT NULL)"),
+        (
+            "payment_action_expiry_due",
+            "(action_expires_at) WHERE ((status)::text = 'requires_action'::text)",
+        ),
     },
     "idempotency_idempotencykey": {
         ("idempotency_idempotencykey_pkey", "(id)"),

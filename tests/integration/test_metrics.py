@@ -58,13 +58,15 @@ def closed_port() -> int:
 
 
 def test_unresolved_payments_are_counted_exactly(client):
-    """payments_unresolved counts processing and needs_review payments."""
+    """payments_unresolved counts processing, needs_review and requires_action payments."""
     PaymentFactory.create_batch(2, status="processing")
     PaymentFactory(status="needs_review")
+    PaymentFactory.create_batch(3, status="requires_action")
     PaymentFactory(status="succeeded")
     samples = scrape(client)
     assert samples[("payments_unresolved", (("status", "processing"),))] == 2
     assert samples[("payments_unresolved", (("status", "needs_review"),))] == 1
+    assert samples[("payments_unresolved", (("status", "requires_action"),))] == 3
 
 
 def test_oldest_processing_age_is_exported(client):

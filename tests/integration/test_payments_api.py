@@ -15,7 +15,7 @@ PAYMENT_FIELDS = {
     "id", "object", "status", "amount", "currency", "payment_method", "reference", "description",
     "decline_code", "failure_code", "acquirer_reference", "created_at", "updated_at",
     "capture_method", "amount_captured", "amount_refunded", "amount_disputed", "not_before",
-    "acquirer",
+    "acquirer", "return_url", "next_action",
 }  # fmt: skip
 
 

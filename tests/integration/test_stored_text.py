@@ -73,6 +73,13 @@ STORED_TEXT: dict[str, tuple[str, str]] = {
     "payments.Payment.acquirer_reference": ("refused", "the operator's resolve form"),
     "payments.Payment.acquirer_idempotency_key": ("ours", "generated"),
     "payments.Payment.acquirer": ("ours", "acquirer names from the settings"),
+    "payments.Payment.return_url": ("refused", "the API's body check (and the URL rules)"),
+    "payments.Payment.return_token": ("ours", "random (payments.models.new_return_token)"),
+    "payments.Payment.action_url": (
+        "ours",
+        "the acquirer's page address from its decoded answer (an http(s) URL it made), never "
+        "a client's text",
+    ),
     **{
         f"payments.{model}.{field}": rule
         for model in ("PaymentOperation", "Refund")

@@ -56,3 +56,19 @@ def test_expiry_still_applies_to_replayed_keys(tmp_path):
     _commit(_store(tmp_path), "key-1", "ch_1")
     later = SandboxStore(clock=lambda: NOW + timedelta(days=2), journal=Journal(tmp_path))
     assert isinstance(later.begin("acct", "key-1", "print"), Claimed)
+
+
+def test_a_challenge_answered_is_replayed_after_a_restart(tmp_path):
+    """A 3-D Secure challenge's outcome (``charge_change``) survives a restart."""
+    store = _store(tmp_path)
+    claimed = store.begin("acct", "key-3ds", "print")
+    assert isinstance(claimed, Claimed)
+    waiting = Charge(
+        id="ch_3ds", status="requires_action", decline_code=None, amount=1999, currency="EUR",
+        reference="pay_3ds", created_at=NOW, action_url="http://127.0.0.1/challenge/ch_3ds",
+        return_url="https://shop.example/back",
+    )  # fmt: skip
+    assert store.commit(claimed.claim, waiting, StoredResponse(201, b'{"id": 3}'))
+    store.charge_change("ch_3ds", lambda charge, now: charge.challenge_completed(True, now))
+    (again,) = _store(tmp_path).charges_for("acct", "pay_3ds")
+    assert (again.status, again.captured, again.amount_captured) == ("approved", True, 1999)

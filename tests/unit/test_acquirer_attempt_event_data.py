@@ -23,6 +23,7 @@ SET = {
     "amount": 1999,
     "code": "card_declined",
     "acquirer": "alpha",
+    "action_url": "http://127.0.0.1:8090/challenge/ch_123",
 }
 LOG = ({"attempt": 1, "outcome": "approved", "elapsed": 1.5}, {"attempt": 2, "wait": None})
 

@@ -34,6 +34,7 @@ VALID: dict[str, Any] = {
     "description": "A blue teapot",
     "capture_method": "manual",
     "allow_deferred": True,
+    "return_url": "http://127.0.0.1:8123/orders/1/return",  # a local page: the test settings
 }
 
 #: Values that are never valid for any field, or valid for one and not another.

@@ -19,6 +19,7 @@ import pytest
 
 from gateway_client import (
     AcquirerClient,
+    ActionRequired,
     AuthenticationError,
     Authorization,
     AuthorizationRequest,
@@ -509,3 +510,67 @@ def test_a_listing_longer_than_the_pages_read_is_never_none() -> None:
     # Every page once; the last one twice (the client retries a GET it cannot read).
     assert len(sent) == LOOKUP_PAGES + 1
     assert sent[-1].url == sent[-2].url
+
+
+# -- customer actions (3-D Secure by redirect, docs/adr/0049) ---------------------------------
+
+RETURN = "https://pay.example.com/payments/return/rtok_" + "a" * 43
+REDIRECT = {
+    "type": "redirect_to_url",
+    "redirect_to_url": {
+        "url": "https://hooks.stripe.com/3d_secure_2/hosted?x=1",
+        "return_url": RETURN,
+    },
+}
+
+
+def waiting(next_action: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A PaymentIntent held for the shopper, as Stripe documents it: no charge yet."""
+    return intent("requires_action", latest_charge=None, next_action=next_action or REDIRECT)
+
+
+def test_a_return_url_is_sent_and_a_redirect_is_action_required() -> None:
+    built, sent, _ = client([httpx.Response(200, json=waiting())])
+    action = built.authorize(request(return_url=RETURN))
+    assert isinstance(action, ActionRequired)
+    assert (action.acquirer_reference, action.url) == (
+        intent()["id"],
+        REDIRECT["redirect_to_url"]["url"],
+    )
+    assert dict(parse_qsl(sent[0].content.decode()))["return_url"] == RETURN
+    listing = {"object": "list", "data": [waiting()], "has_more": False}
+    (found,) = StripeDialect().decode_lookup(_answer(listing), REFERENCE)
+    assert found == action
+
+
+@pytest.mark.parametrize(
+    ("document", "return_url"),
+    [
+        (waiting(), None),  # a redirect nobody asked for
+        (
+            waiting(
+                {"type": "use_stripe_sdk", "use_stripe_sdk": {"type": "three_d_secure_redirect"}}
+            ),
+            RETURN,
+        ),
+        (waiting({**REDIRECT, "redirect_to_url": {"url": "javascript:alert(1)"}}), RETURN),
+        (waiting({"type": "redirect_to_url"}), RETURN),
+    ],
+)
+def test_any_other_action_is_no_outcome_yet(document, return_url) -> None:
+    with pytest.raises(MalformedBody):
+        StripeDialect().decode_authorization(_answer(document), request(return_url=return_url))
+
+
+def test_without_return_url_none_is_sent() -> None:
+    built, sent, _ = client([httpx.Response(200, json=intent())])
+    built.authorize(request())
+    assert "return_url" not in dict(parse_qsl(sent[0].content.decode()))
+
+
+def test_a_waiting_payment_intent_canceled_is_a_void_never_approved() -> None:
+    canceled = intent("canceled", latest_charge=None, next_action=None, canceled_at=1700000000)
+    voided = StripeDialect().decode_void(
+        _answer(canceled), VoidRequest(intent()["id"], "void-pay_01STRIPE")
+    )
+    assert (voided.approved, voided.voided) == (False, True)
