@@ -90,7 +90,9 @@ def stripe_listed_payment_intent(item: dict[str, Any]) -> Authorization | None:
         status == "requires_payment_method" and not isinstance(item.get("last_payment_error"), dict)
     ):
         return None
-    return _intent(_with_reference(item, "payment"), "data[]", False)
+    outcome = _intent(_with_reference(item, "payment"), "data[]", False)
+    # A PaymentIntent waiting for its shopper is left out above (`requires_action`).
+    return outcome if isinstance(outcome, Authorization) else None
 
 
 def stripe_listed_refund(item: dict[str, Any]) -> tuple[Refund, bool] | None:
