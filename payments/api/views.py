@@ -84,16 +84,16 @@ def _no_acquirer_problem(exc: NoAcquirerForPayment) -> Problem:
     else ``currency`` (no acquirer of that family takes the currency with the capture
     method). Echoes no value."""
     if exc.payment_method:
-        field, code = "payment_method", "payment_method_not_supported"
+        field, reason = "payment_method", "payment_method_not_supported"
         message = "No acquirer of this service can charge this kind of payment method."
     else:
-        field, code = "currency", "currency_not_supported"
+        field, reason = "currency", "currency_not_supported"
         message = "No acquirer of this service takes this currency with this capture method."
     return Problem(
         message,
         code="validation_error",
         title="The request body is invalid",
-        errors=[{"field": field, "code": code, "message": message}],
+        errors=[{"field": field, "code": reason, "message": message}],
     )
 
 

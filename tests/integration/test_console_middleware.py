@@ -17,6 +17,7 @@ from console.middleware import (
     ConsoleOTPMiddleware,
     ConsoleSessionMiddleware,
 )
+from payments.api.customer_views import customer_return
 from payments.api.notification_views import acquirer_notification
 from payments.api.views import healthz
 from payments.monitoring.health import readyz
@@ -116,7 +117,8 @@ def test_every_route_that_may_use_a_session_is_under_the_console_prefix():
     for name in ("admin:index", "admin:login", "admin:logout", "admin:two_factor"):
         assert reverse(name).startswith(CONSOLE_PATH_PREFIX), name
     # The acquirers' notifications: authenticated by the provider's signature on the raw body.
-    no_cookie_views = {healthz, readyz, metrics_view, acquirer_notification}
+    # The shopper's return from a customer action: named by the unguessable token in its path.
+    no_cookie_views = {healthz, readyz, metrics_view, acquirer_notification, customer_return}
     outside = [
         (route, view)
         for route, view in _patterns(get_resolver().url_patterns)

@@ -93,6 +93,13 @@ PUBLIC = {
     "AdyenNotifications", "standard_webhooks_signature", "stripe_signature_header",
     "ADYEN_DISPUTE_EVENTS", "ADYEN_DISPUTE_STATUSES", "CLOSED_DISPUTE_STATUSES",
     "STRIPE_DISPUTE_STATUSES", "DisputeNotice",
+    # Adyen's verified items as the ledger's records (adyen_notifications.py)
+    "NotificationError", "NotificationItem", "notification_items",
+    # customer actions (types.py): an authorization waiting for the shopper
+    "ActionRequired",
+    # Stripe's listings for the ledger audit (stripe_listing.py)
+    "STRIPE_LISTING_PAGE_SIZE", "stripe_listing_request", "stripe_listing_page",
+    "stripe_listed_payment_intent", "stripe_listed_refund",
 }  # fmt: skip
 
 

@@ -19,7 +19,10 @@ def test_schemathesis_finds_no_failure_and_follows_the_links(live_server, mercha
     found = run(
         live_server.url,
         merchant_a.api_key,
-        seed=33,
+        # A seed whose short stateful run reaches a capture, a refund and a rotation through
+        # the links (33 stopped reaching a capture once payment_method's pattern gained pm_
+        # and spm_ and return_url appeared: seeds 4 to 8 reach all three, 2 does not).
+        seed=5,
         max_examples=3,
         max_steps=20,
         coverage=False,
