@@ -90,7 +90,9 @@ def stripe_listed_payment_intent(item: dict[str, Any]) -> Authorization | None:
         status == "requires_payment_method" and not isinstance(item.get("last_payment_error"), dict)
     ):
         return None
-    return _intent(_with_reference(item, "payment"), "data[]", False)
+    intent = _intent(_with_reference(item, "payment"), "data[]", False)
+    # `requires_action` is among _NOT_YET: a listed intent is never ActionRequired.
+    return intent if isinstance(intent, Authorization) else None
 
 
 def stripe_listed_refund(item: dict[str, Any]) -> tuple[Refund, bool] | None:

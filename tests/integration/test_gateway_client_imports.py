@@ -92,7 +92,13 @@ PUBLIC = {
     "ProviderNotification", "OperationOutcome", "SandboxNotifications", "StripeNotifications",
     "AdyenNotifications", "standard_webhooks_signature", "stripe_signature_header",
     "ADYEN_DISPUTE_EVENTS", "ADYEN_DISPUTE_STATUSES", "CLOSED_DISPUTE_STATUSES",
-    "STRIPE_DISPUTE_STATUSES", "DisputeNotice",
+    "STRIPE_DISPUTE_STATUSES", "DisputeNotice", "NotificationItem", "NotificationError",
+    "notification_items",
+    # customer actions (docs/adr/0049)
+    "ActionRequired", "ActionDetailsRequest",
+    # Stripe's listings for the ledger audit (stripe_listing.py)
+    "STRIPE_LISTING_PAGE_SIZE", "stripe_listing_request", "stripe_listing_page",
+    "stripe_listed_payment_intent", "stripe_listed_refund",
 }  # fmt: skip
 
 
