@@ -34,6 +34,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -70,6 +71,7 @@ __all__ = [
     "action_expire",
     "action_expiry_claim",
     "action_expiry_sweep",
+    "action_notified",
     "action_outcome_record",
     "action_required_record",
 ]
@@ -157,6 +159,38 @@ def action_outcome_record(
         return None
     logger.info("payment %s customer action ended %s by %s", payment_id, payment.status, how)
     return str(payment.status)
+
+
+def action_notified(
+    payment_id: str,
+    *,
+    acquirer_reference: str,
+    outcome: Literal["approved", "declined", "voided"],
+    now: datetime,
+) -> str | None:
+    """Record the end of ``payment_id``'s customer action that an acquirer without a look-up
+    (Adyen) notified, a verified record (ADR 0047): its ``AUTHORISATION`` (``approved`` when
+    ``success`` is true, else ``declined`` with the code ``adyen_authorisation``) or the
+    ``CANCELLATION`` of the expiry's cancel (``voided``: ``canceled``), for the payment's
+    ``acquirer_reference`` (Adyen's ``pspReference``). Through
+    :func:`action_outcome_record`: only while the payment is still ``requires_action``, under
+    its row lock. Returns the new status; None when the payment no longer waits, or the
+    notification is about another payment at the acquirer (nothing written)."""
+    payment = Payment.objects.get(pk=payment_id)
+    if payment.acquirer_reference != acquirer_reference:
+        logger.warning("payment %s: a notified action outcome names another payment", payment_id)
+        return None
+    found = Authorization(
+        acquirer_reference=acquirer_reference,
+        approved=outcome == "approved",
+        decline_code="adyen_authorisation" if outcome == "declined" else None,
+        amount=payment.amount,
+        currency=payment.currency,
+        payment_reference=payment.pk,
+        created_at=now,
+        voided=True if outcome == "voided" else None,
+    )
+    return action_outcome_record(payment_id, found, how="notification", now=now)
 
 
 def _look_up(

@@ -4,22 +4,28 @@
 denies there and comes back to our return endpoint with Adyen's ``redirectResult``, which the
 service hands to ``/payments/details``: Adyen's answer is the outcome. After every test each
 request the fake received and each answer it gave is validated against Adyen's OpenAPI
-description of Checkout v71 (``/payments/details`` included). The fake's books are the oracle."""
+description of Checkout v71 (``/payments/details`` included). Adyen's own signed notifications
+(the fake's) go through our endpoint: an ``AUTHORISATION`` ends an action whose shopper never
+came back, and the ``CANCELLATION`` of the expiry's cancel ends an abandoned one ``canceled``.
+The fake's books are the oracle."""
 
 from __future__ import annotations
 
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from acquirers.specs import parse_acquirers
+from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment
-from tests.integration.test_acquirer_notifications import merchant_events
+from payments.reconciliation.actions import action_expiry_sweep
+from tests.integration.test_acquirer_notifications import apply_all, merchant_events
 from tests.integration.test_customer_actions import RETURN_URL, actions
 from tests.support.adyen import AdyenFake
 
@@ -46,10 +52,12 @@ def acquirer(adyen: AdyenFake, settings, monkeypatch) -> Iterator[AdyenFake]:
         "name": f"adyen-3ds-{next(_names)}", "type": "adyen", "base_url": adyen.base_url,
         "api_key_env": "ADYEN_TEST_API_KEY", "merchant_account": "AcmeECOM",
         "return_url": "https://shop.example/adyen/return",
+        "webhook_secret_env": "ADYEN_TEST_HMAC_KEYS",
         "policy": {"honours_idempotency_keys": True},
     }]  # fmt: skip
+    environ = {"ADYEN_TEST_API_KEY": adyen.api_key, "ADYEN_TEST_HMAC_KEYS": adyen.hmac_key}
     settings.ACQUIRERS = parse_acquirers(
-        json.dumps(document), known_currencies=frozenset(CURRENCY_EXPONENTS)
+        json.dumps(document), known_currencies=frozenset(CURRENCY_EXPONENTS), environ=environ
     )
     yield adyen
     assert adyen.validate_journal() > 0
@@ -78,6 +86,16 @@ def come_back(client, return_address: str):
     assert f"{parts.scheme}://{parts.netloc}" == "http://testserver"  # PUBLIC_BASE_URL
     assert "redirectResult" in parse_qs(parts.query)
     return client.get(f"{parts.path}?{parts.query}")
+
+
+def deliver(client, adyen: AdyenFake) -> list[str]:
+    """Adyen's notifications so far through our endpoint (each stored once), then applied."""
+    answer = client.generic(
+        "POST", f"/acquirer_notifications/{acquirer_client().config.name}",
+        adyen.notifications(), content_type="application/json",
+    )  # fmt: skip
+    assert (answer.status_code, answer.content) == (200, b"[accepted]")
+    return apply_all()
 
 
 def ours(adyen: AdyenFake, payment_id: str) -> list[dict]:
@@ -135,6 +153,7 @@ def test_coming_back_twice_records_the_outcome_once(client, merchant_a, acquirer
     assert first.status_code == second.status_code == 303
     assert first["Location"] == second["Location"]
     assert len(details_calls(acquirer)) == 1
+    assert "applied" in deliver(client, acquirer)  # Adyen's AUTHORISATION, after: nothing new
     assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.succeeded"]
     assert actions(payment["id"]) == ["action_required", "action_completed"]
 
@@ -175,3 +194,57 @@ def test_without_return_url_a_redirect_is_declined(merchant_a, acquirer):
     assert (payment["status"], payment["decline_code"]) == ("declined", "shopper_action_required")
     (sent,) = ours(acquirer, payment["id"])
     assert sent["returnUrl"] == "https://shop.example/adyen/return"
+
+
+@pytest.mark.parametrize(("outcome", "status", "event"), [
+    ("approve", "succeeded", "payment.succeeded"),
+    ("deny", "declined", "payment.declined"),
+])  # fmt: skip
+def test_adyens_authorisation_ends_an_action_whose_shopper_never_came_back(
+    client, merchant_a, acquirer, outcome, status, event
+):
+    """Without a look-up, Adyen's verified AUTHORISATION is the record (ADR 0047); a return
+    afterwards finds the payment final and asks Adyen nothing."""
+    payment = create(merchant_a)
+    address = answer_challenge(payment, outcome)
+    assert deliver(client, acquirer) == ["applied"]
+    assert Payment.objects.get(pk=payment["id"]).status == status
+    assert come_back(client, address).status_code == 303
+    assert details_calls(acquirer) == []
+    assert merchant_events(payment["id"]) == sorted(["payment.requires_action", event])
+
+
+def test_an_abandoned_action_is_canceled_at_adyen_then_ends_canceled(client, merchant_a, acquirer):
+    """No look-up to ask first: the sweep cancels by pspReference (Adyen answers
+    ``received``: pending), and Adyen's CANCELLATION ends the payment ``canceled``."""
+    payment = create(merchant_a)
+    after = Payment.objects.get(pk=payment["id"]).action_expires_at + timedelta(seconds=1)
+    assert action_expiry_sweep(clock=lambda: after) == {payment["id"]: "requires_action"}
+    (canceled,) = ours(acquirer, payment["id"])
+    assert canceled["cancelled"] is True
+    assert [m["type"] for m in canceled["modifications"]] == ["cancels"]
+    assert httpx.post(payment["next_action"]["url"], data={"outcome": "approve"}).status_code == 410
+    assert deliver(client, acquirer) == ["applied"]
+    now = Payment.objects.get(pk=payment["id"])
+    assert (now.status, now.decline_code) == ("canceled", "action_expired")
+    assert merchant_events(payment["id"]) == ["payment.canceled", "payment.requires_action"]
+    assert actions(payment["id"]) == ["action_required", "action_expired"]
+    # A later sweep finds nothing to expire; the cancel was sent once.
+    assert action_expiry_sweep(clock=lambda: after + timedelta(minutes=5)) == {}
+    assert len(ours(acquirer, payment["id"])[0]["modifications"]) == 1
+
+
+def test_a_cancel_applied_after_an_approval_was_recorded_is_kept_for_review(
+    client, merchant_a, acquirer
+):
+    """The residual race (ADR 0049, Adyen): the shopper approves and nobody applies Adyen's
+    AUTHORISATION before the expiry's cancel is sent; the AUTHORISATION then records the
+    approval (held for capture) and the cancel's CANCELLATION contradicts it: kept
+    ``ignored`` with why, for an operator, never a second outcome."""
+    payment = create(merchant_a, {**BODY, "capture_method": "manual"})
+    answer_challenge(payment, "approve")
+    after = Payment.objects.get(pk=payment["id"]).action_expires_at + timedelta(seconds=1)
+    assert action_expiry_sweep(clock=lambda: after) == {payment["id"]: "requires_action"}
+    assert deliver(client, acquirer) == ["applied", "ignored"]
+    assert Payment.objects.get(pk=payment["id"]).status == "requires_capture"
+    assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.requires_capture"]
