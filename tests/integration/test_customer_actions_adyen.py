@@ -19,8 +19,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from acquirers.specs import parse_acquirers
+from ledger.services import audit_acquirer
 from payments.acquirer.client import acquirer_client
 from payments.core.money import CURRENCY_EXPONENTS
 from payments.models import Payment
@@ -248,3 +250,22 @@ def test_a_cancel_applied_after_an_approval_was_recorded_is_kept_for_review(
     assert deliver(client, acquirer) == ["applied", "ignored"]
     assert Payment.objects.get(pk=payment["id"]).status == "requires_capture"
     assert merchant_events(payment["id"]) == ["payment.requires_action", "payment.requires_capture"]
+
+
+def test_the_ledger_audit_agrees_with_adyen_on_every_customer_action(client, merchant_a, acquirer):
+    """Waiting, approved, denied and expired, with Adyen's notifications applied: its answers
+    and AUTHORISATION items agree with our rows (no second pspReference, no contradiction)."""
+    since = timezone.now() - timedelta(minutes=1)
+    waiting, approved, denied, expired = (create(merchant_a) for _ in range(4))
+    come_back(client, answer_challenge(approved, "approve"))
+    come_back(client, answer_challenge(denied, "deny"))
+    expires_at = Payment.objects.get(pk=expired["id"]).action_expires_at
+    Payment.objects.exclude(pk=expired["id"]).update(action_expires_at=expires_at + timedelta(1))
+    assert action_expiry_sweep(clock=lambda: expires_at) == {expired["id"]: "requires_action"}
+    deliver(client, acquirer)
+    report = audit_acquirer(since=since)
+    assert report.clean, report.discrepancies
+    assert report.payments_by_status == {
+        "requires_action": 1, "succeeded": 1, "declined": 1, "canceled": 1
+    }  # fmt: skip
+    assert waiting["status"] == "requires_action"
