@@ -252,7 +252,7 @@ def _action_cancel(
     action (a void that names no operation of ours, about a payment that had an action;
     ADR 0049), else None. Applied: the payment, still ``requires_action``, ends ``canceled``
     (``action_notified``); refused: nothing (the payment's AUTHORISATION decides). A cancel
-    applied to a payment already recorded otherwise is logged as an error and kept
+    applied to a payment already recorded approved is logged as an error and kept
     ``ignored`` with why, for an operator."""
     outcome = item.outcome
     if outcome is None or outcome.operation != "void" or _operation_for(row.acquirer, outcome):
@@ -269,7 +269,8 @@ def _action_cancel(
             payment.pk, acquirer_reference=payment.acquirer_reference, outcome="voided", now=now
         )
         payment.refresh_from_db(fields=["status"])
-    if outcome.applied and payment.status != PaymentStatus.CANCELED:
+    # Declined agrees too: a return that reached Adyen after the cancel is answered Cancelled.
+    if outcome.applied and payment.status not in (PaymentStatus.CANCELED, PaymentStatus.DECLINED):
         detail = f"the expiry's cancel applied to a payment recorded {payment.status}: review"
         logger.error("notification %s: %s", row.pk, detail)
         return _finish(row, payment, IGNORED, now, detail=detail)
