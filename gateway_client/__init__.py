@@ -105,6 +105,7 @@ from .stripe_listing import (
 from .stripe_notifications import StripeNotifications, stripe_signature_header
 from .types import (
     AcquirerConfig,
+    ActionDetailsRequest,
     ActionRequired,
     AttemptRecord,
     Authorization,
@@ -120,6 +121,7 @@ __all__ = [  # noqa: RUF022 - grouped: the client, then the error tree in hierar
     # the client and its values
     "AcquirerClient",
     "AcquirerConfig",
+    "ActionDetailsRequest",
     "ActionRequired",
     "AimdConfig",
     "AttemptRecord",

@@ -21,9 +21,9 @@ from resilience.clock import Clock
 
 from ._call import Attempt, Progress, Stop
 from ._tracing import attempt_span_end
-from .types import AttemptRecord
+from .types import ActionRequired, AttemptRecord, Authorization, Received, Refund
 
-__all__ = ["AttemptLog"]
+__all__ = ["AttemptLog", "authorization_outcome", "received_or", "refund_outcome"]
 
 logger = logging.getLogger("gateway_client")
 
@@ -156,3 +156,24 @@ class AttemptLog:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 3)
+
+
+# -- the outcome named in an attempt's event ----------------------------------------------------
+
+
+def authorization_outcome(authorization: Authorization | ActionRequired) -> str:
+    """An authorization's (or a finished customer action's) outcome name: `approved`,
+    `declined` or `action_required`."""
+    if isinstance(authorization, ActionRequired):
+        return "action_required"
+    return "approved" if authorization.approved else "declined"
+
+
+def refund_outcome(refund: Refund | Received) -> str:
+    """A refund's outcome name: its status, or `received` (pending)."""
+    return received_or(refund, refund.status if isinstance(refund, Refund) else "")
+
+
+def received_or(answer: Authorization | Refund | Received, outcome: str) -> str:
+    """The attempt's outcome name: `received` for a pending modification, else `outcome`."""
+    return "received" if isinstance(answer, Received) else outcome

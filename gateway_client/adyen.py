@@ -7,8 +7,14 @@ bodies, the API key in `X-API-Key`.
   payment method (`paymentMethod: {"type": "scheme", "storedPaymentMethodId": ...}`: our
   `spm_<id>` sent as `<id>`, any other token as it is, ADR 0051;
   `shopperInteraction: ContAuth`, `recurringProcessingModel: UnscheduledCardOnFile`),
-  `returnUrl`, and for a manual capture `additionalData.manualCapture: "true"` (automatic:
-  `captureDelayHours: 0`). `acquirer_reference` is Adyen's `pspReference` of the payment.
+  `returnUrl` (the payment's return address when the merchant gave a `return_url`, else the
+  configured one, never visited), and for a manual capture
+  `additionalData.manualCapture: "true"` (automatic: `captureDelayHours: 0`).
+  `acquirer_reference` is Adyen's `pspReference` of the payment.
+- customer actions (docs/adr/0049, adyen_action.py): with our return address, a shopper
+  code answered with a `GET` redirect `action` is ActionRequired; `action_details`:
+  `POST /payments/details` with the `redirectResult` the shopper brought back, decoded like
+  the authorization (`supports_action_details`).
 - capture: `POST /payments/{pspReference}/captures` with the amount and currency and our
   operation's id as `reference`; void: `POST /payments/{pspReference}/cancels`; refund:
   `POST /payments/{pspReference}/refunds` with the amount and our refund id as `reference`.
@@ -25,8 +31,9 @@ Every write carries our acquirer idempotency key as `Idempotency-Key` (at most 6
 Answers and errors (adyen_codes.py holds the tables; docs/connectors.md the failure table):
 `resultCode` `Authorised` is approved; `Refused`, `Cancelled` and `Error` are declines with
 `refusalReasonCode` (else `refusalReason`, else the result code); the shopper's actions
-(`RedirectShopper`, `IdentifyShopper`, `ChallengeShopper`, `PresentToShopper`) are declines
-`shopper_action_required` (no shopper is present); `Received`, `Pending`,
+(`RedirectShopper`, `IdentifyShopper`, `ChallengeShopper`, `PresentToShopper`) are
+ActionRequired when the payment has a return address and Adyen gave a `GET` redirect, else
+declines `shopper_action_required` (no shopper can act); `Received`, `Pending`,
 `PartiallyAuthorised`, the authentication-only codes and `Success` carry no final outcome of
 our authorization (MalformedBody: ambiguous). `429` binds nothing (RateLimitedError); every
 5xx is ambiguous (Adyen does not say a 5xx was not applied); `422` with errorCode `704` (the
@@ -51,6 +58,7 @@ from typing import Any, ClassVar, Literal
 from urllib.parse import quote, urlsplit
 
 from ._call import Answer
+from .adyen_action import details_body, redirect_action
 from .adyen_codes import (
     ADYEN_EXPONENT_EXCEPTIONS,
     AUTHORIZATION_RESULTS,
@@ -65,6 +73,7 @@ from .errors import (
     UpstreamServerError,
 )
 from .types import (
+    ActionDetailsRequest,
     ActionRequired,
     Authorization,
     AuthorizationRequest,
@@ -135,14 +144,16 @@ class AdyenDialect(Dialect):
     Adyen Checkout v71 (see the module docstring).
 
     `merchant_account`: the merchant account every request names (1-80 of letters, digits,
-    `_`, `.`, `-`). `return_url`: the `returnUrl` `/payments` requires (an absolute https or
-    http URL; never visited while shopper actions are refused). ValueError otherwise. The API
+    `_`, `.`, `-`). `return_url`: the `returnUrl` `/payments` requires of an authorization
+    without a return address of its own (an absolute https or http URL; never visited: such
+    a payment's shopper action is declined). ValueError otherwise. The API
     key is not here: the client puts it in `X-API-Key` (`auth_headers`).
     """
 
     kind: ClassVar[str] = "adyen"
     max_idempotency_key_length: ClassVar[int] = 64
     supports_lookup: ClassVar[bool] = False
+    supports_action_details: ClassVar[bool] = True
 
     merchant_account: str
     return_url: str
@@ -164,7 +175,8 @@ class AdyenDialect(Dialect):
 
     def authorize_request(self, request: AuthorizationRequest) -> WireRequest:
         """`POST /payments`: one payment filed under our payment id (`reference`); the card
-        token `spm_<id>` is Adyen's stored payment method `<id>`."""
+        token `spm_<id>` is Adyen's stored payment method `<id>`; `returnUrl` the request's
+        return address, else the configured one."""
         stored_id = request.payment_method.removeprefix(STORED_PAYMENT_METHOD_PREFIX)
         body: dict[str, Any] = {
             "merchantAccount": self.merchant_account,
@@ -173,7 +185,7 @@ class AdyenDialect(Dialect):
             "paymentMethod": {"type": "scheme", "storedPaymentMethodId": stored_id},
             "shopperInteraction": "ContAuth",
             "recurringProcessingModel": "UnscheduledCardOnFile",
-            "returnUrl": self.return_url,
+            "returnUrl": request.return_url or self.return_url,
         }
         if request.capture:
             body["captureDelayHours"] = 0
@@ -215,6 +227,10 @@ class AdyenDialect(Dialect):
         """Adyen has no look-up of a refund by our reference: ValueError."""
         raise ValueError("Adyen has no look-up of a refund by reference")
 
+    def action_details_request(self, request: ActionDetailsRequest) -> WireRequest:
+        """`POST /payments/details` with `details.redirectResult` (adyen_action.py)."""
+        return _post("/payments/details", details_body(request.redirect_result))
+
     def _modification(self, reference: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {"merchantAccount": self.merchant_account}
         if reference is not None:
@@ -223,10 +239,46 @@ class AdyenDialect(Dialect):
 
     # -- answers ----------------------------------------------------------------------------
 
-    def decode_authorization(self, answer: Answer, request: AuthorizationRequest) -> Authorization:
+    def decode_authorization(
+        self, answer: Answer, request: AuthorizationRequest
+    ) -> Authorization | ActionRequired:
         """The `PaymentResponse`, by its `resultCode` (adyen_codes.AUTHORIZATION_RESULTS),
-        matching the request (our reference, and the amount when the answer names one)."""
+        matching the request (our reference, and the amount when the answer names one). A
+        shopper code is ActionRequired when the request carried a return address and Adyen
+        gave a `GET` redirect (adyen_action.py), else a decline `shopper_action_required`."""
         document = _document(answer)
+        authorization = self._payment(
+            document, answer, request.payment_reference, request.amount, request.currency,
+            request.capture,
+        )  # fmt: skip
+        if authorization.decline_code == SHOPPER_ACTION_REQUIRED and request.return_url:
+            return redirect_action(document, authorization) or authorization
+        return authorization
+
+    def decode_action_details(self, answer: Answer, request: ActionDetailsRequest) -> Authorization:
+        """The `PaymentDetailsResponse` of a finished redirect, decoded like `/payments`' answer
+        (approved or declined), matching the payment; MalformedBody (no outcome yet) for a
+        shopper code again (another action) or a code that is not final."""
+        authorization = self._payment(
+            _document(answer), answer, request.payment_reference, request.amount,
+            request.currency, request.capture,
+        )  # fmt: skip
+        if authorization.decline_code == SHOPPER_ACTION_REQUIRED:
+            raise MalformedBody("field 'resultCode' asks for another shopper action")
+        return authorization
+
+    def _payment(
+        self,
+        document: dict[str, Any],
+        answer: Answer,
+        payment_reference: str,
+        amount: int,
+        currency: str,
+        capture: bool,
+    ) -> Authorization:
+        """A `PaymentResponse` or `PaymentDetailsResponse` for our payment (reference,
+        amount) as an Authorization; a shopper code as a decline `shopper_action_required`;
+        MalformedBody for another payment or a code without a final outcome."""
         reference = _string(document, "pspReference")
         if not _PSP_REFERENCE.fullmatch(reference):
             raise MalformedBody("field 'pspReference' is not a PSP reference")
@@ -235,12 +287,11 @@ class AdyenDialect(Dialect):
         if meaning is None:
             raise MalformedBody("field 'resultCode' is not one Checkout v71 documents")
         echoed = document.get("merchantReference")
-        if echoed is not None and echoed != request.payment_reference:
+        if echoed is not None and echoed != payment_reference:
             raise MalformedBody("the payment does not match the request (merchantReference)")
-        if "amount" in document:
-            amount, currency = _decoded_amount(document["amount"], "amount")
-            if (amount, currency) != (request.amount, request.currency):
-                raise MalformedBody("the payment does not match the request (amount)")
+        named = _decoded_amount(document["amount"], "amount") if "amount" in document else None
+        if named is not None and named != (amount, currency):
+            raise MalformedBody("the payment does not match the request (amount)")
         if meaning == "unknown":
             raise MalformedBody("field 'resultCode' is not a final outcome of an authorization")
         decline_code = None
@@ -254,14 +305,14 @@ class AdyenDialect(Dialect):
                 or _snake(result)
             )
         approved = meaning == "approved"
-        manual = approved and not request.capture
+        manual = approved and not capture
         return Authorization(
             acquirer_reference=reference,
             approved=approved,
             decline_code=decline_code,
-            amount=request.amount,
-            currency=request.currency,
-            payment_reference=request.payment_reference,
+            amount=amount,
+            currency=currency,
+            payment_reference=payment_reference,
             created_at=datetime.now(tz=UTC),
             replayed=self.replayed(answer.headers),
             captured=False if manual else None,

@@ -25,8 +25,9 @@ __all__ = [
 
 #: What a `resultCode` means to an authorization without a shopper present:
 #: "approved" (authorised), "declined" (a final refusal: a result), "shopper" (the payment
-#: waits for the shopper, who is not there: treated as a decline with the code
-#: `shopper_action_required`, since the action never comes and Adyen expires the payment
+#: waits for the shopper: a customer action when the payment has a return address and Adyen
+#: gave a `GET` redirect (adyen_action.py, docs/adr/0049); otherwise no shopper can act, so
+#: a decline with the code `shopper_action_required`, and Adyen expires the payment
 #: unauthorised), "unknown" (no final outcome in the answer: ambiguous, resolved by the
 #: AUTHORISATION notification or a person).
 ResultMeaning = Literal["approved", "declined", "shopper", "unknown"]
@@ -39,8 +40,8 @@ AUTHORIZATION_RESULTS: dict[str, ResultMeaning] = {
     "Refused": "declined",
     "Cancelled": "declined",
     "Error": "declined",
-    # The shopper must act (3-D Secure, a redirect, a voucher to show): we have no shopper
-    # session until customer actions exist, so the payment cannot complete: a decline.
+    # The shopper must act (3-D Secure, a redirect, a voucher to show): a customer action
+    # when Adyen gave a GET redirect to a payment with a return address, else a decline.
     "RedirectShopper": "shopper",
     "IdentifyShopper": "shopper",
     "ChallengeShopper": "shopper",

@@ -25,9 +25,10 @@ during a rotation) and that every item is for our merchant account; `parse` maps
 a `ProviderNotification`. Adyen answers a capture, cancel or refund `received` and tells its
 outcome only here, and has no look-up, so those items carry an `OperationOutcome`: the
 record that settles the operation (ADR 0047). An `AUTHORISATION` item is a hint (the
-authorization is resolved by re-sending with its idempotency key); dispute events carry a
-`DisputeNotice` keyed by the payment's `pspReference` (one dispute per payment at Adyen);
-anything else is `other`. Adyen expects `[accepted]` in a 2xx answer.
+authorization is resolved by re-sending with its idempotency key), except for a payment
+waiting for its shopper, whose action it ends (`authorised`: its `success`; ADR 0049);
+dispute events carry a `DisputeNotice` keyed by the payment's `pspReference` (one dispute
+per payment at Adyen); anything else is `other`. Adyen expects `[accepted]` in a 2xx answer.
 """
 
 from __future__ import annotations
@@ -351,6 +352,7 @@ def _notification(item: NotificationItem) -> ProviderNotification:
             subject="payment",
             payment_reference=item.merchant_reference,
             acquirer_reference=item.psp_reference,
+            authorised=item.success,
         )
     subject: Subject = "refund" if outcome.operation == "refund" else "payment"
     return replace(

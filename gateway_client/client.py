@@ -2,8 +2,9 @@
 The acquirer client: each call is a short series of classified attempts that never makes an
 outage worse.
 
-For every call (the writes `authorize`, `capture`, `void`, `refund`, each with the caller's
-idempotency key; the look-ups `lookup`, `lookup_refunds`), under a RetryPolicy (policy.py):
+For every call (the writes `authorize`, `capture`, `void`, `refund`, `action_details`, each
+with the caller's idempotency key; the look-ups `lookup`, `lookup_refunds`), under a
+RetryPolicy (policy.py):
 
 1. Before each request, the quota scope's rate gate is read (gate.py). Closed ("not before
    T", set by any process sharing the store): wait for T plus jitter if that fits in the
@@ -49,7 +50,8 @@ outcome in one more (_attempt_state.py, docs/adr/0025).
 
 Where the rest lives: the retry loop that applies these rules in _retry_loop.py (`RetryLoop`,
 which `AcquirerClient` extends with its operations); one exchange (send, read within the
-deadline, map failures to GatewayError) in _exchange.py; the running state of a call and the
+deadline, map failures to GatewayError) in _exchange.py; each attempt's httpx request in
+_request_build.py; the running state of a call and the
 errors the client ends it with in _call.py; the one log event per attempt (`gateway_client`
 logger, `gateway_*` extras) in _attempt_log.py; what an attempt means to the breaker and the
 limiter in classify.py.
@@ -84,17 +86,19 @@ from resilience import (
     scope_for,
 )
 
-from ._attempt_log import AttemptLog
+from ._attempt_log import AttemptLog, authorization_outcome, received_or, refund_outcome
 from ._attempt_state import AttemptState, aimd_limiter, breaker_set
-from ._call import Answer, Progress
+from ._call import Answer
 from ._exchange import Exchange
 from ._lookup_pages import lookup_pages
+from ._request_build import check_reference, request_builder
 from ._retry_loop import RetryLoop
 from .dialect import Dialect, LookupUnsupported, Operation, WireRequest
 from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
 from .types import (
     AcquirerConfig,
+    ActionDetailsRequest,
     ActionRequired,
     Authorization,
     AuthorizationRequest,
@@ -104,13 +108,14 @@ from .types import (
     RefundRequest,
     VoidRequest,
 )
-from .wire import REQUEST_ID_HEADER
 
 __all__ = ["AcquirerClient", "Admits"]
 
 T = TypeVar("T")
 V = TypeVar("V")
-W = TypeVar("W", AuthorizationRequest, CaptureRequest, VoidRequest, RefundRequest)
+W = TypeVar(
+    "W", AuthorizationRequest, CaptureRequest, VoidRequest, RefundRequest, ActionDetailsRequest
+)
 
 USER_AGENT = "payment-service-gateway-client/0.2"
 
@@ -316,7 +321,7 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.authorize_request(request),
             dialect.decode_authorization,
-            _authorization_outcome,
+            authorization_outcome,
             policy,
             request_id,
         )
@@ -352,7 +357,7 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.capture_request(request),
             dialect.decode_capture,
-            lambda answer: _received_or(answer, "captured"),
+            lambda answer: received_or(answer, "captured"),
             policy,
             request_id,
         )
@@ -383,7 +388,7 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.void_request(request),
             dialect.decode_void,
-            lambda answer: _received_or(answer, "voided"),
+            lambda answer: received_or(answer, "voided"),
             policy,
             request_id,
         )
@@ -417,9 +422,45 @@ class AcquirerClient(RetryLoop):
             request,
             dialect.refund_request(request),
             dialect.decode_refund,
-            _refund_outcome,
+            refund_outcome,
             policy,
             request_id,
+        )
+
+    def action_details(
+        self,
+        request: ActionDetailsRequest,
+        *,
+        policy: RetryPolicy | None = None,
+        request_id: str | None = None,
+    ) -> Authorization:
+        """
+        Finish a customer action with the result the shopper's browser brought back, at a
+        provider that decides the outcome on it (`dialect.supports_action_details`: Adyen's
+        `POST /payments/details`; docs/adr/0049): a write with the request's idempotency key
+        on every attempt, retried under `policy` like `authorize`, in breaker group
+        `authorize` (the same payments endpoint family at the provider).
+
+        Returns the provider's outcome, approved or declined. Raises the same GatewayError
+        subclasses as `authorize` (a result the provider refuses, e.g. one already used, is a
+        PermanentError: no new outcome); ValueError before sending for a dialect without it
+        or a key longer than the provider keeps.
+        """
+        if not isinstance(request, ActionDetailsRequest):
+            raise TypeError("request must be an ActionDetailsRequest")
+        dialect = self._dialect
+        if not dialect.supports_action_details:
+            raise ValueError(f"{dialect.kind} finishes no customer action on a redirect result")
+        return self._write(
+            "action_details",
+            request.payment_reference,
+            request,
+            dialect.action_details_request(request),
+            dialect.decode_action_details,
+            authorization_outcome,
+            policy,
+            request_id,
+            group="authorize",
         )
 
     def lookup(
@@ -442,7 +483,7 @@ class AcquirerClient(RetryLoop):
         Raises the same GatewayError subclasses as `authorize`; LookupUnsupported before
         sending when the provider has no look-up (`dialect.supports_lookup` False: Adyen).
         """
-        _check_reference("payment_reference", payment_reference)
+        check_reference("payment_reference", payment_reference)
         dialect = self._lookup_dialect()
         return lookup_pages(
             dialect,
@@ -470,7 +511,7 @@ class AcquirerClient(RetryLoop):
         Raises the same GatewayError subclasses as `authorize`, and LookupUnsupported as
         `lookup` does.
         """
-        _check_reference("refund_reference", refund_reference)
+        check_reference("refund_reference", refund_reference)
         dialect = self._lookup_dialect()
         return self._read(
             "lookup_refunds",
@@ -514,21 +555,25 @@ class AcquirerClient(RetryLoop):
         outcome: Callable[[T], str],
         policy: RetryPolicy | None,
         request_id: str | None,
+        group: str | None = None,
     ) -> T:
         """A write: the dialect's request with the call's idempotency key on every attempt
-        (checked first against the dialect's limit: ValueError before sending)."""
+        (checked first against the dialect's limit: ValueError before sending), in breaker
+        `group` (None: the operation's own)."""
         key = request.idempotency_key
         limit = self._dialect.max_idempotency_key_length
         if len(key) > limit:
             raise ValueError(
                 f"idempotency_key is longer than the {limit} characters {self._dialect.kind} keeps"
             )
-        progress = self._start(operation, reference, key, policy, request_id=request_id)
+        progress = self._start(
+            operation, reference, key, policy, group=group, request_id=request_id
+        )
         headers = self._headers | {self._dialect.idempotency_header: key}
         dialect = self._dialect
         return self._call(
             progress,
-            self._builder(wire, headers, progress),
+            request_builder(self._base_url, wire, headers, progress),
             lambda answer: decode(answer, request),
             outcome,
             lambda answer: dialect.refusal_result(operation, answer, request),
@@ -547,54 +592,5 @@ class AcquirerClient(RetryLoop):
         progress = self._start(
             operation, reference, None, policy, group="lookup", request_id=request_id
         )
-        build = self._builder(wire, self._headers, progress)
+        build = request_builder(self._base_url, wire, self._headers, progress)
         return self._call(progress, build, decode, lambda _: "ok")
-
-    def _builder(
-        self, wire: WireRequest, headers: dict[str, str], progress: Progress
-    ) -> Callable[[httpx.Timeout], httpx.Request]:
-        """Builds `wire` as an httpx request for one attempt's timeouts (the same bytes on
-        every attempt)."""
-        headers = headers | _request_id_headers(progress)
-        if wire.content_type is not None:
-            headers["Content-Type"] = wire.content_type
-        url = self._base_url + wire.path
-        params = wire.params or None
-
-        def build(timeout: httpx.Timeout) -> httpx.Request:
-            return httpx.Request(
-                wire.method,
-                url,
-                params=params,
-                content=wire.body,
-                headers=headers,
-                extensions={"timeout": timeout.as_dict()},
-            )
-
-        return build
-
-
-def _check_reference(parameter: str, reference: object) -> None:
-    """A look-up's reference: a non-empty string, else ValueError naming `parameter`."""
-    if not isinstance(reference, str) or not reference:
-        raise ValueError(f"{parameter} must be a non-empty string")
-
-
-def _request_id_headers(progress: Progress) -> dict[str, str]:
-    """The `X-Request-Id` header of a call that carries a request id, else none."""
-    return {} if progress.request_id is None else {REQUEST_ID_HEADER: progress.request_id}
-
-
-def _authorization_outcome(authorization: Authorization | ActionRequired) -> str:
-    if isinstance(authorization, ActionRequired):
-        return "action_required"
-    return "approved" if authorization.approved else "declined"
-
-
-def _refund_outcome(refund: Refund | Received) -> str:
-    return _received_or(refund, refund.status if isinstance(refund, Refund) else "")
-
-
-def _received_or(answer: Authorization | Refund | Received, outcome: str) -> str:
-    """The attempt's outcome name: `received` for a pending modification, else `outcome`."""
-    return "received" if isinstance(answer, Received) else outcome

@@ -33,6 +33,7 @@ from ._call import Answer
 from .classify import classify_status, error_code
 from .errors import GatewayError
 from .types import (
+    ActionDetailsRequest,
     ActionRequired,
     Authorization,
     AuthorizationRequest,
@@ -44,10 +45,24 @@ from .types import (
 )
 from .wire import MalformedBody
 
-__all__ = ["Dialect", "LookupUnsupported", "Operation", "WireRequest", "matching_refund"]
+__all__ = [
+    "Dialect",
+    "LookupUnsupported",
+    "Operation",
+    "WireRequest",
+    "WriteRequest",
+    "matching_refund",
+]
 
 #: The client's operations, as a dialect is told which one an answer belongs to.
-Operation = Literal["authorize", "capture", "void", "refund", "lookup", "lookup_refunds"]
+Operation = Literal[
+    "authorize", "capture", "void", "refund", "lookup", "lookup_refunds", "action_details"
+]
+
+#: The requests of the client's writes, as `refusal_result` is given them.
+WriteRequest = (
+    AuthorizationRequest | CaptureRequest | VoidRequest | RefundRequest | ActionDetailsRequest
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,10 @@ class Dialect(ABC):
     #: `lookup_refunds` raise LookupUnsupported before sending, and reconciliation re-sends
     #: with the same key instead (docs/adr/0041).
     supports_lookup: ClassVar[bool] = True
+    #: True for a provider that finishes a customer action on the result the shopper's
+    #: browser brings back (Adyen's `/payments/details`; docs/adr/0049) instead of a
+    #: look-up: `action_details_request` and `decode_action_details` are its.
+    supports_action_details: ClassVar[bool] = False
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -183,13 +202,23 @@ class Dialect(ABC):
     def decode_lookup_refunds(self, answer: Answer, refund_reference: str) -> list[Refund]:
         """The refunds a look-up found for `refund_reference`, oldest first (may be empty)."""
 
+    def action_details_request(self, request: ActionDetailsRequest) -> WireRequest:
+        """The request finishing a customer action on the shopper's result. The default, for
+        a provider with a look-up instead: ValueError (nothing is sent)."""
+        raise ValueError(f"{self.kind} finishes no customer action on a redirect result")
+
+    def decode_action_details(self, answer: Answer, request: ActionDetailsRequest) -> Authorization:
+        """The outcome the provider answered for the finished action (approved or declined),
+        checked against `request`. The default: MalformedBody (never called)."""
+        raise MalformedBody(f"{self.kind} finishes no customer action on a redirect result")
+
     # -- error answers ----------------------------------------------------------------------
 
     def refusal_result(
         self,
         operation: Operation,
         answer: Answer,
-        request: AuthorizationRequest | CaptureRequest | VoidRequest | RefundRequest | None,
+        request: WriteRequest | None,
     ) -> Authorization | Refund | None:
         """A non-2xx answer that is a result and not an error (Stripe's `402 card_error` on
         an authorization is a decline), or None (the default): the answer is classified."""

@@ -87,7 +87,8 @@ class GatewayError(Exception):
     Base class of every error raised by `AcquirerClient`.
 
     Attributes:
-        operation: "authorize", "capture", "void", "refund", "lookup" or "lookup_refunds".
+        operation: "authorize", "capture", "void", "refund", "lookup", "lookup_refunds" or
+            "action_details".
         attempts: how many requests were sent (or tried) for this call.
         idempotency_key: the acquirer idempotency key of the call, None for a look-up.
         status_code: the HTTP status of the acquirer's answer, None if there was no answer.

@@ -93,7 +93,9 @@ class ProviderNotification:
     `refund_reference`: ours, echoed by the provider; `acquirer_reference`: the provider's id
     of the payment. `outcome`: the provider's word on a capture, void or refund
     (`OperationOutcome`), from a provider whose notifications are records of them (Adyen);
-    None from the others.
+    None from the others. `authorised`: the provider's word on the payment's authorization
+    (Adyen's `AUTHORISATION` `success`), which ends a customer action at a provider without
+    a look-up (docs/adr/0049); None from the others and for other events.
     """
 
     event_id: str
@@ -105,6 +107,7 @@ class ProviderNotification:
     refund_reference: str | None = None
     dispute: DisputeNotice | None = None
     outcome: OperationOutcome | None = None
+    authorised: bool | None = None
 
 
 class NotificationConnector(Protocol):

@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
 
 from ._call import Answer
-from .dialect import Dialect, Operation, WireRequest, matching_refund
+from .dialect import Dialect, Operation, WireRequest, WriteRequest, matching_refund
 from .errors import (
     GatewayError,
     IdempotencyConflictError,
@@ -308,7 +308,7 @@ class StripeDialect(Dialect):
         self,
         operation: Operation,
         answer: Answer,
-        request: AuthorizationRequest | CaptureRequest | VoidRequest | RefundRequest | None,
+        request: WriteRequest | None,
     ) -> Authorization | Refund | None:
         """A `402` answering an authorization is a decline: its `decline_code` (else its
         `code`), filed under the PaymentIntent the error names (else its charge)."""

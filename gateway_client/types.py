@@ -24,6 +24,7 @@ from resilience.validate import positive_seconds
 
 __all__ = [
     "AcquirerConfig",
+    "ActionDetailsRequest",
     "ActionRequired",
     "AttemptRecord",
     "Authorization",
@@ -46,6 +47,7 @@ _MAX_IDEMPOTENCY_KEY_LENGTH = 255
 _QUOTA_PROFILES = ("auto", "ietf", "github", "retry-after")
 _MAX_REFERENCE_LENGTH = 255
 _MAX_URL_LENGTH = 2048
+_MAX_REDIRECT_RESULT_LENGTH = 8192
 
 
 def _validate_return_url(value: object) -> None:
@@ -199,6 +201,47 @@ class AuthorizationRequest:
         if not isinstance(self.capture, bool):
             raise ValueError("capture must be a bool")
         _validate_return_url(self.return_url)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDetailsRequest:
+    """
+    Finish a customer action with what the shopper's browser brought back, at a provider
+    that decides the outcome on it instead of offering a look-up (Adyen's
+    `POST /payments/details` with `details.redirectResult`; docs/adr/0049). The provider
+    verifies the result (opaque, signed by the provider) and answers the payment's outcome:
+    nothing from the browser is believed.
+
+    `payment_reference`, `amount` (minor units), `currency` (ISO 4217) and `capture`: the
+    payment's, as its AuthorizationRequest had them; the answer is checked against them and
+    decoded like the authorization's. `redirect_result`: the provider's result, 1 to 8192
+    printable ASCII characters, kept out of repr() and never logged. `idempotency_key`:
+    fixed per payment and result (e.g. `details-<payment id>-<digest of the result>`), sent
+    on every attempt. Raises ValueError on bad values.
+    """
+
+    payment_reference: str
+    amount: int
+    currency: str
+    capture: bool
+    redirect_result: str = field(repr=False)
+    idempotency_key: str
+
+    def __post_init__(self) -> None:
+        _validate_reference("payment_reference", self.payment_reference)
+        if isinstance(self.amount, bool) or not isinstance(self.amount, int) or self.amount <= 0:
+            raise ValueError("amount must be a positive integer in minor units")
+        if not isinstance(self.currency, str) or not _CURRENCY.fullmatch(self.currency):
+            raise ValueError("currency must be an ISO 4217 alpha-3 code in upper case")
+        if not isinstance(self.capture, bool):
+            raise ValueError("capture must be a bool")
+        if (
+            not isinstance(self.redirect_result, str)
+            or len(self.redirect_result) > _MAX_REDIRECT_RESULT_LENGTH
+            or not _VISIBLE_ASCII.fullmatch(self.redirect_result)
+        ):
+            raise ValueError("redirect_result must be 1 to 8192 printable ASCII characters")
+        _validate_idempotency_key(self.idempotency_key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,16 @@ here. What Adyen said is kept in two places, written when it said it and never r
 (ADR 0047):
 
 - **its answers**: each ``acquirer_attempt`` event of a payment at this acquirer whose outcome
-  is ``approved`` or ``declined`` carries the ``pspReference`` Adyen answered; a payment
+  is ``approved`` or ``declined`` (or ``action_required``: Adyen waits for the shopper, ADR
+  0049) carries the ``pspReference`` Adyen answered; a payment
   resolved by reconciliation's same-key re-send has a ``reconciled`` event and the
   ``pspReference`` that answer stored on the payment;
 - **its verified notifications** (HMAC-checked on the raw bytes, stored first): each
   ``AUTHORISATION`` item is Adyen's word on a payment (``success``, ``pspReference``, our
   payment id as ``merchantReference``, the amount), each ``REFUND`` / ``REFUND_FAILED`` item its
   word on one of our refunds (our refund id as ``merchantReference``, the payment's
-  ``pspReference`` as ``originalReference``).
+  ``pspReference`` as ``originalReference``); a successful ``CANCELLATION`` of a payment
+  Adyen answered waiting for its shopper makes its record ``canceled`` (the expiry's cancel).
 
 :class:`AdyenAcquirerRecords` gives one :class:`~ledger.acquirer_records.AcquirerRecord` per
 ``pspReference`` (a notification's word over an answer's for the same one) and one
@@ -31,6 +33,7 @@ Reads PostgreSQL only: no network call, no write.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime
 
 from ledger.acquirer_records import AcquirerRecord, AcquirerRefundRecord
@@ -66,6 +69,11 @@ class AdyenAcquirerRecords:
                 currency=item.currency or "",
                 created_at=item.received_at,
             )
+        for item in adyen_notified_since(self._acquirer, since, ("CANCELLATION",)):
+            waited = by_psp.get(item.original_reference or "")
+            if item.success and waited is not None and waited.status == "requires_action":
+                # The expiry's cancel of a payment that waited for its shopper (ADR 0049).
+                by_psp[waited.acquirer_reference] = replace(waited, status="canceled")
         return iter(sorted(by_psp.values(), key=lambda r: (r.created_at, r.acquirer_reference)))
 
     def refunds_since(self, since: datetime) -> Iterator[AcquirerRefundRecord]:
@@ -113,7 +121,8 @@ class AdyenAcquirerRecords:
 
 
 def _answered(event: PaymentEvent, payment: Payment, acquirer: str) -> tuple[str, str] | None:
-    """(pspReference, ``approved`` or ``declined``) Adyen answered in ``event``, or None."""
+    """(pspReference, ``approved``, ``declined`` or ``requires_action``) Adyen answered in
+    ``event``, or None."""
     if event.type == PaymentEventType.ACQUIRER_ATTEMPT:
         data = event.data or {}
         outcome, psp = data.get("outcome"), data.get("acquirer_reference")
@@ -121,6 +130,8 @@ def _answered(event: PaymentEvent, payment: Payment, acquirer: str) -> tuple[str
             return None
         if outcome in ("approved", "declined") and isinstance(psp, str) and psp:
             return psp, outcome
+        if outcome == "action_required" and isinstance(psp, str) and psp:
+            return psp, "requires_action"
         return None
     if event.to_status in ("succeeded", "declined") and payment.acquirer_reference:
         status = "approved" if event.to_status == "succeeded" else "declined"

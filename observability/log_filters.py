@@ -70,6 +70,9 @@ SECRET_NAMES: tuple[str, ...] = (
     "webhook_secret",
     "cvc",
     "cvv",
+    # Adyen's signed result of a shopper's redirect, in our return address's query (ADR 0049)
+    "redirectresult",
+    "redirect_result",
 )
 
 #: Prefixes of the key formats this project issues or holds, with the ones of the common

@@ -4,8 +4,10 @@ action (3-D Secure by redirect; ADR 0049).
 Outside merchant authentication (the shopper's browser has no key): the unguessable return
 token (``rtok_`` + 256 random bits, ``payments.models.new_return_token``) names the payment,
 and it is never logged (the redaction hides its prefix everywhere). The return is a **hint**:
-nothing in the query string is read; the outcome is re-fetched with the acquirer's look-up and
-recorded through the state machine (``payments.reconciliation.actions.action_complete``), once,
+nothing in the query string is believed; the outcome is re-fetched with the acquirer's look-up
+(at Adyen, which has none: ``/payments/details`` with the ``redirectResult`` Adyen put in the
+query, an opaque result Adyen signed and verifies itself, passed on unread) and recorded
+through the state machine (``payments.reconciliation.actions.action_complete``), once,
 however often the shopper comes back and whatever notification races it. Then the shopper is
 sent on to the merchant's ``return_url`` with ``payment_id`` added to its query (``303 See
 Other``, so the browser follows with a GET), whatever the outcome: the merchant reads the
@@ -66,7 +68,12 @@ def customer_return(request: HttpRequest, token: str) -> HttpResponse:
             title="Not found",
             detail="This return address names no payment. Go back to the shop you came from.",
         )
-    action_complete(payment.pk, how="shopper_return", interactive=True)
+    action_complete(
+        payment.pk,
+        how="shopper_return",
+        redirect_result=request.GET.get("redirectResult"),
+        interactive=True,
+    )
     response = _SeeOther(merchant_return_address(payment.return_url, payment.pk))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"  # the token must not leave in a Referer

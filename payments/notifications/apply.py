@@ -19,6 +19,10 @@ A notification is re-read from its stored body (parsed by its acquirer's connect
   notification waits. A later item that contradicts a settled operation (a ``CAPTURE_FAILED``
   after its ``CAPTURE``) changes nothing: it is logged as an error and kept ``ignored`` with
   why, for an operator.
+* about a payment **waiting for its shopper at a provider without a look-up** (Adyen,
+  ADR 0049): its ``AUTHORISATION`` is the record of the action's outcome, and the
+  ``CANCELLATION`` of the expiry sweep's cancel ends it ``canceled``; both through
+  ``payments.reconciliation.actions.action_notified``, the one rule of the return.
 * about a **dispute**: the record (a dispute exists only as the provider's word):
   ``payments.core.dispute_states.dispute_record``.
 * about anything else, or another account's payment: ``ignored``.
@@ -65,7 +69,7 @@ from payments.models import (
 )
 from payments.monitoring.metrics import record_notification_applied
 from payments.notifications.connectors import notification_connector
-from payments.reconciliation.actions import action_complete
+from payments.reconciliation.actions import action_complete, action_notified
 from payments.reconciliation.notified import Notified, operation_notified
 from payments.reconciliation.operations import operation_reconciliation_run
 from payments.reconciliation.payments import reconciliation_run
@@ -138,7 +142,7 @@ def _apply(row: AcquirerNotification, clock: Callable[[], datetime]) -> ApplyRep
     if item.subject == "other":
         return _finish(row, None, IGNORED, clock(), detail="nothing to apply")
     if item.outcome is not None:
-        return _settle(row, item.outcome, clock())
+        return _action_cancel(row, item, clock()) or _settle(row, item.outcome, clock())
     payment = _payment_for(row.acquirer, item)
     if payment is None:
         return _later(row, clock(), "no payment of ours matches it (yet)")
@@ -153,6 +157,12 @@ def _apply(row: AcquirerNotification, clock: Callable[[], datetime]) -> ApplyRep
         return _later(row, clock(), "the payment has not been sent yet")
     if payment.status in _UNRESOLVED:
         reconciliation_run(payment.pk, include_review=True, clock=clock)
+    elif payment.status == PaymentStatus.REQUIRES_ACTION and item.authorised is not None:
+        # Held for the shopper at a provider without a look-up (Adyen): its AUTHORISATION is
+        # the record of the outcome, through the same one rule as the return (ADR 0049).
+        outcome = "approved" if item.authorised else "declined"
+        reference = item.acquirer_reference or ""
+        action_notified(payment.pk, acquirer_reference=reference, outcome=outcome, now=clock())
     elif payment.status == PaymentStatus.REQUIRES_ACTION:
         # Held for the shopper: the same look-up and record as the shopper's return, so the
         # two racing end in one outcome (ADR 0049). Still waiting: applied; expiry ends it.
@@ -233,6 +243,38 @@ def _settle(row: AcquirerNotification, outcome: OperationOutcome, now: datetime)
             logger.error("notification %s: %s", row.pk, detail)
             return _finish(row, settled.payment, IGNORED, now, detail=detail)
     return _finish(row, settled.payment, APPLIED, now)
+
+
+def _action_cancel(
+    row: AcquirerNotification, item: ProviderNotification, now: datetime
+) -> ApplyReport | None:
+    """The provider's record of the cancel the expiry sweep sent for an abandoned customer
+    action (a void that names no operation of ours, about a payment that had an action;
+    ADR 0049), else None. Applied: the payment, still ``requires_action``, ends ``canceled``
+    (``action_notified``); refused: nothing (the payment's AUTHORISATION decides). A cancel
+    applied to a payment already recorded approved is logged as an error and kept
+    ``ignored`` with why, for an operator."""
+    outcome = item.outcome
+    if outcome is None or outcome.operation != "void" or _operation_for(row.acquirer, outcome):
+        return None
+    payment = Payment.objects.filter(
+        acquirer=row.acquirer,
+        acquirer_reference=item.acquirer_reference,
+        action_expires_at__isnull=False,
+    ).first()
+    if payment is None:
+        return None
+    if payment.status == PaymentStatus.REQUIRES_ACTION and outcome.applied:
+        action_notified(
+            payment.pk, acquirer_reference=payment.acquirer_reference, outcome="voided", now=now
+        )
+        payment.refresh_from_db(fields=["status"])
+    # Declined agrees too: a return that reached Adyen after the cancel is answered Cancelled.
+    if outcome.applied and payment.status not in (PaymentStatus.CANCELED, PaymentStatus.DECLINED):
+        detail = f"the expiry's cancel applied to a payment recorded {payment.status}: review"
+        logger.error("notification %s: %s", row.pk, detail)
+        return _finish(row, payment, IGNORED, now, detail=detail)
+    return _finish(row, payment, APPLIED, now)
 
 
 def _operation_for(acquirer: str, outcome: OperationOutcome) -> PaymentOperation | None:

@@ -6,12 +6,15 @@ A payment whose authorization the acquirer answered "the shopper must authentica
 (``action_url``) and an expiry (``action_expires_at``, ``CUSTOMER_ACTION_EXPIRY_SECONDS`` after
 the answer). Three things end it, all through :func:`action_complete`, the same rule:
 
-* the shopper's return to ``GET /payments/return/<token>`` (``payments.api.customer_views``);
+* the shopper's return to ``GET /payments/return/<token>`` (``payments.api.customer_views``;
+  at Adyen, which has no look-up, with the ``redirectResult`` it signed, which only Adyen's
+  ``/payments/details`` reads);
 * a provider notification about the payment (``payments.notifications.apply``);
 * the expiry sweep (:func:`action_expiry_sweep`, beat), for a shopper who never came back.
 
-Each is only a **hint**: the outcome is re-fetched with the acquirer's look-up, outside any
-transaction, never read from the shopper's query string or the notification's body; then
+Each is only a **hint**: the outcome is re-fetched with the acquirer's look-up (Adyen: its
+details call), outside any transaction, never read from the shopper's query string or the
+notification's body; then
 recorded in one short transaction under the payment's row lock, only while the payment is
 still ``requires_action`` (:func:`action_outcome_record`). So a return twice, or a return
 racing a notification, records the outcome once, with one ``payment.*`` merchant event; the
@@ -27,9 +30,11 @@ waiting for the shopper, its authorization is voided at the acquirer (our key
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -37,6 +42,7 @@ from django.utils import timezone
 
 from gateway_client import (
     AcquirerClient,
+    ActionDetailsRequest,
     ActionRequired,
     Authorization,
     GatewayError,
@@ -58,13 +64,14 @@ from payments.core.payment_states import (
     payment_lock_with_key,
     payment_transition,
 )
-from payments.models import Payment, PaymentEventType, PaymentStatus
+from payments.models import CaptureMethod, Payment, PaymentEventType, PaymentStatus
 
 __all__ = [
     "action_complete",
     "action_expire",
     "action_expiry_claim",
     "action_expiry_sweep",
+    "action_notified",
     "action_outcome_record",
     "action_required_record",
 ]
@@ -154,6 +161,38 @@ def action_outcome_record(
     return str(payment.status)
 
 
+def action_notified(
+    payment_id: str,
+    *,
+    acquirer_reference: str,
+    outcome: Literal["approved", "declined", "voided"],
+    now: datetime,
+) -> str | None:
+    """Record the end of ``payment_id``'s customer action that an acquirer without a look-up
+    (Adyen) notified, a verified record (ADR 0047): its ``AUTHORISATION`` (``approved`` when
+    ``success`` is true, else ``declined`` with the code ``adyen_authorisation``) or the
+    ``CANCELLATION`` of the expiry's cancel (``voided``: ``canceled``), for the payment's
+    ``acquirer_reference`` (Adyen's ``pspReference``). Through
+    :func:`action_outcome_record`: only while the payment is still ``requires_action``, under
+    its row lock. Returns the new status; None when the payment no longer waits, or the
+    notification is about another payment at the acquirer (nothing written)."""
+    payment = Payment.objects.get(pk=payment_id)
+    if payment.acquirer_reference != acquirer_reference:
+        logger.warning("payment %s: a notified action outcome names another payment", payment_id)
+        return None
+    found = Authorization(
+        acquirer_reference=acquirer_reference,
+        approved=outcome == "approved",
+        decline_code="adyen_authorisation" if outcome == "declined" else None,
+        amount=payment.amount,
+        currency=payment.currency,
+        payment_reference=payment.pk,
+        created_at=now,
+        voided=True if outcome == "voided" else None,
+    )
+    return action_outcome_record(payment_id, found, how="notification", now=now)
+
+
 def _look_up(
     payment: Payment, client: AcquirerClient, policy: RetryPolicy | None = None
 ) -> Authorization | ActionRequired | None:
@@ -170,29 +209,66 @@ def _look_up(
     return found[0] if found else None
 
 
+def _details(
+    payment: Payment, client: AcquirerClient, redirect_result: str, policy: RetryPolicy | None
+) -> Authorization:
+    """Adyen's outcome of ``payment``'s action on the ``redirect_result`` the shopper brought
+    back (``/payments/details``; Adyen verifies the result it signed), under ``policy`` (None:
+    reconciliation's), with the key ``details-<payment id>-<16 hex of its SHA-256>`` (the same
+    return sent twice is one request; another result is another). Outside any transaction,
+    the connection given back first. Raises GatewayError (a result Adyen refuses, one used
+    already, is a PermanentError: no new outcome), ValueError for a result that is not
+    printable ASCII of at most 8192 characters, MalformedBody-based errors for an answer
+    about another payment."""
+    digest = hashlib.sha256(redirect_result.encode("ascii")).hexdigest()[:16]
+    request = ActionDetailsRequest(
+        payment_reference=payment.pk,
+        amount=payment.amount,
+        currency=payment.currency,
+        capture=payment.capture_method != CaptureMethod.MANUAL,
+        redirect_result=redirect_result,
+        idempotency_key=f"details-{payment.pk}-{digest}",
+    )
+    connection_release_before_call()
+    found = client.action_details(
+        request, policy=policy or reconciliation_retry_policy(), request_id=current_request_id()
+    )
+    if found.acquirer_reference != payment.acquirer_reference:
+        raise ValueError("the details answer names another payment at the acquirer")
+    return found
+
+
 def action_complete(
     payment_id: str,
     *,
     how: str,
+    redirect_result: str | None = None,
     client: AcquirerClient | None = None,
     interactive: bool = False,
     clock: Callable[[], datetime] = timezone.now,
 ) -> str:
-    """End ``payment_id``'s customer action if the acquirer has: look it up (outside any
+    """End ``payment_id``'s customer action if the acquirer has: ask it (outside any
     transaction, at the payment's acquirer; ``client`` when it is that acquirer's; under the
     API's retry policy when ``interactive``, a shopper's browser waiting, else
-    reconciliation's) and record
-    the outcome (:func:`action_outcome_record`). Returns the payment's status afterwards:
-    still ``requires_action`` when the shopper has not finished or the look-up failed (logged;
+    reconciliation's) and record the outcome (:func:`action_outcome_record`). Asking is a
+    look-up; at an acquirer without one (Adyen) it is the details call with the shopper's
+    ``redirect_result`` (:func:`_details`), and without a result there is nothing to ask
+    (a notification or the expiry ends the action). Returns the payment's status afterwards:
+    still ``requires_action`` when the shopper has not finished or the call failed (logged;
     the return, a notification or the expiry sweep asks again). Never raises for an acquirer
     failure (nor for an acquirer no longer configured); ``Payment.DoesNotExist`` for an
     unknown id."""
     payment = Payment.objects.get(pk=payment_id)
     if payment.status != PaymentStatus.REQUIRES_ACTION:
         return str(payment.status)
+    found: Authorization | ActionRequired | None = None
     try:
         policy = api_retry_policy(acquirer_spec(payment.acquirer)) if interactive else None
-        found = _look_up(payment, client_for(payment.acquirer, client), policy)
+        acquirer = client_for(payment.acquirer, client)
+        if acquirer.dialect.supports_lookup:
+            found = _look_up(payment, acquirer, policy)
+        elif redirect_result is not None and acquirer.dialect.supports_action_details:
+            found = _details(payment, acquirer, redirect_result, policy)
     except (GatewayError, ValueError, LookupError) as exc:
         logger.warning(
             "payment %s customer action look-up failed (%s)", payment_id, type(exc).__name__

@@ -96,7 +96,7 @@ PUBLIC = {
     # Adyen's verified items as the ledger's records (adyen_notifications.py)
     "NotificationError", "NotificationItem", "notification_items",
     # customer actions (types.py): an authorization waiting for the shopper
-    "ActionRequired",
+    "ActionRequired", "ActionDetailsRequest",
     # Stripe's listings for the ledger audit (stripe_listing.py)
     "STRIPE_LISTING_PAGE_SIZE", "stripe_listing_request", "stripe_listing_page",
     "stripe_listed_payment_intent", "stripe_listed_refund",

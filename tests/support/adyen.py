@@ -1,6 +1,6 @@
 """The Adyen-compatible fake (tests/support/adyen_fake.py) as a separate process on 127.0.0.1,
 and the validation of everything it received and answered against Adyen's published OpenAPI
-description of Checkout v71 (tests/support/specs/adyen/, MIT, trimmed to the four paths the
+description of Checkout v71 (tests/support/specs/adyen/, MIT, trimmed to the five paths the
 connector uses, with every schema they reference), by openapi-core, offline.
 
     with AdyenFake.start() as adyen:

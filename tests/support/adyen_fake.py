@@ -7,10 +7,18 @@ process over real HTTP (``python -m tests.support.adyen_fake --port N --api-key 
   ``spm_<id>`` as ``<id>``; a sandbox token ``tok_<id>``, which a campaign's acquirer may be
   configured to send here too, is read as ``<id>``): ``decline`` Refused ("Refused",
   code 2), ``insufficient_funds`` Refused ("Not enough balance", 12), ``challenge``
-  ChallengeShopper, ``redirect`` RedirectShopper, ``pending`` Pending, ``received``
-  Received, anything else Authorised (``capture_fails``: its capture fails later,
-  ``refund_fails``: its refunds fail later). ``additionalData.manualCapture: "true"`` holds
-  it for a capture.
+  ChallengeShopper, ``redirect`` RedirectShopper (both without an action), ``pending``
+  Pending, ``received`` Received, anything else Authorised (``capture_fails``: its capture
+  fails later, ``refund_fails``: its refunds fail later). ``additionalData.manualCapture:
+  "true"`` holds it for a capture.
+- 3-D Secure by redirect (docs/adr/0049): ``3ds`` answers RedirectShopper with a ``GET``
+  redirect ``action`` to the fake's challenge page, ``GET /_fake/challenge/<pspReference>``
+  (HTML, Approve and Deny); ``3ds_post`` the same as a ``POST`` redirect with ``data``. The
+  page's ``POST`` (``outcome=approve`` or ``deny``) authorises or refuses the payment (and
+  notifies AUTHORISATION), then sends the shopper to the payment's ``returnUrl`` with a
+  ``redirectResult`` (``303``). ``POST /v71/payments/details`` with
+  ``details.redirectResult`` answers the payment's outcome, once per result (a result used
+  or unknown is ``422``); a payment canceled while it waited has no challenge any more.
 - ``POST /v71/payments/{pspReference}/captures``, ``/cancels``, ``/refunds``: ``201``
   ``"status": "received"``, the outcome decided now and told later by a notification
   (``GET /_fake/notifications``); an unknown payment or an amount above what remains is
@@ -40,6 +48,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 _PREFIX = "/v71"
 _MODIFICATION = re.compile(r"/v71/payments/([A-Za-z0-9]+)/(captures|cancels|refunds)")
@@ -52,6 +61,12 @@ _RESULTS = {
     "received": ("Received", None, None),
 }
 _EVENTS = {"captures": "CAPTURE", "cancels": "CANCELLATION", "refunds": "REFUND"}
+_CHALLENGE = re.compile(r"/_fake/challenge/([A-Za-z0-9]+)")
+_REDIRECT_TOKENS = {"3ds": "GET", "3ds_post": "POST"}
+_PAGE = """<!doctype html><title>Adyen fake: 3-D Secure</title>
+<p>Authenticate the payment {psp}.</p>
+<form method="post"><button name="outcome" value="approve">Approve</button>
+<button name="outcome" value="deny">Deny</button></form>"""
 
 
 def _error(status: int, code: str, message: str, error_type: str) -> dict[str, Any]:
@@ -61,8 +76,9 @@ def _error(status: int, code: str, message: str, error_type: str) -> dict[str, A
 class Fake:
     """The fake's state: payments, idempotency records, queued faults, journal."""
 
-    def __init__(self, api_key: str, hmac_key: str) -> None:
+    def __init__(self, api_key: str, hmac_key: str, url: str = "http://127.0.0.1") -> None:
         self.api_key = api_key
+        self.url = url
         self.hmac_key = binascii.unhexlify(hmac_key)
         self.lock = threading.Lock()
         self.reset()
@@ -73,6 +89,7 @@ class Fake:
         self.faults: list[dict[str, Any]] = []
         self.journal: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.results: dict[str, str] = {}  # redirectResult -> pspReference, until used
         self.ids = itertools.count(1)
 
     def psp(self) -> str:
@@ -108,6 +125,8 @@ class Fake:
     def apply(self, path: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if path == f"{_PREFIX}/payments":
             return self.authorize(request)
+        if path == f"{_PREFIX}/payments/details":
+            return self.details(request)
         match = _MODIFICATION.fullmatch(path)
         if match is None:
             return 404, _error(404, "000", "Not found", "validation")
@@ -117,6 +136,8 @@ class Fake:
         stored = request["paymentMethod"].get("storedPaymentMethodId", "")
         token = stored.removeprefix("tok_")
         result, reason, code = _RESULTS.get(token, ("Authorised", None, None))
+        if token in _REDIRECT_TOKENS:
+            result = "RedirectShopper"
         psp = self.psp()
         manual = (request.get("additionalData") or {}).get("manualCapture") == "true"
         amount = request["amount"]
@@ -132,6 +153,7 @@ class Fake:
             "refunded": 0,
             "cancelled": False,
             "modifications": [],
+            "returnUrl": request["returnUrl"],
         }
         if result in ("Authorised", "Refused"):
             self.notify(psp, None, request["reference"], amount, "AUTHORISATION",
@@ -144,11 +166,66 @@ class Fake:
         }
         if reason is not None:
             answer |= {"refusalReason": reason, "refusalReasonCode": code}
+        if token in _REDIRECT_TOKENS:
+            answer["action"] = self.redirect(psp, _REDIRECT_TOKENS[token])
+        return 200, answer
+
+    def redirect(self, psp: str, method: str) -> dict[str, Any]:
+        """The `CheckoutRedirectAction` to the challenge page of `psp`."""
+        action = {"type": "redirect", "method": method, "paymentMethodType": "scheme",
+                  "url": f"{self.url}/_fake/challenge/{psp}"}  # fmt: skip
+        if method == "POST":
+            action["data"] = {"MD": psp, "PaReq": "fake"}
+        return action
+
+    def challenge(self, psp: str, outcome: str) -> str | None:
+        """The shopper's answer on the challenge page: the payment authorised (approve) or
+        refused (deny), notified; returns where the shopper goes next (`returnUrl` with a
+        new `redirectResult`), or None when the payment waits for no shopper."""
+        payment = self.payments.get(psp)
+        if payment is None or payment["resultCode"] != "RedirectShopper" or payment["cancelled"]:
+            return None
+        approved = outcome == "approve"
+        payment["resultCode"] = "Authorised" if approved else "Refused"
+        if approved and not payment["manual"]:
+            payment["captured"] = payment["amount"]["value"]
+        self.notify(psp, None, payment["merchantReference"], payment["amount"],
+                    "AUTHORISATION", approved, payment["merchantAccount"])  # fmt: skip
+        result = (
+            base64.urlsafe_b64encode(
+                hmac.new(self.hmac_key, f"{psp}:{outcome}".encode(), hashlib.sha256).digest()
+            )
+            .decode()
+            .rstrip("=")
+        )
+        self.results[result] = psp
+        separator = "&" if "?" in payment["returnUrl"] else "?"
+        return payment["returnUrl"] + separator + urlencode({"redirectResult": result})
+
+    def details(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """`/payments/details`: the outcome of the payment a `redirectResult` names, once."""
+        result = (request.get("details") or {}).get("redirectResult")
+        psp = self.results.pop(result, None) if isinstance(result, str) else None
+        if psp is None:
+            return 422, _error(422, "000", "Invalid redirectResult", "validation")
+        payment = self.payments[psp]
+        answer: dict[str, Any] = {
+            "pspReference": psp,
+            "resultCode": payment["resultCode"],
+            "merchantReference": payment["merchantReference"],
+            "amount": payment["amount"],
+        }
+        if payment["resultCode"] == "Refused":
+            answer |= {"refusalReason": "3D Not Authenticated", "refusalReasonCode": "11"}
         return 200, answer
 
     def modify(self, psp: str, action: str, request: dict[str, Any]) -> tuple[int, dict]:
         payment = self.payments.get(psp)
-        if payment is None or payment["resultCode"] != "Authorised":
+        # A payment still waiting for its shopper may be canceled (the expiry of an action).
+        waiting = payment is not None and payment["resultCode"] == "RedirectShopper"
+        if payment is None or (
+            payment["resultCode"] != "Authorised" and not (waiting and action == "cancels")
+        ):
             return 422, _error(
                 422, "167", "Original pspReference required for this operation", "validation"
             )
@@ -233,6 +310,16 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _html(self, status: int, page: str, headers: dict[str, str] | None = None) -> None:
+        body = page.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
     def _body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
@@ -248,7 +335,10 @@ class Handler(BaseHTTPRequestHandler):
             document = documents.get(self.path)
             if document is not None:
                 document = json.loads(json.dumps(document))
-        if document is None:
+        challenge = _CHALLENGE.fullmatch(self.path)
+        if challenge is not None:
+            self._html(200, _PAGE.format(psp=challenge.group(1)))
+        elif document is None:
             self._answer(404, {"status": 404})
         else:
             self._answer(200, document)
@@ -259,6 +349,16 @@ class Handler(BaseHTTPRequestHandler):
             with fake.lock:
                 fake.reset()
             self._answer(200, {"ok": True})
+            return
+        challenge = _CHALLENGE.fullmatch(self.path)
+        if challenge is not None:
+            outcome = parse_qs(body.decode("ascii", "replace")).get("outcome", [""])[0]
+            with fake.lock:
+                location = fake.challenge(challenge.group(1), outcome)
+            if location is None:
+                self._html(410, "<p>This payment waits for no shopper.</p>")
+            else:
+                self._html(303, "", {"Location": location})
             return
         if self.path == "/_fake/faults":
             with fake.lock:
@@ -287,7 +387,8 @@ def main() -> None:
     parser.add_argument("--api-key", required=True)
     parser.add_argument("--hmac-key", required=True)
     arguments = parser.parse_args()
-    Handler.fake = Fake(arguments.api_key, arguments.hmac_key)
+    url = f"http://127.0.0.1:{arguments.port}"
+    Handler.fake = Fake(arguments.api_key, arguments.hmac_key, url)
     server = ThreadingHTTPServer(("127.0.0.1", arguments.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

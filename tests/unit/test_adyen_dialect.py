@@ -18,6 +18,8 @@ import pytest
 
 from gateway_client import (
     AcquirerClient,
+    ActionDetailsRequest,
+    ActionRequired,
     AuthenticationError,
     Authorization,
     AuthorizationRequest,
@@ -28,6 +30,7 @@ from gateway_client import (
     MalformedResponseError,
     Received,
     RefundRequest,
+    SandboxDialect,
     UpstreamServerError,
     VoidRequest,
 )
@@ -421,3 +424,151 @@ def test_live_url_and_settings_are_checked() -> None:
 
 def _answer(status: int, document: dict[str, Any]) -> Answer:
     return Answer(status_code=status, headers=httpx.Headers(), body=json.dumps(document).encode())
+
+
+# -- customer actions (docs/adr/0049): Adyen's own examples ------------------------------------
+
+RETURN = "https://pay.example/payments/return/rtok_" + "A" * 43
+
+
+def spec_example(name: str) -> dict[str, Any]:
+    """One of the examples Adyen's OpenAPI description publishes (`components.examples`)."""
+    return json.loads(SPEC.read_text())["components"]["examples"][name]["value"]
+
+
+def details(**overrides: Any) -> ActionDetailsRequest:
+    fields: dict[str, Any] = {
+        "payment_reference": REFERENCE,
+        "amount": 1000,
+        "currency": "EUR",
+        "capture": True,
+        "redirect_result": "X6XtfGC3!Y...",
+        "idempotency_key": "details-" + REFERENCE + "-0123456789abcdef",
+    }
+    return ActionDetailsRequest(**(fields | overrides))
+
+
+REDIRECT = spec_example("post-payments-card-3d-secure-redirect-200")
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "return_url", "expected"),
+    [
+        ("Adyen's 3-D Secure redirect, with our return address", REDIRECT, RETURN, "action"),
+        ("the same without a return address: no shopper can act", REDIRECT, None, "declined"),
+        (
+            "a POST redirect: no plain link to give",
+            REDIRECT | {"action": REDIRECT["action"] | {"method": "POST", "data": {"MD": "m"}}},
+            RETURN,
+            "declined",
+        ),
+        (
+            "a native 3-D Secure 2 action: no link",
+            REDIRECT | {"resultCode": "IdentifyShopper", "action": {"type": "threeDS2"}},
+            RETURN,
+            "declined",
+        ),
+        (
+            "ChallengeShopper with a GET redirect",
+            REDIRECT | {"resultCode": "ChallengeShopper"},
+            RETURN,
+            "action",
+        ),
+    ],
+)
+def test_a_shopper_code_with_a_get_redirect_and_a_return_address_is_action_required(
+    name: str, document: dict[str, Any], return_url: str | None, expected: str
+) -> None:
+    decoded = DIALECT.decode_authorization(_answer(200, document), request(return_url=return_url))
+    if expected == "action":
+        assert isinstance(decoded, ActionRequired), name
+        assert decoded.url == REDIRECT["action"]["url"]
+        assert decoded.acquirer_reference == "JLCMPCQ8HXSKGK82"
+        assert (decoded.amount, decoded.currency) == (1000, "EUR")
+    else:
+        assert isinstance(decoded, Authorization), name
+        assert (decoded.approved, decoded.decline_code) == (False, "shopper_action_required")
+
+
+def test_the_authorization_sends_the_payments_return_address_else_the_configured_one() -> None:
+    wire = DIALECT.authorize_request(request(return_url=RETURN))
+    assert json.loads(wire.body or b"")["returnUrl"] == RETURN
+    plain = DIALECT.authorize_request(request())
+    assert json.loads(plain.body or b"")["returnUrl"] == "https://shop.example/return"
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "approved", "decline_code"),
+    [
+        ("the SDK's details answer", vector("paymentsdetails-success.json"), True, None),
+        (
+            "the description's example",
+            spec_example("post-payments-details-00.redirect-200"),
+            True,
+            None,
+        ),
+        (
+            "refused",
+            {
+                "pspReference": "V4HZ4RBFJGXXGN82",
+                "resultCode": "Refused",
+                "refusalReason": "3D Not Authenticated",
+                "refusalReasonCode": "11",
+            },
+            False,
+            "3d_not_authenticated",
+        ),
+    ],
+)
+def test_the_details_answer_is_the_payments_outcome(
+    name: str, document: dict[str, Any], approved: bool, decline_code: str | None
+) -> None:
+    outcome = DIALECT.decode_action_details(_answer(200, document), details())
+    assert (outcome.approved, outcome.decline_code) == (approved, decline_code), name
+    assert outcome.payment_reference == REFERENCE
+    manual = DIALECT.decode_action_details(_answer(200, document), details(capture=False))
+    assert manual.captured is (False if approved else None)
+
+
+def test_a_details_answer_without_a_final_outcome_or_for_another_payment_is_ambiguous() -> None:
+    for document in (
+        {"pspReference": "V4HZ4RBFJGXXGN82", "resultCode": "RedirectShopper"},
+        {"pspReference": "V4HZ4RBFJGXXGN82", "resultCode": "Pending"},
+        {
+            "pspReference": "V4HZ4RBFJGXXGN82",
+            "resultCode": "Authorised",
+            "merchantReference": "pay_other",
+        },
+        {"resultCode": "Authorised"},
+    ):
+        with pytest.raises(MalformedBody):
+            DIALECT.decode_action_details(_answer(200, document), details())
+
+
+def test_the_details_request_is_checkout_v71s_and_refused_results_are_permanent() -> None:
+    wire = DIALECT.action_details_request(details())
+    assert (wire.method, wire.path) == ("POST", "/payments/details")
+    assert json.loads(wire.body or b"") == spec_example("post-payments-details-00.redirect")
+    validate_exchange(
+        {
+            "method": "post", "path": "/v71/payments/details", "body": (wire.body or b"").decode(),
+            "headers": {"idempotency-key": "k"}, "api_key": True, "status": 200,
+            "answer": vector("paymentsdetails-success.json"),
+        }
+    )  # fmt: skip
+    refused = vector("paymentsdetails-error-invalid-data-422.json")
+    built, sent, _ = client([httpx.Response(422, json=refused)])
+    with pytest.raises(InvalidRequestError):
+        built.action_details(details())
+    assert len(sent) == 1
+    assert sent[0].headers["Idempotency-Key"] == details().idempotency_key
+    assert "X6XtfGC3" not in repr(details())
+
+
+def test_a_dialect_with_a_look_up_finishes_no_action_on_a_redirect_result() -> None:
+    built, sent, _ = scripted_client(
+        SandboxDialect(), [], base_url="https://sandbox.example", api_key="k"
+    )
+    with pytest.raises(ValueError, match="no customer action"):
+        built.action_details(details())
+    assert sent == []

@@ -257,6 +257,10 @@ def test_parse_maps_each_event_to_what_it_is_about() -> None:
         auth.occurred_at is not None and auth.occurred_at.isoformat() == "2026-12-01T09:00:00+00:00"
     )
     assert auth.event_id == "AUTHORISATION:8816000000000001:pay_1:true"
+    assert auth.authorised is True  # Adyen's word on the payment (ends a customer action)
+    (refused,) = _connector().parse(body(_item("AUTHORISATION", success="false")))
+    assert refused.authorised is False
+    assert capture.authorised is None and void.authorised is None
     assert capture.subject == "payment" and capture.acquirer_reference == "8816000000000000"
     assert capture.outcome is not None
     assert (capture.outcome.operation, capture.outcome.applied, capture.outcome.amount) == (
