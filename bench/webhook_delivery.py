@@ -135,6 +135,8 @@ class Receiver:
                     self.send_header("content-length", "2")
                     self.end_headers()
                     self.wfile.write(b"{}")
+                except OSError:  # the worker gave up on a hanging request (its timeout)
+                    self.close_connection = True
                 finally:
                     with receiver.lock:
                         receiver.held -= 1

@@ -110,11 +110,11 @@ def child_processes(pid: int) -> list[int]:
 @pytest.mark.timeout(400)  # two waits of STARTUP_SECONDS on a loaded machine
 def test_one_process_holds_many_deliveries_within_the_caps_and_its_pool(tmp_path):
     """Six slow endpoints (one event each) and a capped one (four events) hold their requests;
-    three quick endpoints' events (one each) are delivered meanwhile. At that moment one process with no
-    child holds eight requests (the capped endpoint two, its cap: the two other tasks found it
-    full and ended), with at most ``POOL_MAX`` connections to PostgreSQL. Released, and the
-    capped events' tasks sent again (the sweep's part), everything is delivered, the capped
-    endpoint never more than two at once."""
+    three quick endpoints' events (one each) are delivered meanwhile. At that moment one
+    process with no child holds eight requests (the capped endpoint two, its cap: the two
+    other tasks found it full and ended), with at most ``POOL_MAX`` connections to PostgreSQL.
+    Released, and the capped events' tasks sent again (the sweep's part), everything is
+    delivered, the capped endpoint never more than two at once."""
     env = worker_env(WEBHOOK_TIMEOUT_SECONDS="100", WEBHOOK_LEASE_SECONDS="300")
     with holding_receiver() as receiver:
         slow = [endpoint_of(receiver, "slow", str(n)) for n in range(6)]
