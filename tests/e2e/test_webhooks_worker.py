@@ -56,6 +56,17 @@ def webhooks_worker(env: dict[str, str], log: Path, *, beat: bool = False) -> su
     )  # fmt: skip
 
 
+def beat(env: dict[str, str], log: Path) -> subprocess.Popen:
+    """The Procfile's beat (the sweep every ``WEBHOOK_SWEEP_INTERVAL_SECONDS``), its own
+    process with its own connections (another ``application_name``)."""
+    argv = shlex.split(procfile_commands()["beat"])
+    argv[argv.index("--schedule") + 1] = f"{log}.schedule"
+    return subprocess.Popen(
+        [sys.executable, "-m", *argv], cwd=ROOT, env={**env, "PGAPPNAME": "webhooks-test-beat"},
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
 def kill_group(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
@@ -113,8 +124,8 @@ def test_one_process_holds_many_deliveries_within_the_caps_and_its_pool(tmp_path
     three quick endpoints' events (one each) are delivered meanwhile. At that moment one
     process with no child holds eight requests (the capped endpoint two, its cap: the two
     other tasks found it full and ended), with at most ``POOL_MAX`` connections to PostgreSQL.
-    Released, and the capped events' tasks sent again (the sweep's part), everything is
-    delivered, the capped endpoint never more than two at once."""
+    Released, everything is delivered (the capped endpoint's last two by the sweep, which the
+    Procfile's beat sends), the capped endpoint never more than two at once."""
     env = worker_env(WEBHOOK_TIMEOUT_SECONDS="100", WEBHOOK_LEASE_SECONDS="300")
     with holding_receiver() as receiver:
         slow = [endpoint_of(receiver, "slow", str(n)) for n in range(6)]
@@ -123,10 +134,10 @@ def test_one_process_holds_many_deliveries_within_the_caps_and_its_pool(tmp_path
         for group in ("slow", "capped"):
             receiver.hold(group)
         events = [event_written(m.pk, f"pay_s{n}").id for n, m in enumerate(slow)]
-        capped_events = [event_written(capped.pk, f"pay_c{n}").id for n in range(4)]
-        events += capped_events
+        events += [event_written(capped.pk, f"pay_c{n}").id for n in range(4)]
         quick_events = [event_written(m.pk, f"pay_q{n}").id for n, m in enumerate(quick)]
         worker = webhooks_worker(env, tmp_path / "webhooks.log")
+        sweeps = beat(env, tmp_path / "beat.log")
         try:
             send_event_tasks(env, events + quick_events)
             try:
@@ -144,14 +155,22 @@ def test_one_process_holds_many_deliveries_within_the_caps_and_its_pool(tmp_path
             assert 1 <= connections_of(env["PGAPPNAME"]) <= POOL_MAX
             assert child_processes(worker.pid) == []
             receiver.release()
-            send_event_tasks(env, capped_events)
-            wait_until(
-                lambda: Delivery.objects.filter(status="delivered").count() == 13,
-                timeout=STARTUP_SECONDS,
-                what="every delivery:\n" + (tmp_path / "webhooks.log").read_text(),
-            )
+            try:
+                wait_until(
+                    lambda: Delivery.objects.filter(status="delivered").count() == 13,
+                    timeout=STARTUP_SECONDS, what="every delivery",
+                )  # fmt: skip
+            except AssertionError as exc:
+                rows = list(
+                    Delivery.objects.values_list(
+                        "event_id", "status", "attempts", "lease_until", "next_attempt_at"
+                    )
+                )
+                log = (tmp_path / "webhooks.log").read_text()[-6000:]
+                raise AssertionError(f"{exc}: {rows}\n{log}") from None
             assert connections_of(env["PGAPPNAME"]) <= POOL_MAX
         finally:
+            kill_group(sweeps)
             kill_group(worker)
     assert receiver.peak("slow") == 6
     assert receiver.peak("capped") == 2
