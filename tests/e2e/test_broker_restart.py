@@ -65,14 +65,16 @@ def _send(broker_url: str, queue: str, task: str, count: int = 1, task_id: str |
 
 def test_the_worker_keeps_processing_tasks_across_broker_restarts(tmp_path):
     queue = f"test-{tmp_path.name}"
-    command = shlex.split(procfile_commands()["worker"])
-    assert command[0] == "celery"
+    words = shlex.split(procfile_commands()["worker"])
+    env_prefix, command = words[:2], words[2:]  # `env WORKER_QUEUES=tasks celery ...`
+    assert env_prefix == ["env", "WORKER_QUEUES=tasks"] and command[0] == "celery"
     log_path = tmp_path / "worker.log"
     with PrivateRedis(tmp_path) as broker, log_path.open("w") as log:
         env = service_env(
             CELERY_BROKER_URL=broker.broker_url,
             CELERY_DEFAULT_QUEUE=queue,
             HEARTBEAT_INTERVAL_SECONDS="1",
+            WORKER_QUEUES="tasks",
         )
         worker = subprocess.Popen(
             [sys.executable, "-m", *command],  # the Procfile's `celery ...`, this interpreter

@@ -33,6 +33,7 @@ from bench import (
     same_key_storm,
     stack_floor,
     throughput,
+    webhook_delivery,
     webhook_fairness,
 )
 
@@ -56,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
         instructions,
         stack_floor,
         webhook_fairness,
+        webhook_delivery,
         latency,
     ],
 )
@@ -105,12 +107,42 @@ def test_percentile_ratio_median():
     assert common.median([3, float("nan"), 1, 2]) == 2
 
 
+def test_the_webhook_delivery_benchmark_runs_the_procfiles_workers_and_adds_rounds_up():
+    """bench/webhook_delivery.py: ``threads`` is the Procfile's webhooks worker (one process),
+    ``prefork`` its tasks worker consuming every queue (two); each case's rate is its events
+    over its seconds across rounds; the ratio is capped by the per-endpoint concurrency."""
+    command, processes = webhook_delivery.worker_command("threads")
+    assert command[:2] == ["env", "WORKER_QUEUES=webhooks"] and processes == 1
+    assert command[command.index("--pool") + 1] == "threads"
+    command, processes = webhook_delivery.worker_command("threads:64")
+    assert command[command.index("--concurrency") + 1] == "64" and processes == 1
+    command, processes = webhook_delivery.worker_command("prefork:8")
+    assert command[:2] == ["env", "WORKER_QUEUES=all"] and processes == 8
+    with pytest.raises(SystemExit):
+        webhook_delivery.worker_command("gevent")
+    rounds = [
+        {"case": case, "events": 100, "seconds": seconds, "peak_in_flight": 3,
+         "peak_connections": 8, "rss_mb": 130.0, "cpu_ms_per_delivery": 20.0, "delivered": 100}
+        for case, seconds in (("instant", 2.0), ("slow", 4.0), ("slow + hang", 5.0),
+                              ("instant", 3.0), ("slow", 4.0), ("slow + hang", 5.0))
+    ]  # fmt: skip
+    args = webhook_delivery.parse_args(["--merchants", "4", "--delay", "0.5"])
+    summary = webhook_delivery.summary({"processes": 1, "rounds": rounds}, args, 2)
+    assert summary["cases"]["instant"]["per_second"] == 40.0
+    assert summary["cap_per_second"] == 16.0  # 4 endpoints x 2 / 0.5 s
+    assert summary["slow_over_instant_capped"] == 25.0 / 16.0
+    assert summary["hang_over_slow"] == 20.0 / 25.0
+
+
 def test_the_web_command_is_the_procfiles():
     assert common.procfile_command("web") == [
         sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py",
         "config.wsgi:application",
     ]  # fmt: skip
     assert common.procfile_command("sandbox")[:3] == [sys.executable, "-m", "sandbox_acquirer"]
+    assert common.procfile_command("worker")[:5] == [
+        "env", "WORKER_QUEUES=tasks", sys.executable, "-m", "celery",
+    ]  # fmt: skip
 
 
 def test_database_from_the_url(monkeypatch):

@@ -14,7 +14,11 @@ from gunicorn.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Services that run until stopped (migrate runs once and exits).
-LONG_RUNNING = {"db", "redis", "web", "proxy", "worker", "beat", "sandbox", "sandbox-beta"}
+LONG_RUNNING = {
+    "db", "redis", "web", "proxy", "worker", "webhooks", "beat", "sandbox", "sandbox-beta",
+}  # fmt: skip
+#: The service's own processes, all from the runtime image.
+SERVICE = ("web", "worker", "webhooks", "beat", "migrate")
 SECRETS = ("DJANGO_SECRET_KEY", "METRICS_BEARER_TOKEN")
 
 
@@ -110,7 +114,7 @@ def test_compose_reads_secrets_from_the_environment_never_a_literal():
         for secret in SECRETS:
             if secret in environment:
                 assert re.fullmatch(rf"\$\{{{secret}:\?[^}}]+\}}", environment[secret]), name
-    for name in ("web", "worker", "beat", "migrate"):
+    for name in SERVICE:
         assert set(SECRETS) <= set(services[name]["environment"]), name
 
 
@@ -131,14 +135,14 @@ def test_compose_waits_longer_than_gunicorn_lets_requests_finish():
     graceful = namespace.get("graceful_timeout", Config().graceful_timeout)
     web = compose()["services"]["web"]
     assert seconds(web["stop_grace_period"]) > float(graceful)
-    for name in ("worker", "beat"):
+    for name in ("worker", "webhooks", "beat"):
         assert "stop_grace_period" in compose()["services"][name], name
 
 
 def test_compose_builds_the_sandbox_and_the_service_from_their_own_stages():
     services = compose()["services"]
     assert services["sandbox"]["build"]["target"] == "sandbox"
-    for name in ("web", "worker", "beat", "migrate"):
+    for name in SERVICE:
         assert services[name]["build"]["target"] == "runtime", name
 
 
@@ -162,47 +166,64 @@ def test_compose_checks_the_health_of_the_web_the_worker_and_beat():
     for kind in ("worker", "beat"):
         check = " ".join(services[kind]["healthcheck"]["test"])
         assert f"heartbeat_check {kind}" in check, check
+    webhooks = " ".join(services["webhooks"]["healthcheck"]["test"])
+    assert "heartbeat_check worker --name webhooks@$$HOSTNAME" in webhooks  # its --hostname
     assert services["sandbox"]["environment"]["SANDBOX_ACQUIRER_DATA_DIR"] == "/data"
 
 
+def worker_commands() -> dict[str, list[str]]:
+    """Each Celery worker's commands: the Procfile's and compose's, and the systemd unit's of
+    docs/operations.md (the tasks worker's), by process name."""
+    procfile = (ROOT / "Procfile").read_text()
+    operations = (ROOT / "docs/operations.md").read_text()
+    return {
+        name: [
+            *re.findall(rf"^{name}: (.*)$", procfile, re.M),
+            compose()["services"][name]["command"],
+            *re.findall(rf"^ExecStart=\S*?(env WORKER_QUEUES={queues} .*)$", operations, re.M),
+        ]
+        for name, queues in (("worker", "tasks"), ("webhooks", "webhooks"))
+    }
+
+
 def test_every_worker_command_runs_without_mingle_and_gossip():
-    """The Procfile's worker, compose's and the systemd unit of docs/operations.md: without
+    """The Procfile's workers, compose's and the systemd units of docs/operations.md: without
     mingle, whose start-up broadcast reads the event loop's poller before the loop runs and so
     never recovered from a broker restart with a task finishing, and without gossip (nothing
     here uses either; docs/operations.md, "The Celery worker and its broker")."""
-    procfile = (ROOT / "Procfile").read_text()
-    operations = (ROOT / "docs/operations.md").read_text()
-    commands = [
-        *re.findall(r"^worker: (.*)$", procfile, re.M),
-        compose()["services"]["worker"]["command"],
-        *re.findall(r"^ExecStart=\S*(celery -A config worker .*)$", operations, re.M),
-    ]
-    assert len(commands) == 3, commands
-    for command in commands:
+    commands = worker_commands()
+    assert [len(commands["worker"]), len(commands["webhooks"])] == [3, 3], commands
+    for command in commands["worker"] + commands["webhooks"]:
         assert {"--without-mingle", "--without-gossip"} <= set(command.split()), command
 
 
-def test_every_worker_consumes_the_webhook_queues_apart_from_the_default_one():
-    """ADR 0042: webhooks' event tasks and sweeps are routed to queues of their own, and every
-    worker command (no ``-Q``) consumes every queue of ``CELERY_TASK_QUEUES``, those included;
-    a sweep expires after its interval, so none piles up behind a busy worker."""
+def test_the_webhook_queues_have_a_threads_worker_of_their_own():
+    """ADR 0042: webhooks' event tasks and sweeps are routed to queues of their own; ADR 0050:
+    the prefork ``worker`` consumes the default queue (``WORKER_QUEUES=tasks``) and the
+    ``webhooks`` worker, Celery's threads pool, the two webhook queues, so every queue has one
+    kind of consumer and a slow endpoint never holds a prefork process. Nobody names queues
+    with ``-Q``; a sweep expires after its interval, so none piles up behind a busy worker."""
     from django.conf import settings
 
-    procfile = (ROOT / "Procfile").read_text()
-    operations = (ROOT / "docs/operations.md").read_text()
-    commands = [
-        *re.findall(r"^worker: (.*)$", procfile, re.M),
-        compose()["services"]["worker"]["command"],
-        *re.findall(r"^ExecStart=\S*(celery -A config worker .*)$", operations, re.M),
-    ]
-    assert commands and all("-Q" not in c.split() and "--queues" not in c for c in commands)
-    consumed = {queue.name for queue in settings.CELERY_TASK_QUEUES}
+    commands = worker_commands()
+    for name, queues in (("worker", "tasks"), ("webhooks", "webhooks")):
+        for command in commands[name]:
+            words = command.split()
+            assert words[:2] == ["env", f"WORKER_QUEUES={queues}"], command
+            assert "-Q" not in words and "--queues" not in command, command
+            threads = words[words.index("--pool") + 1] == "threads" if "--pool" in words else False
+            assert threads == (name == "webhooks"), command
+    sets = settings.WORKER_QUEUE_SETS
     routes = settings.CELERY_TASK_ROUTES
     event_queue = routes["webhooks.tasks.deliver_event"]["queue"]
     sweep_queue = routes["webhooks.tasks.deliver_due"]["queue"]
     default = settings.CELERY_TASK_DEFAULT_QUEUE
-    assert len({event_queue, sweep_queue, default}) == 3
-    assert {event_queue, sweep_queue, default} <= consumed
+    assert sets["tasks"] == [default]
+    assert sets["webhooks"] == [event_queue, sweep_queue]
+    assert sets["all"] is None  # a worker without WORKER_QUEUES consumes every queue
+    assert {queue.name for queue in settings.CELERY_TASK_QUEUES} == {
+        default, event_queue, sweep_queue,
+    }  # fmt: skip
     sweep = settings.CELERY_BEAT_SCHEDULE["deliver-due-webhooks"]
     assert sweep["options"]["expires"] == sweep["schedule"]
 
@@ -254,3 +275,16 @@ def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
 def json_list(command: str) -> str:
     """A shell command as the Dockerfile's exec form writes it."""
     return "[" + ", ".join(f'"{word}"' for word in command.split()) + "]"
+
+
+def test_a_threads_worker_is_recognised_for_its_database_pool():
+    """config/celery_app.py turns the database pool on by default for a worker whose pool is
+    ``threads`` (the webhooks worker, ADR 0050), read from the command line as Celery takes it."""
+    from config.celery_app import _worker_pool
+
+    assert _worker_pool(["celery", "-A", "config", "worker", "--pool", "threads"]) == "threads"
+    assert _worker_pool(["celery", "worker", "--pool=threads"]) == "threads"
+    assert _worker_pool(["celery", "worker", "-P", "solo"]) == "solo"
+    assert _worker_pool(["celery", "worker", "--concurrency", "2"]) == "prefork"
+    webhooks = next(c for c in worker_commands()["webhooks"] if c.startswith("env"))
+    assert _worker_pool(webhooks.split()) == "threads"

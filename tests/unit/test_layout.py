@@ -31,9 +31,9 @@ def test_docker_compose_runs_the_procfile_commands():
 
 
 def test_docker_compose_has_the_agreed_services():
-    """db (postgres:16 with a healthcheck), redis, web, worker, beat and sandbox."""
+    """db (postgres:16 with a healthcheck), redis, web, worker, webhooks, beat and sandbox."""
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    assert {"db", "redis", "web", "worker", "beat", "sandbox"} <= set(services)
+    assert {"db", "redis", "web", "worker", "webhooks", "beat", "sandbox"} <= set(services)
     assert services["db"]["image"].startswith("postgres:16@sha256:")
     assert "healthcheck" in services["db"]
     assert (
@@ -43,8 +43,10 @@ def test_docker_compose_has_the_agreed_services():
 
 
 def test_procfile_runs_api_worker_beat_and_sandbox():
-    """`make run` starts these four processes."""
-    assert set(procfile_commands()) == {"web", "worker", "beat", "sandbox", "sandbox-beta"}
+    """`make run` starts these processes (webhooks: the deliveries' own worker, ADR 0050)."""
+    assert set(procfile_commands()) == {
+        "web", "worker", "webhooks", "beat", "sandbox", "sandbox-beta",
+    }  # fmt: skip
 
 
 def test_ci_runs_the_readme_test_command():
