@@ -52,6 +52,8 @@ run: export SANDBOX_PORT ?= 8090
 run: export SANDBOX_BETA_PORT ?= 8091
 run: export LOCALSTRIPE_PORT ?= 8092
 run: export WEB_BIND ?= 127.0.0.1:$(WEB_PORT)
+# Where an acquirer sends a shopper back after a customer action (3-D Secure; ADR 0049).
+run: export PUBLIC_BASE_URL ?= http://127.0.0.1:$(WEB_PORT)
 run: export LOCALSTRIPE_SECRET_KEY ?= sk_test_localstripe_make_run
 run: export ACQUIRERS ?= [{"name": "alpha", "base_url": "http://127.0.0.1:$(SANDBOX_PORT)", "api_key": "sandbox_sk_dev", "priority": 10}, {"name": "beta", "base_url": "http://127.0.0.1:$(SANDBOX_BETA_PORT)", "api_key": "sandbox_sk_beta", "priority": 20}, {"name": "stripe", "type": "stripe", "base_url": "http://127.0.0.1:$(LOCALSTRIPE_PORT)", "api_key_env": "LOCALSTRIPE_SECRET_KEY", "api_version": "2024-06-20", "currencies": ["JPY"], "priority": 5, "policy": {"honours_idempotency_keys": false}}]
 run: $(VENV)/.local-installed
