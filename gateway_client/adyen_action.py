@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .types import ActionRequired, Authorization
+from .types import ActionRequired, Authorization, is_page_url
 
 __all__ = ["details_body", "redirect_action"]
-
-_MAX_URL_LENGTH = 2048
 
 
 def redirect_action(document: dict[str, Any], base: Authorization) -> ActionRequired | None:
@@ -35,22 +33,9 @@ def redirect_action(document: dict[str, Any], base: Authorization) -> ActionRequ
     if not isinstance(action, dict) or action.get("type") != "redirect":
         return None
     url = action.get("url")
-    method = action.get("method", "GET")
-    if method != "GET" or not isinstance(url, str):
+    if action.get("method", "GET") != "GET" or not is_page_url(url):
         return None
-    if not url.startswith(("https://", "http://")) or len(url) > _MAX_URL_LENGTH:
-        return None
-    if not url.isascii() or any(character.isspace() for character in url):
-        return None
-    return ActionRequired(
-        acquirer_reference=base.acquirer_reference,
-        url=url,
-        amount=base.amount,
-        currency=base.currency,
-        payment_reference=base.payment_reference,
-        created_at=base.created_at,
-        replayed=base.replayed,
-    )
+    return ActionRequired.waiting(base, url)
 
 
 def details_body(redirect_result: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .types import ActionRequired, Authorization
+from .types import ActionRequired, Authorization, is_page_url
 from .wire import MalformedBody
 
 __all__ = ["redirect_action"]
@@ -30,14 +30,6 @@ def redirect_action(document: dict[str, Any], base: Authorization, where: str) -
     url = redirect.get("url") if isinstance(redirect, dict) else None
     if action.get("type") != "redirect_to_url" or not isinstance(url, str):
         raise MalformedBody(f"{where}: status 'requires_action' without a redirect_to_url")
-    if not url.startswith(("https://", "http://")) or len(url) > 2048 or not url.isascii():
-        raise MalformedBody(f"{where}: field 'next_action.redirect_to_url.url' is not http(s)")
-    return ActionRequired(
-        acquirer_reference=base.acquirer_reference,
-        url=url,
-        amount=base.amount,
-        currency=base.currency,
-        payment_reference=base.payment_reference,
-        created_at=base.created_at,
-        replayed=base.replayed,
-    )
+    if not is_page_url(url):
+        raise MalformedBody(f"{where}: field 'next_action.redirect_to_url.url' is not a page URL")
+    return ActionRequired.waiting(base, url)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 from resilience.validate import positive_seconds
@@ -50,17 +50,23 @@ _MAX_URL_LENGTH = 2048
 _MAX_REDIRECT_RESULT_LENGTH = 8192
 
 
+def is_page_url(value: object) -> TypeGuard[str]:
+    """Whether `value` is the address of a page a shopper's browser can be sent to: an
+    absolute http(s) URL with a host (RFC 3986), printable ASCII without spaces, at most 2,048
+    characters. Our return address, and every provider's page for the shopper (the sandbox's,
+    Stripe's `redirect_to_url`, Adyen's redirect `action.url`), are held to it."""
+    return (
+        isinstance(value, str)
+        and len(value) <= _MAX_URL_LENGTH
+        and _VISIBLE_ASCII.fullmatch(value) is not None
+        and urlsplit(value).scheme in ("http", "https")
+        and bool(urlsplit(value).hostname)
+    )
+
+
 def _validate_return_url(value: object) -> None:
-    """None, or an absolute http(s) URL of printable ASCII without spaces, at most 2048."""
-    if value is None:
-        return
-    if (
-        not isinstance(value, str)
-        or len(value) > _MAX_URL_LENGTH
-        or not _VISIBLE_ASCII.fullmatch(value)
-        or urlsplit(value).scheme not in ("http", "https")
-        or not urlsplit(value).hostname
-    ):
+    """None, or a page URL (is_page_url)."""
+    if value is not None and not is_page_url(value):
         raise ValueError("return_url must be None or an absolute http(s) URL (<= 2048 ASCII)")
 
 
@@ -490,3 +496,18 @@ class ActionRequired:
     replayed: bool = False
     attempts: int = field(default=1, compare=False)
     attempt_log: tuple[AttemptRecord, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def waiting(cls, base: Authorization, url: str) -> ActionRequired:
+        """The action of an authorization whose fields (`base`: the provider's id, amount,
+        currency, our reference, creation, replayed) were read from the same answer, the
+        shopper's page at `url` (checked by the caller with is_page_url)."""
+        return cls(
+            acquirer_reference=base.acquirer_reference,
+            url=url,
+            amount=base.amount,
+            currency=base.currency,
+            payment_reference=base.payment_reference,
+            created_at=base.created_at,
+            replayed=base.replayed,
+        )

@@ -34,6 +34,7 @@ from .types import (
     Refund,
     RefundRequest,
     RefundStatus,
+    is_page_url,
 )
 
 __all__ = [
@@ -282,8 +283,8 @@ def _charge_or_action(
     fields = _Fields(document, where)
     action = fields.get("next_action", dict)
     url = _Fields(action, f"{where}.next_action").get("url", str)
-    if action.get("type") != "redirect_to_url" or not url.startswith(("https://", "http://")):
-        raise MalformedBody(f"{where}: field 'next_action' is not a redirect to an http(s) URL")
+    if action.get("type") != "redirect_to_url" or not is_page_url(url):
+        raise MalformedBody(f"{where}: field 'next_action' is not a redirect to a page URL")
     return ActionRequired(
         acquirer_reference=fields.identifier("id"),
         url=url,
