@@ -6,6 +6,9 @@ merchant's webhooks, and the merchant's own tiny page server for ``return_url``.
 Create with ``return_url`` -> follow ``next_action.url`` -> Approve (or Deny) -> land on the
 merchant's page with ``payment_id`` -> the payment is ``succeeded`` (``declined``) and the
 merchant's webhook receiver got exactly one ``payment.succeeded`` (``payment.declined``) for it.
+Or the shopper looks at the challenge and leaves: with a 3 s expiry and Celery beat sweeping
+every second, the payment ends ``canceled`` (``action_expired``), its charge is canceled at the
+sandbox, and the merchant got exactly one ``payment.canceled``.
 Without playwright or Chromium the test is skipped, except under CI (the admin's browser test's
 rule, tests/e2e/test_admin_browser.py).
 """
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -88,9 +93,10 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(15)
 
 
-@pytest.fixture
-def stack(transactional_db, tmp_path) -> Iterator[dict]:
-    """The sandbox, gunicorn (its PUBLIC_BASE_URL its own address) and a Celery worker."""
+@contextmanager
+def _stack(tmp_path, *, beat: bool = False, **extra_env: str) -> Iterator[dict]:
+    """The sandbox, gunicorn (its PUBLIC_BASE_URL its own address), a Celery worker and, with
+    ``beat``, Celery beat; ``extra_env`` on top of the service's test environment."""
     with SandboxProcess.start() as sandbox:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -100,10 +106,15 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             PUBLIC_BASE_URL=url,
             ACQUIRER_BASE_URL=sandbox.url,
             ACQUIRER_API_KEY=sandbox.api_key,
+            **extra_env,
         )
-        logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("web", "worker")}
-        web = _started(GUNICORN, env, logs["web"])
-        worker = _started(CELERY_WORKER, env, logs["worker"])
+        commands = {"web": GUNICORN, "worker": CELERY_WORKER}
+        if beat:
+            schedule = str(tmp_path / "beat-schedule")
+            commands["beat"] = [sys.executable, "-m", "celery", "-A", "config", "beat",
+                                "--loglevel", "INFO", "--schedule", schedule]  # fmt: skip
+        logs = {name: (tmp_path / f"{name}.log").open("w") for name in commands}
+        started = [_started(command, env, logs[name]) for name, command in commands.items()]
         try:
             wait_until(
                 lambda: answers_healthz(url), timeout=STARTUP_SECONDS,
@@ -111,10 +122,27 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             )  # fmt: skip
             yield {"url": url, "sandbox": sandbox, "logs": tmp_path}
         finally:
-            _stop(web)
-            _stop(worker)
+            for process in started:
+                _stop(process)
             for log in logs.values():
                 log.close()
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path) -> Iterator[dict]:
+    """The stack with the default expiry (15 minutes): the shopper has all the time needed."""
+    with _stack(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def expiring_stack(transactional_db, tmp_path) -> Iterator[dict]:
+    """The stack with actions expiring after 3 s and beat sweeping for them every second."""
+    with _stack(
+        tmp_path, beat=True,
+        CUSTOMER_ACTION_EXPIRY_SECONDS="3", CUSTOMER_ACTION_SWEEP_INTERVAL_SECONDS="1",
+    ) as running:  # fmt: skip
+        yield running
 
 
 @pytest.mark.timeout(300)  # the stack's start-up alone may take STARTUP_SECONDS under load
@@ -190,5 +218,75 @@ def test_a_shopper_walks_through_the_sandboxs_challenge(
             assert len(delivered(event)) == 1
             assert len(delivered("payment.requires_action")) == 1
             assert delivered(event)[0]["data"]["object"]["status"] == status
+    finally:
+        shop.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_shopper_who_leaves_the_challenge_is_expired_and_canceled_at_the_sandbox(
+    expiring_stack,
+    sync_playwright,  # noqa: F811 - the admin browser test's fixture
+):
+    stack = expiring_stack
+    url = stack["url"]
+    _, issued = merchant_create(name="shop-abandon")
+    auth = {"Authorization": f"Bearer {issued.raw}"}
+    shop = MerchantPages()
+    try:
+        with running_receiver() as receiver:
+            hooks = receiver.script("/hooks", [200])
+            endpoint = httpx.post(
+                f"{url}/webhook_endpoints", json={"url": hooks, "enabled_events": ["*"]},
+                headers={**auth, "Idempotency-Key": "hook-abandon"}, timeout=30,
+            )  # fmt: skip
+            assert endpoint.status_code == 201, endpoint.text
+            created = httpx.post(
+                f"{url}/payments",
+                json={"amount": 4300, "currency": "EUR", "payment_method": "tok_3ds_challenge",
+                      "return_url": shop.url("/orders/8/paid")},
+                headers={**auth, "Idempotency-Key": "pay-abandon"}, timeout=30,
+            )  # fmt: skip
+            assert created.status_code == 201, created.text
+            payment = created.json()
+            assert payment["status"] == "requires_action"
+
+            with sync_playwright() as playwright:  # the shopper looks, then closes the tab
+                browser = playwright.chromium.launch(
+                    executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+                )
+                try:
+                    page = browser.new_page()
+                    page.set_default_timeout(30_000)
+                    page.goto(payment["next_action"]["url"])
+                    assert "4300" in page.inner_text("#summary")
+                    page.close()
+                finally:
+                    browser.close()
+
+            def now() -> dict:
+                return httpx.get(f"{url}/payments/{payment['id']}", headers=auth, timeout=30).json()
+
+            wait_until(
+                lambda: now()["status"] != "requires_action", timeout=90,
+                what="the expiry sweep:\n" + (stack["logs"] / "worker.log").read_text()[-3000:],
+            )  # fmt: skip
+            ended = now()
+            assert (ended["status"], ended["next_action"]) == ("canceled", None), ended
+            (charge,) = stack["sandbox"].charges(payment["id"])
+            assert (charge["status"], charge["voided"]) == ("canceled", True)
+            assert [v for v in shop.visits if v.startswith("/orders/")] == []
+
+            def delivered(kind: str) -> list[dict]:
+                bodies = [json.loads(r.body) for r in receiver.at("/hooks")]
+                return [b for b in bodies if b["type"] == kind
+                        and b["data"]["object"]["id"] == payment["id"]]  # fmt: skip
+
+            wait_until(
+                lambda: delivered("payment.canceled"), timeout=60,
+                what="the webhooks:\n" + (stack["logs"] / "worker.log").read_text()[-3000:],
+            )  # fmt: skip
+            assert len(delivered("payment.canceled")) == 1
+            assert len(delivered("payment.requires_action")) == 1
+            assert delivered("payment.canceled")[0]["data"]["object"]["status"] == "canceled"
     finally:
         shop.stop()
