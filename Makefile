@@ -83,6 +83,11 @@ key: $(VENV)/.local-installed
 ## tests/support/fast_lane.py), in seconds.
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+# Bytecode caches on, even where the environment turns them off (PYTHONDONTWRITEBYTECODE=1, as
+# on the CI machine): the suite starts a few hundred Python processes (gunicorn, Celery,
+# manage.py) and every collecting process rewrites the test modules' assertions; without the
+# caches each compiles the project's modules from source again (docs/testing.md).
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
 .PHONY: test-fast
 test: $(VENV)/.test-installed
 	@start=$$(date +%s); $(BIN)/python -m pytest $(PYTEST_PARALLEL); rc=$$?; \

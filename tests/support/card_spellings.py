@@ -10,6 +10,7 @@ snowflake ids, random integers), none of which is card data, for the false-posit
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import unicodedata
@@ -36,10 +37,6 @@ def _groups(pan: str) -> list[str]:
     return [pan[i : i + 4] for i in range(0, len(pan), 4)]
 
 
-def _characters(test: Callable[[str], bool]) -> list[str]:
-    return [chr(c) for c in range(sys.maxunicode + 1) if test(chr(c))]
-
-
 def _ignorables() -> list[str]:
     found = []
     for low, high in DEFAULT_IGNORABLE:
@@ -47,20 +44,34 @@ def _ignorables() -> list[str]:
     return found
 
 
-def _is_separator(char: str) -> bool:
-    ignorable = any(low <= ord(char) <= high for low, high in DEFAULT_IGNORABLE)
-    return not ignorable and unicodedata.category(char) in {"Zs", "Zl", "Zp", "Cf", "Pd"}
+#: The general categories of :func:`spellings`' separators (spaces, line and paragraph
+#: separators, format characters, dashes) and of its combining marks.
+SEPARATOR_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cf", "Pd"})
+MARK_CATEGORIES = frozenset({"Mn", "Mc", "Me"})
 
 
-def _digit_forms() -> dict[int, list[str]]:
-    """Every character with a Unicode digit value (UAX #44 Numeric_Type Decimal or Digit), by
-    value: fullwidth, scripts, mathematical, superscripts, circled, Ethiopic, Kharoshthi ..."""
+@functools.cache
+def _unicode_classes() -> tuple[list[str], list[str], dict[int, list[str]]]:
+    """One pass over every code point (about 1.1 million), in code point order: the separators
+    (:data:`SEPARATOR_CATEGORIES`, less the default ignorables), the combining marks, and every
+    character above ASCII with a Unicode digit value (UAX #44 Numeric_Type Decimal or Digit:
+    fullwidth, scripts, mathematical, superscripts, circled ...) by value. Cached: the corpora
+    are built while pytest collects, in every process that collects (each xdist worker)."""
+    separators: list[str] = []
+    marks: list[str] = []
     forms: dict[int, list[str]] = {value: [] for value in range(10)}
-    for code in range(0x80, sys.maxunicode + 1):
-        value = unicodedata.digit(chr(code), None)
-        if value is not None:
-            forms[value].append(chr(code))
-    return forms
+    category, digit = unicodedata.category, unicodedata.digit
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        kind = category(char)
+        if kind in SEPARATOR_CATEGORIES:
+            if not any(low <= code <= high for low, high in DEFAULT_IGNORABLE):
+                separators.append(char)
+        elif kind in MARK_CATEGORIES:
+            marks.append(char)
+        if code >= 0x80 and (value := digit(char, None)) is not None:
+            forms[value].append(char)
+    return separators, marks, forms
 
 
 def _iban_check(country: str, bban: str) -> str:
@@ -87,10 +98,9 @@ def spellings_with_pans(seed: int = 34) -> dict[str, list[tuple[str, str]]]:
         return drawn[-1]
 
     ignorables = _ignorables()
-    separators = _characters(_is_separator) + sorted(EXTRA_SEPARATORS)
-    marks = _characters(lambda c: unicodedata.category(c) in {"Mn", "Mc", "Me"})
+    unicode_class_separators, marks, forms = _unicode_classes()
+    separators = unicode_class_separators + sorted(EXTRA_SEPARATORS)
     selectors = [chr(c) for c in [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]]
-    forms = _digit_forms()
     punctuation = [*sorted(EXTRA_SEPARATORS), "\u2010", "\u2013", "\u2014", "\uff0d", "\u2e3a"]
     frames = ["{}", "card {} thanks", "ref:{}", "({})", "order {} shipped", '"{}"']
 
