@@ -9,6 +9,7 @@ Tracing (ADR 0044) is set up here, once per worker: gunicorn imports this module
 worker after the fork (no ``preload_app``), so the batch exporter's thread and the
 instrumentations belong to the worker, and Django's instrumentation puts its middleware
 in ``MIDDLEWARE`` before the application loads it. Off unless an exporter is configured.
+Django itself is already set up by then: the master did it before the fork (ADR 0052).
 """
 
 import os

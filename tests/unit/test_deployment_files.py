@@ -6,10 +6,16 @@ its own profile."""
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import django
+import pytest
 import yaml
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from gunicorn.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,3 +294,59 @@ def test_a_threads_worker_is_recognised_for_its_database_pool():
     assert _worker_pool(["celery", "worker", "--concurrency", "2"]) == "prefork"
     webhooks = next(c for c in worker_commands()["webhooks"] if c.startswith("env"))
     assert _worker_pool(webhooks.split()) == "threads"
+
+
+class _Log:
+    """gunicorn's ``server.log``, recording what ``info`` was given."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+def _gunicorn_conf() -> dict:
+    namespace: dict = {}
+    exec((ROOT / "config/gunicorn.conf.py").read_text(), namespace)
+    return namespace
+
+
+def test_the_master_sets_django_up_and_freezes_it_before_the_workers_fork():
+    """ADR 0052: on_starting calls django_preload once the metrics directory is named; it
+    leaves Django's apps ready and what was loaded in the permanent generation, logging
+    nothing."""
+    source = (ROOT / "config/gunicorn.conf.py").read_text()
+    on_starting = source[source.index("def on_starting(") : source.index("def django_preload(")]
+    assert on_starting.index("metrics_dir_prepare(") < on_starting.index("django_preload(server)")
+    log = _Log()
+    gc.unfreeze()
+    try:
+        _gunicorn_conf()["django_preload"](SimpleNamespace(log=log))
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
+    assert apps.ready
+    assert frozen > 10_000, frozen  # Django, DRF, every app: far more objects than that
+    assert log.lines == []
+
+
+def test_a_settings_failure_in_the_master_is_left_to_the_workers_and_names_no_value(monkeypatch):
+    """The settings refuse (a production variable missing or wrong): the master logs the
+    exception's type only (its message may quote a value) and goes on, so each worker reports
+    it at boot as before; nothing is frozen. A failure while the apps load stops the master:
+    Django cannot populate them again in a worker."""
+
+    def refuse(**kwargs: object) -> None:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY='s3cr3t-value' is too short")
+
+    monkeypatch.setattr(django, "setup", refuse)
+    monkeypatch.setattr(apps, "loading", False)  # as in a fresh master: the settings fail first
+    log = _Log()
+    gc.unfreeze()
+    _gunicorn_conf()["django_preload"](SimpleNamespace(log=log))
+    assert gc.get_freeze_count() == 0
+    assert log.lines == ["Django not preloaded (ImproperlyConfigured); each worker will report it"]
+    monkeypatch.setattr(apps, "loading", True)  # populate() began, then failed
+    with pytest.raises(ImproperlyConfigured):
+        _gunicorn_conf()["django_preload"](SimpleNamespace(log=_Log()))
