@@ -14,6 +14,13 @@ Whether statements are prepared is the connection's ``prepare_threshold`` (``DAT
 (``config/pooler.py``) it is None, and the same statements run server-bound but unprepared (an
 unnamed statement lives within one transaction, which that pooling allows).
 
+The statements are written with ``%s`` like every other, and reach psycopg with PostgreSQL's
+own ``$1``, ``$2`` ... (:func:`numbered_placeholders`, cached per statement text) through its
+raw-query cursor, so psycopg does not convert them again per execution: it caches its own
+conversion only for statements of at most 50 parameters, and the one-statement claim has more,
+so it was re-parsed on every payment (9 % of a web worker's CPU under load, measured with
+py-spy; docs/benchmarks.md).
+
 psycopg's OpenTelemetry instrumentation traces the cursors a connection's ``cursor_factory``
 makes; this cursor is made here, so it makes its own span per statement when the running span
 records (a traced, sampled request; ADR 0044), with the instrumentation's attributes.
@@ -21,23 +28,49 @@ records (a traced, sampled request; ADR 0044), with the instrumentation's attrib
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 from opentelemetry import trace
+from psycopg.raw_cursor import RawCursorMixin
 
 from observability.trace_context import tracer
 
+_PLACEHOLDER = re.compile(r"%.?", re.DOTALL)
 
-class _ServerBindingCursor(ServerBindingCursor):
-    """Django's server-binding cursor, each statement a client span of ``db.system``
+
+@functools.lru_cache(maxsize=256)
+def numbered_placeholders(query: str) -> str:
+    """``query`` (a statement with psycopg's ``%s`` placeholders and ``%%`` for a literal
+    ``%``) with each ``%s`` as PostgreSQL's positional ``$1``, ``$2`` ... in order and each
+    ``%%`` as ``%``: the text psycopg would send, made once per distinct statement (the hot
+    path has a handful). Raises ``ValueError`` for any other ``%`` form (``%(name)s``, ``%d``),
+    which psycopg's own conversion refuses too."""
+    numbers = iter(range(1, 65536))  # PostgreSQL's limit on a statement's parameters
+
+    def replace(match: re.Match[str]) -> str:
+        if match[0] == "%s":
+            return f"${next(numbers)}"
+        if match[0] == "%%":
+            return "%"
+        raise ValueError(f"only %s placeholders and %% are supported, not {match[0]!r}")
+
+    return _PLACEHOLDER.sub(replace, query)
+
+
+class _ServerBindingCursor(RawCursorMixin, ServerBindingCursor):  # type: ignore[misc]
+    """Django's server-binding cursor on psycopg's raw queries (the statement's ``%s`` numbered
+    once, :func:`numbered_placeholders`), each statement a client span of ``db.system``
     ``postgresql`` when the running span records (never its parameters)."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        numbered = numbered_placeholders(query)
         if not trace.get_current_span().is_recording():
-            return super().execute(query, params, **kwargs)
+            return super().execute(numbered, params, **kwargs)
         statement = str(query)
         attributes = {"db.system": "postgresql", "db.statement": statement}
         with tracer.start_as_current_span(
@@ -45,7 +78,7 @@ class _ServerBindingCursor(ServerBindingCursor):
             kind=trace.SpanKind.CLIENT,
             attributes=attributes,
         ):
-            return super().execute(query, params, **kwargs)
+            return super().execute(numbered, params, **kwargs)
 
 
 class _LoggedPreparedCursor(CursorDebugWrapper):
