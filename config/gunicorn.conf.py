@@ -40,8 +40,13 @@ def web_environment_defaults(environ):
     """What the web process's settings read unless the environment says otherwise: its database
     connections come from a pool per worker (config/database.py) and go back to it around
     every acquirer call (payments/acquirer/connection.py), so threads do not multiply
-    connections (ADR 0048). DATABASE_POOL=false keeps one persistent connection per thread."""
+    connections (ADR 0048). DATABASE_POOL=false keeps one persistent connection per thread.
+    The pool holds 4 connections per worker, not the 8 of other pooled processes: with an
+    instant acquirer 8 let more transactions run at once than 2 cores serve and cost 13 % more
+    CPU per payment for less throughput; at 1 s of acquirer latency 4 still serve 100 payments
+    in flight (bench/latency.py, docs/benchmarks.md, "A slow acquirer")."""
     environ.setdefault("DATABASE_POOL", "true")
+    environ.setdefault("DATABASE_POOL_MAX_SIZE", "4")
 
 
 def on_starting(server):
