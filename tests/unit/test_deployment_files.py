@@ -254,7 +254,8 @@ def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
 def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     """make run (the Procfile), docker-compose and the image start gunicorn with
     config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048: gthread,
-    2 workers x 64 threads, the database pool on in the web process only, 4 connections per worker)."""
+    2 workers x 64 threads, the database pool on in the web process only, 4 connections per
+    worker)."""
     command = "gunicorn -c config/gunicorn.conf.py config.wsgi:application"
     procfile = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines())
     assert procfile["web"] == command
