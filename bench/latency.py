@@ -12,7 +12,10 @@ limits at their defaults, and runs rotating rounds of four cases, each ``--durat
 the sandbox answering at once (``instant``), after a normal 300 ms (sd 60) and a normal 1 s
 (sd 200) (the sandbox's ``latency`` condition, set through its control API), each with
 ``--clients`` client threads spread over ``--merchants`` merchants; and ``alone``: one merchant
-with ``--clients`` clients at 300 ms, which honour ``Retry-After`` on a ``429`` or ``503``.
+with ``--clients`` clients at 300 ms, which honour ``Retry-After`` on a ``429`` or ``503``;
+and ``open``: an open loop at 300 ms, Poisson arrivals at ``OPEN_LOAD_SHARE`` (0.8) of the
+same stack's ``300ms`` throughput in that round, each request sent when it arrives whatever
+the answers before it, its latency counted from its arrival (so a wait on our side counts).
 Rotating the cases in one run puts another engineer's load on a shared machine on every case
 alike, so the ratios mean something even when the absolute figures move.
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import threading
 import time
@@ -68,7 +72,14 @@ LATENCIES: dict[str, dict[str, Any] | None] = {
     "300ms": {"distribution": "normal", "mean_ms": 300, "sd_ms": 60},
     "1s": {"distribution": "normal", "mean_ms": 1000, "sd_ms": 200},
     "alone": {"distribution": "normal", "mean_ms": 300, "sd_ms": 60},
+    "open": {"distribution": "normal", "mean_ms": 300, "sd_ms": 60},
 }
+#: The ``open`` case's arrival rate: this share of the same stack's ``300ms`` throughput in the
+#: same round (issue 30: an open-loop load at 0.8 of the capacity must not collapse).
+OPEN_LOAD_SHARE = 0.8
+#: Threads and connections the open loop may use at once: far above what 300 ms needs at the
+#: offered rate (Little's law: 100/s x 0.35 s = 35), so a queue, if any, is the service's.
+OPEN_LOOP_THREADS = 256
 #: The standard normal's 99th percentile: a latency draw's p99 is mean + this x sd.
 NORMAL_P99_Z = 2.326
 #: The worker class and its knobs per ``--server``.
@@ -210,6 +221,57 @@ def load(
     return latencies, statuses
 
 
+def open_load(
+    url: str,
+    keys: list[str],
+    rate: float,
+    duration: float,
+    window: Callable[[], None],
+    rng: random.Random,
+) -> tuple[list[float], Counter, int]:
+    """Poisson arrivals at ``rate`` per second for ``duration`` s (an open loop: shoppers do not
+    wait for each other), each sent on a thread of its own (at most ``OPEN_LOOP_THREADS`` at
+    once, one shared client) with ``keys`` in turn and a fresh idempotency key; ``window`` is
+    called at the first arrival and once every answer is in. Returns the latencies (ms, from
+    the arrival, so a request's wait for a thread or a connection here or in the service is
+    counted: no coordinated omission) of the 201s, the count of each status, and the number
+    of arrivals."""
+    arrivals: list[float] = []
+    at = rng.expovariate(rate)
+    while at < duration:
+        arrivals.append(at)
+        at += rng.expovariate(rate)
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    lock = threading.Lock()
+    limits = httpx.Limits(max_connections=OPEN_LOOP_THREADS,
+                          max_keepalive_connections=OPEN_LOOP_THREADS)  # fmt: skip
+    with (
+        httpx.Client(timeout=30, limits=limits) as client,
+        ThreadPoolExecutor(OPEN_LOOP_THREADS) as pool,
+    ):
+        start = time.perf_counter()
+
+        def send(index: int, arrival: float) -> None:
+            try:
+                answer = post_payment(client, url, keys[index % len(keys)], uuid.uuid4().hex)
+                status: int | str = answer.status_code
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            elapsed = (time.perf_counter() - start - arrival) * 1000
+            with lock:
+                statuses[status] += 1
+                if status == 201:
+                    latencies.append(elapsed)
+
+        window()
+        for index, arrival in enumerate(arrivals):
+            time.sleep(max(0.0, start + arrival - time.perf_counter()))
+            pool.submit(send, index, arrival)
+    window()
+    return latencies, statuses, len(arrivals)
+
+
 def web_cpu_seconds(before: dict, after: dict, web_pids: list[int]) -> float:
     own = {pid: "web" for pid in web_pids}
     return cpu_seconds_by_group(
@@ -226,8 +288,10 @@ def run_case(
     clients: list[httpx.Client],
     args: Any,
     application: str,
+    open_rate: float = 0.0,
 ) -> dict[str, Any]:
-    """One case of one round: set the sandbox's latency, load, sample; the case's figures."""
+    """One case of one round: set the sandbox's latency, load, sample; the case's figures.
+    ``open_rate``: the ``open`` case's arrivals per second."""
     sandbox, server = stack
     condition = LATENCIES[case]
     with httpx.Client(timeout=5) as control:
@@ -242,13 +306,24 @@ def run_case(
     sampler = Sampler(db, sandbox.url, web_pids, application)
     sampler.start()
     readings: list[dict] = []
-    latencies, statuses = load(
-        f"{server.url}/payments",
-        keys["alone"] if case == "alone" else keys["many"],
-        clients,
-        args.duration,
-        lambda: readings.append(cpu_snapshot()),
-    )
+    arrivals = 0
+    if case == "open":
+        latencies, statuses, arrivals = open_load(
+            f"{server.url}/payments",
+            keys["many"],
+            open_rate,
+            args.duration,
+            lambda: readings.append(cpu_snapshot()),
+            random.Random(len(readings) + int(open_rate * 1000)),
+        )
+    else:
+        latencies, statuses = load(
+            f"{server.url}/payments",
+            keys["alone"] if case == "alone" else keys["many"],
+            clients,
+            args.duration,
+            lambda: readings.append(cpu_snapshot()),
+        )
     before, after = readings
     sampler.stop.set()
     sampler.join()
@@ -257,6 +332,7 @@ def run_case(
         "payments": statuses.get(201, 0),
         "answered_201": statuses.get(201, 0) + statuses.get("201 late", 0),
         "seconds": args.duration,
+        "arrivals": arrivals,
         "latencies": latencies,
         "statuses": {str(k): v for k, v in statuses.items()},
         "peak_in_flight": sampler.peak_in_flight,
@@ -291,6 +367,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "rss_kb_per_in_flight": ratio(peak["rss_at_peak"] / 1024, peak["peak_in_flight"]),
             "cpu_ms_per_payment": 1000
             * ratio(sum(item["web_cpu_seconds"] for item in items), payments),
+            "offered_per_second": ratio(
+                sum(item.get("arrivals", 0) for item in items),
+                sum(item["seconds"] for item in items),
+            ),
             "statuses": dict(statuses),
         }
     return summary
@@ -346,7 +426,14 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(args.rounds):
             for case in args.cases:
                 for label, stack in stacks.items():
-                    run = run_case(case, stack, db, keys, clients, args, application_name(label))
+                    closed = [r for r in runs if r["case"] == "300ms" + label]
+                    if case == "open" and not closed:
+                        raise SystemExit("the open case needs the 300ms case before it")
+                    rate = OPEN_LOAD_SHARE * ratio(closed[-1]["payments"], args.duration) if (
+                        case == "open") else 0.0  # fmt: skip
+                    run = run_case(
+                        case, stack, db, keys, clients, args, application_name(label), rate
+                    )
                     run["case"] = case + label
                     runs.append(run)
                     shown = {k: v for k, v in run.items() if k != "latencies"}
@@ -381,7 +468,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, (top, bottom) in pairs.items()
         if top in summary and bottom in summary
     }
-    for case in ("300ms", "1s"):
+    if "open" in summary:
+        # Served / offered near 1 and a p99 within the bound: no queue grows (no collapse).
+        ratios["open: served / offered"] = ratio(
+            summary["open"]["per_second"], summary["open"]["offered_per_second"]
+        )
+    for case in ("300ms", "1s", "open"):
         if case in summary and "instant" in summary:
             # Issue 30's bound: p99 <= 2 x the acquirer's p99 + the instant case's p99 (<= 1).
             condition = LATENCIES[case] or {}

@@ -555,3 +555,43 @@ def test_the_latency_benchmark_adds_its_rounds_up_per_case():
     assert figures["cpu_ms_per_payment"] == 5
     assert figures["statuses"] == {"201": 200}
     assert latency.parse_args(["--cases", "instant"]).cases == ["instant"]
+
+
+def test_the_latency_benchmarks_open_loop_sends_every_arrival_and_times_it_from_its_arrival():
+    """bench/latency.py's ``open`` case: Poisson arrivals at the rate for the duration, each
+    sent whatever the answers before it, every one answered (here by a local server taking
+    30 ms), each latency counted from the arrival; the CPU window opened and closed once."""
+    import random
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    keys_seen: Counter = Counter()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            keys_seen[self.headers["Authorization"]] += 1
+            time.sleep(0.03)
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    windows: list[float] = []
+    try:
+        latencies, statuses, arrivals = latency.open_load(
+            f"http://127.0.0.1:{server.server_port}/payments", ["a", "b"], 200.0, 0.5,
+            lambda: windows.append(time.monotonic()), random.Random(30),
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert 60 <= arrivals <= 140  # 100 expected: Poisson at 200/s for 0.5 s
+    assert statuses == {201: arrivals} and len(latencies) == arrivals
+    assert min(latencies) >= 30
+    assert keys_seen == {"Bearer a": (arrivals + 1) // 2, "Bearer b": arrivals // 2}
+    assert len(windows) == 2
