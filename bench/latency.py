@@ -8,7 +8,7 @@ One command (docs/benchmarks.md, "A slow acquirer")::
 
 It starts the sandbox and gunicorn as the Procfile does (``--server`` picks the worker class:
 ``gthread``, the default, with ``WEB_THREADS`` threads, or ``gevent``), with the per-merchant
-limits at their defaults, and runs rotating rounds of four cases, each ``--duration`` seconds:
+limits at their defaults, and runs rotating rounds of five cases, each ``--duration`` seconds:
 the sandbox answering at once (``instant``), after a normal 300 ms (sd 60) and a normal 1 s
 (sd 200) (the sandbox's ``latency`` condition, set through its control API), each with
 ``--clients`` client threads spread over ``--merchants`` merchants; and ``alone``: one merchant
@@ -80,6 +80,8 @@ OPEN_LOAD_SHARE = 0.8
 #: Threads and connections the open loop may use at once: far above what 300 ms needs at the
 #: offered rate (Little's law: 100/s x 0.35 s = 35), so a queue, if any, is the service's.
 OPEN_LOOP_THREADS = 256
+#: The arrivals' random source: the same draws every round, at that round's rate.
+OPEN_LOOP_SEED = 30
 #: The standard normal's 99th percentile: a latency draw's p99 is mean + this x sd.
 NORMAL_P99_Z = 2.326
 #: The worker class and its knobs per ``--server``.
@@ -314,7 +316,7 @@ def run_case(
             open_rate,
             args.duration,
             lambda: readings.append(cpu_snapshot()),
-            random.Random(len(readings) + int(open_rate * 1000)),
+            random.Random(OPEN_LOOP_SEED),
         )
     else:
         latencies, statuses = load(
@@ -426,11 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(args.rounds):
             for case in args.cases:
                 for label, stack in stacks.items():
-                    closed = [r for r in runs if r["case"] == "300ms" + label]
-                    if case == "open" and not closed:
-                        raise SystemExit("the open case needs the 300ms case before it")
-                    rate = OPEN_LOAD_SHARE * ratio(closed[-1]["payments"], args.duration) if (
-                        case == "open") else 0.0  # fmt: skip
+                    rate = 0.0
+                    if case == "open":
+                        closed = [r for r in runs if r["case"] == "300ms" + label]
+                        if not closed:
+                            raise SystemExit("the open case needs the 300ms case before it")
+                        rate = OPEN_LOAD_SHARE * ratio(closed[-1]["payments"], args.duration)
                     run = run_case(
                         case, stack, db, keys, clients, args, application_name(label), rate
                     )

@@ -70,7 +70,9 @@ def django_preload(server):
     served and stopped: 1.8 CPU-seconds in all instead of 5.7, measured here). Not the
     application: config/wsgi.py is still imported in each worker after the fork, where
     tracing is set up (its exporter thread is the worker's) before the middleware loads.
-    Nothing here opens a connection or starts a thread: Django connects lazily. A
+    Django connects lazily, so the master forks holding no database or Redis connection and
+    no thread of it (under config.settings.local the embedded servers are started or found
+    here, once, instead of in each worker). A
     configuration that fails here is left to the workers, which report it at boot as before
     (config/checks.py) and stop gunicorn; an app that fails to load stops the master here."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")

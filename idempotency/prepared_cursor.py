@@ -29,6 +29,7 @@ records (a traced, sampled request; ADR 0044), with the instrumentation's attrib
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from typing import Any
 
@@ -48,9 +49,10 @@ def numbered_placeholders(query: str) -> str:
     """``query`` (a statement with psycopg's ``%s`` placeholders and ``%%`` for a literal
     ``%``) with each ``%s`` as PostgreSQL's positional ``$1``, ``$2`` ... in order and each
     ``%%`` as ``%``: the text psycopg would send, made once per distinct statement (the hot
-    path has a handful). Raises ``ValueError`` for any other ``%`` form (``%(name)s``, ``%d``),
-    which psycopg's own conversion refuses too."""
-    numbers = iter(range(1, 65536))  # PostgreSQL's limit on a statement's parameters
+    path has a handful). Raises ``ValueError`` for any other ``%`` form: ``%d`` or a lone
+    ``%``, which psycopg refuses too, and named ``%(name)s`` or psycopg's ``%b`` and ``%t``,
+    which these statements do not use."""
+    numbers = itertools.count(1)
 
     def replace(match: re.Match[str]) -> str:
         if match[0] == "%s":
@@ -62,7 +64,7 @@ def numbered_placeholders(query: str) -> str:
     return _PLACEHOLDER.sub(replace, query)
 
 
-class _ServerBindingCursor(RawCursorMixin, ServerBindingCursor):  # type: ignore[misc]
+class _ServerBindingCursor(RawCursorMixin, ServerBindingCursor):
     """Django's server-binding cursor on psycopg's raw queries (the statement's ``%s`` numbered
     once, :func:`numbered_placeholders`), each statement a client span of ``db.system``
     ``postgresql`` when the running span records (never its parameters)."""

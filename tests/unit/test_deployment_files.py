@@ -315,13 +315,16 @@ def _gunicorn_conf() -> dict:
     return namespace
 
 
-def test_the_master_sets_django_up_and_freezes_it_before_the_workers_fork():
+def test_the_master_sets_django_up_and_freezes_it_before_the_workers_fork(monkeypatch):
     """ADR 0052: on_starting calls django_preload once the metrics directory is named; it
-    leaves Django's apps ready and what was loaded in the permanent generation, logging
-    nothing."""
+    calls ``django.setup()`` (without a script prefix, as the WSGI handler sets its own) and
+    puts what was loaded in the permanent generation, logging nothing."""
     source = (ROOT / "config/gunicorn.conf.py").read_text()
     on_starting = source[source.index("def on_starting(") : source.index("def django_preload(")]
     assert on_starting.index("metrics_dir_prepare(") < on_starting.index("django_preload(server)")
+    calls: list[dict] = []
+    setup = django.setup
+    monkeypatch.setattr(django, "setup", lambda **kwargs: calls.append(kwargs) or setup(**kwargs))
     log = _Log()
     gc.unfreeze()
     try:
@@ -329,7 +332,7 @@ def test_the_master_sets_django_up_and_freezes_it_before_the_workers_fork():
         frozen = gc.get_freeze_count()
     finally:
         gc.unfreeze()
-    assert apps.ready
+    assert calls == [{"set_prefix": False}]
     assert frozen > 10_000, frozen  # Django, DRF, every app: far more objects than that
     assert log.lines == []
 
