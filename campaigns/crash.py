@@ -2,9 +2,11 @@
 payments/core/crashpoints.py), N requests per point; reconciliation (the Celery worker, beat's
 sweep) must resolve every payment and every capture, void and refund left behind, once.
 
-One gunicorn per point (two workers for the authorization's points, one for each operation's:
-gunicorn respawns each killed one), requests sent one at a time per point, every point at once.
-The merchant gets no answer.
+One gunicorn per phase, two workers each (gunicorn respawns each killed one), armed for that
+phase of the authorization and of every operation (``PAYMENTS_CRASH_POINT`` naming four
+points): its requests are sent one at a time, the authorization's runs then each operation's,
+so every request reaches its point alone; the three gunicorns at once. The merchant gets no
+answer.
 
 - The authorization's points (``after_phase1_commit``, ``after_acquirer_answer``,
   ``before_phase2_commit``): afterwards every key has exactly one payment, each resolved to what
@@ -246,36 +248,37 @@ def run(stack: Stack, *, runs: int = 50) -> CampaignResult:
     not_prepared = asyncio.run(_prepare_payments(stack.web.url, api_key, operation_runs))
     stats_before = stack.sandbox.stats()
     points = CRASH_POINTS + OPERATION_CRASH_POINTS
+    # One gunicorn per phase: the authorization's point and each operation's at that phase.
+    armed = {phase: (phase, *(f"{kind}_{phase}" for kind in OPERATIONS)) for phase in CRASH_POINTS}
     webs = {
-        point: stack.start_web(
-            f"web-crash-{point}",
-            workers=2 if point in CRASH_POINTS else 1,
-            wait=False,
-            PAYMENTS_CRASH_POINT=point,
+        phase: stack.start_web(
+            f"web-crash-{phase}", workers=2, wait=False, PAYMENTS_CRASH_POINT=",".join(names)
         )
-        for point in points
+        for phase, names in armed.items()
     }
-    for point, web in webs.items():
-        wait_until(web.up, timeout=120, what=f"gunicorn crashing at {point}")
-    booted_before = {point: web.workers_booted() for point, web in webs.items()}
+    for phase, web in webs.items():
+        wait_until(web.up, timeout=120, what=f"gunicorn crashing at {phase}")
+    booted_before = {phase: web.workers_booted() for phase, web in webs.items()}
     keys = {
         point: [f"crash-{stack.tag}-{point}-{i}" for i in range(runs)] for point in CRASH_POINTS
     }
 
-    async def all_points() -> list[list[Answer]]:
-        return await asyncio.gather(
-            *(_crash_runs(webs[p].url, api_key, keys[p]) for p in CRASH_POINTS),
-            *(
-                _operation_crash_runs(webs[p].url, api_key, operation_plan[p])
-                for p in OPERATION_CRASH_POINTS
-            ),
-        )
+    async def one_phase(phase: str) -> list[Answer]:
+        """The phase's requests one at a time: each kills the worker that takes it."""
+        url = webs[phase].url
+        answers = await _crash_runs(url, api_key, keys[phase])
+        for point in armed[phase][1:]:
+            await _operation_crash_runs(url, api_key, operation_plan[point])
+        return answers
+
+    async def all_phases() -> list[list[Answer]]:
+        return await asyncio.gather(*(one_phase(phase) for phase in CRASH_POINTS))
 
     sent_at = time.monotonic()
-    answers = dict(zip(CRASH_POINTS, asyncio.run(all_points()), strict=False))
+    answers = dict(zip(CRASH_POINTS, asyncio.run(all_phases()), strict=True))
     sending = time.monotonic() - sent_at
     time.sleep(2)  # let gunicorn log the last respawns
-    crashes = {p: webs[p].workers_booted() - booted_before[p] for p in points}
+    crashes = {phase: webs[phase].workers_booted() - booted_before[phase] for phase in webs}
     answered = {p: sum(1 for a in answers[p] if a.status is not None) for p in CRASH_POINTS}
     answered |= {
         p: sum(1 for r in operation_plan[p] if r.answer is not None and r.answer.status is not None)
@@ -391,7 +394,10 @@ def run(stack: Stack, *, runs: int = 50) -> CampaignResult:
         result.check(
             answered[point] == 0, f"{point}: {answered[point]} requests were answered (no crash)"
         )
+    for phase, names in armed.items():
+        expected = runs * len(names)
         result.check(
-            crashes[point] >= runs, f"{point}: {crashes[point]} worker restarts for {runs} runs"
+            crashes[phase] >= expected,
+            f"{phase}: {crashes[phase]} worker restarts for {expected} runs",
         )
     return result

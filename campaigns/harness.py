@@ -829,28 +829,34 @@ class Stack:
         return result
 
     def prepare_merchants(self, names: Sequence[str]) -> None:
-        """Create these merchants now, in parallel (each ``create_merchant`` is a process)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            created = list(pool.map(self._create_merchant, names))
+        """Create these merchants now, in one ``create_merchant`` process."""
+        result = self.manage("create_merchant", *(f"{name}-{self.tag}" for name in names))
+        created = self._created_merchants(result.stdout)
+        if len(created) != len(names):
+            raise CampaignError(f"create_merchant printed {len(created)} of {len(names)} keys")
         self._prepared.update(zip(names, created, strict=True))
 
     def create_merchant(self, name: str) -> tuple[int, str]:
         """A merchant of its own for a campaign: (id, raw API key), kept in memory only."""
         if name in self._prepared:
             return self._prepared.pop(name)
-        return self._create_merchant(name)
+        (created,) = self._created_merchants(
+            self.manage("create_merchant", f"{name}-{self.tag}").stdout
+        )
+        return created
 
-    def _create_merchant(self, name: str) -> tuple[int, str]:
-        result = self.manage("create_merchant", f"{name}-{self.tag}")
-        lines = result.stdout.strip().splitlines()
-        key = lines[-1].strip()
-        match = re.search(r"\(id (\d+)\)", result.stdout)
-        if not match:
-            raise CampaignError("create_merchant printed no id")
-        self.merchant_keys.append(key)
-        return int(match.group(1)), key
+    def _created_merchants(self, output: str) -> list[tuple[int, str]]:
+        """(id, key) per merchant in ``create_merchant``'s output: its ``(id N)`` line, then
+        the key on the line after ``API key``."""
+        lines = output.strip().splitlines()
+        ids = [int(m.group(1)) for line in lines if (m := re.search(r"\(id (\d+)\)", line))]
+        keys = [
+            lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if line.startswith("API key")
+        ]
+        if not ids or len(ids) != len(keys):
+            raise CampaignError("create_merchant printed no id or no key")
+        self.merchant_keys.extend(keys)
+        return list(zip(ids, keys, strict=True))
 
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
         import psycopg

@@ -134,6 +134,7 @@ SERIAL = (
 #: stack left gunicorn's metrics directory behind (never alone, nor with the module alone
 #: under load): open, docs/testing.md.
 ONE_WORKER_MODULES = (
+    "tests/e2e/test_crash_points.py",
     "tests/e2e/test_merchant_client_stack.py",
     "tests/integration/test_stripe_connector.py",
     "tests/integration/test_adyen_connector.py",

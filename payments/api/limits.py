@@ -62,11 +62,13 @@ __all__ = [
     "SLOTS_SCRIPT",
     "RateDecision",
     "authentication_failures_refusal",
+    "authentication_window_offset",
     "client_address",
     "concurrency_limit",
     "payment_slot",
     "rate_limit",
     "request_rate_check",
+    "request_rate_window_offset",
 ]
 
 #: The quota policy's name in ``RateLimit-Policy`` and ``RateLimit`` (a structured String).
@@ -108,6 +110,13 @@ class RateDecision:
         }
 
 
+def request_rate_window_offset(merchant_id: int, window: int) -> int:
+    """Where a merchant's request-rate windows start, in seconds (0 to ``window - 1``): its
+    windows are ``[offset + k * window, offset + (k + 1) * window)`` of Unix time and its count
+    starts again at each one's start; the merchant's id spreads the merchants' window ends."""
+    return merchant_id % window
+
+
 def request_rate_check(merchant: Merchant) -> RateDecision | None:
     """Count one request of ``merchant``; None when it has no rate limit.
 
@@ -119,7 +128,9 @@ def request_rate_check(merchant: Merchant) -> RateDecision | None:
         return None
     window = settings.MERCHANT_RATE_LIMIT_WINDOW_SECONDS
     allowed, remaining, reset = shared_state_store().run(
-        RATE_SCRIPT, [f"merchant_rate:{merchant.pk}"], [quota, window, merchant.pk % window]
+        RATE_SCRIPT,
+        [f"merchant_rate:{merchant.pk}"],
+        [quota, window, request_rate_window_offset(merchant.pk, window)],
     )
     return RateDecision(bool(allowed), quota, window, max(0, int(remaining)), reset)
 
@@ -188,6 +199,14 @@ def client_address(request) -> str:
     return str(address)
 
 
+def authentication_window_offset(client: str, window: int) -> int:
+    """Where ``client``'s windows of failed authentications start, in seconds (0 to
+    ``window - 1``): its windows are ``[offset + k * window, offset + (k + 1) * window)`` of
+    Unix time, and its count starts again at each one's start. A hash of the client (CRC-32)
+    spreads the clients' window ends over the window."""
+    return zlib.crc32(client.encode()) % window
+
+
 def authentication_failures_refusal(client: str, *, count: bool) -> Problem | None:
     """The ``429 authentication_rate_limited`` problem when ``client`` (a
     :func:`client_address`) has failed to authenticate ``API_AUTH_FAILURE_LIMIT`` times in the
@@ -205,7 +224,7 @@ def authentication_failures_refusal(client: str, *, count: bool) -> Problem | No
     allowed, remaining, reset = shared_state_store().run(
         RATE_SCRIPT,
         [f"auth_failures:{client}"],
-        [quota if count else 0, window, zlib.crc32(client.encode()) % window],
+        [quota if count else 0, window, authentication_window_offset(client, window)],
     )
     over = not allowed if count else -remaining >= quota
     if not over:

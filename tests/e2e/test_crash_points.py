@@ -13,7 +13,12 @@ import pytest
 from django.utils import timezone
 
 from payments.acquirer.client import acquirer_client
-from payments.core.crashpoints import AUTHORIZATION_CRASH_POINTS, OPERATION_CRASH_POINTS
+from payments.core.crashpoints import (
+    AUTHORIZATION_CRASH_POINTS,
+    OPERATION_CRASH_POINTS,
+    OPERATIONS,
+    PHASES,
+)
 from payments.models import Payment, PaymentOperation
 from payments.reconciliation.operations import operation_claim, operation_reconcile
 from payments.reconciliation.payments import (
@@ -37,27 +42,46 @@ from tests.support.processes import (
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def crashing_web(request, sandbox, tmp_path) -> Iterator[str]:
-    """gunicorn whose workers kill themselves at ``request.param``; yields its URL."""
-    port = free_port()
-    env = service_env(
-        WEB_BIND=f"127.0.0.1:{port}",
-        WEB_CONCURRENCY="1",
-        ACQUIRER_BASE_URL=sandbox.url,
-        ACQUIRER_API_KEY=sandbox.api_key,
-        PAYMENTS_CRASH_POINT=request.param,
-    )
-    with open(tmp_path / "web.log", "w") as log:
-        web = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-
-        try:
-            wait_until(lambda: answers_healthz(url), timeout=STARTUP_SECONDS, what="gunicorn")
-            yield url
-        finally:
+@pytest.fixture(scope="module")
+def crashing_webs(sandbox_process, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """One gunicorn per phase (:data:`PHASES`), its URL by phase: its worker kills itself at
+    that phase of an authorization and of every capture, void and refund
+    (``PAYMENTS_CRASH_POINT`` naming the four points), and gunicorn starts another for the
+    next test. Three processes for the module's twelve points, started side by side."""
+    logs = tmp_path_factory.mktemp("crashing-webs")
+    webs: dict[str, subprocess.Popen] = {}
+    urls: dict[str, str] = {}
+    try:
+        for phase in PHASES:
+            port = free_port()
+            points = [phase, *(f"{kind}_{phase}" for kind in OPERATIONS)]
+            env = service_env(
+                WEB_BIND=f"127.0.0.1:{port}",
+                WEB_CONCURRENCY="1",
+                ACQUIRER_BASE_URL=sandbox_process.url,
+                ACQUIRER_API_KEY=sandbox_process.api_key,
+                PAYMENTS_CRASH_POINT=",".join(points),
+            )
+            with open(logs / f"web-{phase}.log", "w") as log:
+                webs[phase] = subprocess.Popen(
+                    GUNICORN, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            urls[phase] = f"http://127.0.0.1:{port}"
+        for phase, url in urls.items():
+            wait_until(lambda url=url: answers_healthz(url), timeout=STARTUP_SECONDS, what=phase)
+        yield urls
+    finally:
+        for web in webs.values():
             web.send_signal(signal.SIGQUIT)  # gunicorn's quick shutdown: nothing to drain
+        for web in webs.values():
             web.wait(15)
+
+
+@pytest.fixture
+def crashing_web(request, crashing_webs, sandbox) -> str:
+    """The URL of the gunicorn whose worker dies at ``request.param`` (a crash point)."""
+    point: str = request.param
+    return crashing_webs[point.split("_", 1)[1] if point.startswith(OPERATIONS) else point]
 
 
 @pytest.mark.parametrize("crashing_web", AUTHORIZATION_CRASH_POINTS, indirect=True)

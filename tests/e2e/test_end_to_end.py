@@ -74,13 +74,17 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             log.close()
 
 
-def create_merchant(env: dict, name: str) -> str:
-    """Run ``manage.py create_merchant NAME`` and return the key from its last line."""
+def create_merchants(env: dict, *names: str) -> list[str]:
+    """Run ``manage.py create_merchant NAME ...`` once and return each merchant's key, the line
+    after each ``API key`` line."""
     result = subprocess.run(
-        [sys.executable, "manage.py", "create_merchant", name],
+        [sys.executable, "manage.py", "create_merchant", *names],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
-    return result.stdout.strip().splitlines()[-1]
+    lines = result.stdout.strip().splitlines()
+    keys = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line.startswith("API key")]
+    assert len(keys) == len(names), result.stdout.count("sk_")
+    return keys
 
 
 def pay(url: str, api_key: str, key: str, **changes) -> httpx.Response:
@@ -96,8 +100,9 @@ def test_payments_end_to_end(stack):
     """Approve, decline, replay, 422, 409, timeout and 500 after commit, merchant scoping, and
     two Idempotency-Key fields refused."""
     url, sandbox = stack["url"], stack["sandbox"]
-    key_a = create_merchant(stack["env"], f"e2e-a-{uuid.uuid4().hex[:6]}")
-    key_b = create_merchant(stack["env"], f"e2e-b-{uuid.uuid4().hex[:6]}")
+    key_a, key_b = create_merchants(
+        stack["env"], f"e2e-a-{uuid.uuid4().hex[:6]}", f"e2e-b-{uuid.uuid4().hex[:6]}"
+    )
     assert key_a.startswith("sk_test_")  # local settings: ADR 0039
 
     approved = pay(url, key_a, "e2e-1")
@@ -169,7 +174,7 @@ def test_card_numbers_and_keys_in_urls_never_reach_the_logs(stack):
     """A card number or an API key in a URL or header is redacted from gunicorn's and Django's
     logs, and a card-like Idempotency-Key is refused before it is stored."""
     url, log_path = stack["url"], stack["log"]
-    key = create_merchant(stack["env"], f"e2e-logs-{uuid.uuid4().hex[:6]}")
+    (key,) = create_merchants(stack["env"], f"e2e-logs-{uuid.uuid4().hex[:6]}")
     auth = {"Authorization": f"Bearer {key}"}
     httpx.get(f"{url}/payments/4111111111111111", headers=auth, timeout=10)
     httpx.get(f"{url}/payments?reference=5555555555554444&api_key={key}", headers=auth, timeout=10)

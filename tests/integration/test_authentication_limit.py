@@ -13,7 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from merchants.authentication import api_key_cache_clear
+from payments.api.limits import authentication_window_offset
 from tests.support.redis import suite_redis_url
+from tests.support.windows import clear_of_window_ends
 
 pytestmark = pytest.mark.django_db
 
@@ -36,6 +38,12 @@ def limited(settings) -> Iterator[None]:
     client.close()
 
 
+def clear_of(*clients: str) -> None:
+    """Start clear of these clients' window ends (tests/support/windows.py)."""
+    window = 60  # the fixture's API_AUTH_FAILURE_WINDOW_SECONDS
+    clear_of_window_ends([authentication_window_offset(c, window) for c in clients], window)
+
+
 def get(address: str, authorization: str | None = None, **headers):
     client = APIClient(REMOTE_ADDR=address)
     if authorization is not None:
@@ -51,6 +59,7 @@ def test_a_client_past_its_failures_gets_429_before_any_look_up(limited, authori
     """Missing, unknown, malformed or another scheme: three 401s, then 429
     authentication_rate_limited with Retry-After, answered without a query; another address
     is not affected."""
+    clear_of("198.51.100.7", "198.51.100.8")
     for _ in range(3):
         assert get("198.51.100.7", authorization).status_code == 401
     with CaptureQueriesContext(connection) as queries:
@@ -66,6 +75,7 @@ def test_a_client_past_its_failures_gets_429_before_any_look_up(limited, authori
 def test_a_trusted_key_passes_from_a_blocked_address_and_ipv6_counts_by_64(limited, merchant_a):
     """A key this process already trusts (cached) still works from an address past its limit;
     once forgotten, it waits like the rest. IPv6 addresses of one /64 share one count."""
+    clear_of("203.0.113.9", "2001:db8:1:2::/64", "2001:db8:1:3::/64")
     key = f"Bearer {merchant_a.api_key}"
     assert get("203.0.113.9", key).status_code == 200  # looked up, now cached
     for _ in range(3):
@@ -84,6 +94,7 @@ def test_behind_the_proxy_the_forwarded_address_counts(limited, settings):
     """With API_CLIENT_ADDRESS_HEADER, the proxy's last X-Forwarded-For address is the
     client: two clients behind one proxy have counts of their own."""
     settings.API_CLIENT_ADDRESS_HEADER = "X-Forwarded-For"
+    clear_of("192.0.2.50", "192.0.2.51")
     for _ in range(3):
         get("10.0.0.2", None, HTTP_X_FORWARDED_FOR="192.0.2.50")
     assert get("10.0.0.2", None, HTTP_X_FORWARDED_FOR="192.0.2.50").status_code == 429

@@ -35,6 +35,34 @@ def test_create_merchant_refuses_a_taken_name_unless_asked_for_a_new_key():
     assert ApiKey.objects.count() == 2
 
 
+def test_create_merchant_makes_several_merchants_each_key_after_its_line():
+    """Several names in one command: each merchant's id line, then its key on the line after
+    "API key"; every key stored by its hash only, under its own merchant."""
+    out = StringIO()
+    call_command("create_merchant", "Shop A", "Shop B", "Shop C", stdout=out)
+    lines = out.getvalue().strip().splitlines()
+    keys = [lines[i + 1] for i, line in enumerate(lines) if line.startswith("API key")]
+    created = [line for line in lines if line.startswith("Created merchant")]
+    assert [line.split("'")[1] for line in created] == ["Shop A", "Shop B", "Shop C"]
+    assert len(set(keys)) == 3 and lines[-1] == keys[-1]
+    for name, key in zip(["Shop A", "Shop B", "Shop C"], keys, strict=True):
+        assert ApiKey.objects.get(key_hash=api_key_hash(key)).merchant.name == name
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["Shop A", "Shop A"], ["Shop A", " "], ["Shop A", "4242424242424242"]],
+    ids=["repeated", "empty", "card-number"],
+)
+def test_create_merchant_refuses_a_bad_name_among_several_before_creating_any(names):
+    """A repeated, empty or card-holding name among several: a CommandError naming no card
+    number, and no merchant created, not even the good ones before it."""
+    with pytest.raises(CommandError) as refused:
+        call_command("create_merchant", *names, stdout=StringIO())
+    assert "4242424242424242" not in str(refused.value)
+    assert Merchant.objects.count() == 0
+
+
 def test_demo_setup_prints_a_working_curl_example():
     """make run's banner holds an API key and curl commands."""
     out = StringIO()

@@ -12,7 +12,13 @@ import pytest
 import redis
 
 from idempotency.models import IdempotencyKey
-from payments.api.limits import RATE_SCRIPT, SLOTS_SCRIPT, RateDecision, payment_slot
+from payments.api.limits import (
+    RATE_SCRIPT,
+    SLOTS_SCRIPT,
+    RateDecision,
+    payment_slot,
+    request_rate_window_offset,
+)
 from resilience.clock import ManualClock
 from resilience.quota import quota_profile
 from resilience.store import MemoryStore, RedisStore
@@ -20,6 +26,7 @@ from resilience.structured_fields import parse_list
 from tests.factories import PaymentFactory
 from tests.support.api import PAYMENT_BODY
 from tests.support.redis import suite_redis_url
+from tests.support.windows import clear_of_window_ends
 
 
 @pytest.fixture(autouse=True)
@@ -122,6 +129,7 @@ def test_over_the_rate_answers_429_with_headers_gateway_client_reads(
     and RateLimit t agree, both read by resilience.quota_profile (the client's own reader)."""
     merchant_a.merchant.rate_limit_requests = 3
     merchant_a.merchant.save()
+    clear_of_window_ends([request_rate_window_offset(merchant_a.merchant.pk, 60)], 60)
     remaining = []
     for _ in range(3):
         answer = merchant_a.client.get("/payments")
@@ -153,6 +161,7 @@ def test_a_refused_request_stores_nothing_and_a_replay_counts(
     and the key is left as it was; a new key is 429 and stores no key at all."""
     merchant_a.merchant.rate_limit_requests = 2
     merchant_a.merchant.save()
+    clear_of_window_ends([request_rate_window_offset(merchant_a.merchant.pk, 60)], 60)
     body = PAYMENT_BODY
     assert merchant_a.create_payment(body, key="order-9").status_code == 201
     replay = merchant_a.create_payment(body, key="order-9")

@@ -1,8 +1,12 @@
-"""``python manage.py create_merchant NAME``: create a merchant and print its new API key.
+"""``python manage.py create_merchant NAME [NAME ...]``: create merchants and print their new
+API keys.
 
-The key is printed once, as the last line of the output; only its hash is stored. With
-``--if-exists=new-key`` an existing merchant gets an additional key instead of an error (used by
-``make run`` for the demo merchant).
+Each key is printed once, on the line after ``API key (shown once, store it now):``; with one
+NAME it is the last line of the output. Only a key's hash is stored. With ``--if-exists=new-key``
+an existing merchant gets an additional key instead of an error (used by ``make run`` for the
+demo merchant). Several names are all checked before any is created, then created in the order
+given: a refused or repeated name creates nothing; a taken one stops the command after the
+merchants before it, whose keys were printed.
 """
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,25 +22,35 @@ from merchants.services import (
 
 
 class Command(BaseCommand):
-    help = "Create a merchant and print its API key (shown once, as the last line)."
+    help = (
+        "Create merchants and print each one's API key (shown once, on the line after "
+        "'API key'; with one NAME, the last line)."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("name")
+        parser.add_argument("names", nargs="+", metavar="NAME")
         parser.add_argument(
             "--if-exists",
             choices=["error", "new-key"],
             default="error",
-            help="What to do when a merchant with this name exists (default: error).",
+            help="What to do when a merchant with a NAME exists (default: error).",
         )
 
-    def handle(self, *args, name: str, if_exists: str, **options):
-        name = name.strip()
-        if not name:
-            raise CommandError("NAME must not be empty.")
-        try:
-            merchant_name_check(name)  # before the name reaches a query or a message
-        except MerchantNameRefused as exc:
-            raise CommandError(str(exc)) from None
+    def handle(self, *args, names: list[str], if_exists: str, **options):
+        names = [name.strip() for name in names]
+        for name in names:
+            if not name:
+                raise CommandError("NAME must not be empty.")
+            try:
+                merchant_name_check(name)  # before the name reaches a query or a message
+            except MerchantNameRefused as exc:
+                raise CommandError(str(exc)) from None
+        if len(set(names)) != len(names):
+            raise CommandError("A NAME is given twice.")
+        for name in names:
+            self._create(name, if_exists)
+
+    def _create(self, name: str, if_exists: str) -> None:
         existing = Merchant.objects.filter(name=name).first()
         if existing is not None:
             if if_exists != "new-key":
