@@ -55,6 +55,9 @@ class MerchantPages:
         pages = self
 
         class Handler(BaseHTTPRequestHandler):
+            # The body leaves with its headers, not after a 40 ms delayed ACK.
+            disable_nagle_algorithm = True
+
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 

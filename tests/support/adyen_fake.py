@@ -294,6 +294,8 @@ class Fake:
 class Handler(BaseHTTPRequestHandler):
     """One request to the fake (see the module docstring)."""
 
+    disable_nagle_algorithm = True  # the body leaves with its headers: no 40 ms delayed-ACK wait
+
     fake: Fake
     protocol_version = "HTTP/1.1"
 

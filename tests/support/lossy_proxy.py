@@ -105,6 +105,8 @@ class LossyProxy:
                 _reset(client)
                 continue
             upstream.settimeout(None)
+            for sock in (client, upstream):  # no 40 ms wait for a delayed ACK between sends
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._open.update((client, upstream))
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()

@@ -96,6 +96,10 @@ class TcpProxy:
             else:
                 server = socket.create_connection(self.upstream, timeout=5)
                 server.settimeout(None)
+                # Bytes leave as they arrive: a second small send does not wait for the ACK
+                # of the first, which the other end's delayed ACK holds back 40 ms.
+                for sock in (client, server):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             _close(client)
             return
