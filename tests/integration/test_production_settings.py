@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from config.checks import (
     PRODUCTION_ONLY_RULES,
     REQUIRED_IN_PRODUCTION,
+    production_only_rules_hold,
     production_settings_are_set,
 )
 from payments.acquirer.client import acquirer_client
@@ -256,13 +257,39 @@ def test_the_environment_cannot_turn_the_webhook_guard_off_in_production(tmp_pat
     assert "forced: False False" in done.stdout.splitlines()
 
 
+#: What each production-only rule holds in production (config/settings/production.py).
+RIGHT_IN_PRODUCTION = {
+    "DEBUG": False,
+    "WEBHOOK_ALLOW_LOCAL_URLS": False,
+    "PAYMENTS_CRASH_POINT": "",
+    "ADMIN_OTP_REQUIRED": True,
+    "SESSION_COOKIE_SECURE": True,
+    "CSRF_COOKIE_SECURE": True,
+    "ALLOWED_HOSTS": ["payments.example.com"],
+    "SECRET_KEY": PRODUCTION_ENV["DJANGO_SECRET_KEY"],
+}
+
+
 @pytest.mark.parametrize("name", sorted(WRONG_IN_PRODUCTION))
-def test_check_deploy_fails_on_each_production_only_setting_set_wrong(tmp_path, name):
-    """A settings module built on the production settings that sets one rule back fails
-    `manage.py check --deploy` (config.E003, naming the setting, never its value)."""
+def test_each_production_only_setting_set_wrong_alone_is_one_error_naming_it(name):
+    """Production's values but one set back: exactly one config.E003, naming that setting and
+    its rule, never the value (in process; the next test runs ``check --deploy``)."""
+    assert set(RIGHT_IN_PRODUCTION) == set(PRODUCTION_ONLY_RULES)
+    values = {**RIGHT_IN_PRODUCTION, name: WRONG_IN_PRODUCTION[name]}
+    with override_settings(REQUIRE_PRODUCTION_SETTINGS=True, **values):
+        errors = production_only_rules_hold()
+    assert [(e.id, e.msg.split(" ", 1)[0]) for e in errors] == [("config.E003", name)]
+    assert "insecure-local-development-key-change-me" not in errors[0].msg + errors[0].hint
+    with override_settings(REQUIRE_PRODUCTION_SETTINGS=True, **RIGHT_IN_PRODUCTION):
+        assert production_only_rules_hold() == []
+
+
+def test_check_deploy_fails_naming_each_production_only_setting_set_wrong(tmp_path):
+    """A settings module built on the production settings that sets the rules back fails
+    `manage.py check --deploy`: one config.E003 per setting, naming it, never its value."""
     (tmp_path / "wrong_settings.py").write_text(
-        f"from config.settings.production import *  # noqa: F403\n"
-        f"{name} = {WRONG_IN_PRODUCTION[name]!r}\n"
+        "from config.settings.production import *  # noqa: F403\n"
+        + "".join(f"{name} = {value!r}\n" for name, value in WRONG_IN_PRODUCTION.items())
     )
     env = bare_env(
         tmp_path,
@@ -271,6 +298,8 @@ def test_check_deploy_fails_on_each_production_only_setting_set_wrong(tmp_path, 
     )
     done = run([sys.executable, "manage.py", "check", "--deploy"], env)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"(config.E003) {name} must" in done.stderr
-    assert sum("config.E003" in line for line in done.stderr.splitlines()) == 1
+    named = [line for line in done.stderr.splitlines() if "config.E003" in line]
+    for name in WRONG_IN_PRODUCTION:
+        assert sum(f"(config.E003) {name} must" in line for line in named) == 1, named
+    assert len(named) == len(WRONG_IN_PRODUCTION), named
     assert "insecure-local-development-key-change-me" not in done.stderr
