@@ -13,8 +13,8 @@ that is not as documented (status, headers, schema, problem code), a valid reque
 other than by its state or a rule the document lists beyond the schema, an invalid one
 accepted. The campaign also counts the captures, refunds and rotations that succeeded (only a
 real id, which only a link carries, makes one succeed) and requires one of each
-(``require_linked``; the short profile's two rounds print them: a capture needs a generated
-payment that is manual and a link chosen to it, which two rounds do not always draw).
+(``require_linked``; the short profile's round prints them: a capture needs a generated
+payment that is manual and a link chosen to it, which one short round does not always draw).
 """
 
 from __future__ import annotations

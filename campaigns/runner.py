@@ -66,7 +66,14 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "storms": {"keys": 25, "per_key": 20},
         "crash": {"runs": 3},
         "matrix": {"payments": 100, "concurrency": 16, "recovery_timeout": 8},
-        "schemathesis": {"min_requests": 250, "max_examples": 25, "require_linked": False},
+        # One round (about 400 requests) unless it falls short of 250: the suite's in-process
+        # Schemathesis test (tests/integration/test_openapi_schemathesis.py) requires the links.
+        "schemathesis": {
+            "min_requests": 250,
+            "max_examples": 15,
+            "min_rounds": 1,
+            "require_linked": False,
+        },
         "soak": {"seconds": 60, "rate": 20},
         "secrets": {},
         "webhooks": {"payments": 100, "concurrency": 16, "recovery_timeout": 0},
