@@ -886,18 +886,23 @@ class Stack:
         report["exit"] = result.returncode
         return report
 
-    def wait_resolved(self, since: datetime, *, timeout: float) -> int:
+    def wait_resolved(
+        self, since: datetime, *, timeout: float, operations_in_review: bool = False
+    ) -> int:
         """Wait until nothing created since ``since`` is unresolved: no payment
-        ``processing`` or ``deferred`` and no capture, void or refund ``pending``; returns how
-        many still are (0 unless the timeout passed)."""
+        ``processing`` or ``deferred`` and no capture, void or refund ``pending`` (nor
+        ``needs_review`` with ``operations_in_review``: one that a provider settles by
+        notification, which may still come); returns how many still are (0 unless the
+        timeout passed)."""
         deadline = time.monotonic() + timeout
+        waiting = ("pending", "needs_review") if operations_in_review else ("pending",)
         while True:
             (count,) = self.sql(
                 "SELECT (SELECT count(*) FROM payments_payment WHERE status IN "
                 "('processing', 'deferred') "
                 "AND created_at >= %s) + (SELECT count(*) FROM payments_paymentoperation "
-                "WHERE status = 'pending' AND created_at >= %s)",
-                [since, since],
+                "WHERE status = ANY(%s) AND created_at >= %s)",
+                [since, list(waiting), since],
             )[0]
             if count == 0 or time.monotonic() > deadline:
                 return count
