@@ -135,14 +135,12 @@ SERIAL = (
 )
 
 #: Modules whose tests share processes started once per module (a module-scoped fixture: a
-#: gunicorn stack, localstripe, the Adyen fake). Each runs on one worker (its own
+#: gunicorn stack, localstripe, the Adyen fake, ``make run``). Each runs on one worker (its own
 #: ``xdist_group``), beside the others: spread over several workers, each worker started the
-#: same stack again. Not tests/e2e/test_first_hour.py: on one worker its Ctrl-C test follows
-#: the 60 s idle test on the same ``make run``, and in two full runs out of two the stopped
-#: stack left gunicorn's metrics directory behind (never alone, nor with the module alone
-#: under load): open, docs/testing.md.
+#: same stack again (tests/e2e/test_first_hour.py's ``make run`` three times: 20 CPU-seconds).
 ONE_WORKER_MODULES = (
     "tests/e2e/test_crash_points.py",
+    "tests/e2e/test_first_hour.py",
     "tests/e2e/test_merchant_client_stack.py",
     "tests/integration/test_stripe_connector.py",
     "tests/integration/test_adyen_connector.py",
