@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import queue
-import re
 import secrets
 import signal
 import string
@@ -41,6 +40,7 @@ from devtools.embedded_redis import TOOLS_DB, celery_broker_url, embedded_redis
 from tests.support.adyen import AdyenFake
 from tests.support.fault_proxy import FaultProxy
 from tests.support.localstripe import LocalStripe
+from tests.support.processes import created_merchants
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -846,17 +846,14 @@ class Stack:
         return created
 
     def _created_merchants(self, output: str) -> list[tuple[int, str]]:
-        """(id, key) per merchant in ``create_merchant``'s output: its ``(id N)`` line, then
-        the key on the line after ``API key``."""
-        lines = output.strip().splitlines()
-        ids = [int(m.group(1)) for line in lines if (m := re.search(r"\(id (\d+)\)", line))]
-        keys = [
-            lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if line.startswith("API key")
-        ]
-        if not ids or len(ids) != len(keys):
-            raise CampaignError("create_merchant printed no id or no key")
-        self.merchant_keys.extend(keys)
-        return list(zip(ids, keys, strict=True))
+        """(id, key) per merchant in ``create_merchant``'s output; the keys are remembered (the
+        secrets campaign looks for them)."""
+        try:
+            created = created_merchants(output)
+        except AssertionError as exc:
+            raise CampaignError(str(exc)) from None
+        self.merchant_keys.extend(key for _, key in created)
+        return created
 
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
         import psycopg

@@ -66,7 +66,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "storms": {"keys": 25, "per_key": 20},
         "crash": {"runs": 3},
         "matrix": {"payments": 100, "concurrency": 16, "recovery_timeout": 8},
-        # One round (about 400 requests) unless it falls short of 250: the suite's in-process
+        # One round (about 560 requests) unless it falls short of 250: the suite's in-process
         # Schemathesis test (tests/integration/test_openapi_schemathesis.py) requires the links.
         "schemathesis": {
             "min_requests": 250,

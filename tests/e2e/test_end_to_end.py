@@ -22,6 +22,7 @@ from tests.support.processes import (
     GUNICORN,
     ROOT,
     STARTUP_SECONDS,
+    created_merchants,
     free_port,
     service_env,
     wait_until,
@@ -75,16 +76,12 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
 
 
 def create_merchants(env: dict, *names: str) -> list[str]:
-    """Run ``manage.py create_merchant NAME ...`` once and return each merchant's key, the line
-    after each ``API key`` line."""
+    """Run ``manage.py create_merchant NAME ...`` once and return each merchant's key."""
     result = subprocess.run(
         [sys.executable, "manage.py", "create_merchant", *names],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
-    lines = result.stdout.strip().splitlines()
-    keys = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line.startswith("API key")]
-    assert len(keys) == len(names), result.stdout.count("sk_")
-    return keys
+    return [key for _, key in created_merchants(result.stdout)]
 
 
 def pay(url: str, api_key: str, key: str, **changes) -> httpx.Response:

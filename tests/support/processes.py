@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -99,3 +100,17 @@ def answers_healthz(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def created_merchants(output: str) -> list[tuple[int, str]]:
+    """(merchant id, raw API key) for each merchant in ``manage.py create_merchant``'s
+    ``output``, in order: the id from its ``(id N)`` line, the key from the line after its
+    ``API key`` line. Raises ``AssertionError`` (naming counts, never a key) when the two do not
+    pair up."""
+    lines = output.strip().splitlines()
+    ids = [int(m.group(1)) for line in lines if (m := re.search(r"\(id (\d+)\)", line))]
+    keys = [lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if line.startswith("API key")]
+    assert ids and len(ids) == len(keys), (
+        f"create_merchant printed {len(ids)} ids, {len(keys)} keys"
+    )
+    return list(zip(ids, keys, strict=True))
