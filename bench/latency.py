@@ -7,7 +7,8 @@ One command (docs/benchmarks.md, "A slow acquirer")::
     .venv/bin/python bench/latency.py --server gevent --rounds 1 --duration 6
 
 It starts the sandbox and gunicorn as the Procfile does (``--server`` picks the worker class:
-``gthread``, the default, with ``WEB_THREADS`` threads, or ``gevent``), with the per-merchant
+``runslots``, the default, gthread with ``WEB_THREADS`` threads of which ``WEB_RUN_SLOTS`` run
+at once (ADR 0053); ``gthread``, gunicorn's own pool; or ``gevent``), with the per-merchant
 limits at their defaults, and runs rotating rounds of five cases, each ``--duration`` seconds:
 the sandbox answering at once (``instant``), after a normal 300 ms (sd 60) and a normal 1 s
 (sd 200) (the sandbox's ``latency`` condition, set through its control API), each with
@@ -23,7 +24,8 @@ Printed per case: payments per second (201s), p50 and p99 of their latency, the 
 requests the acquirer held in flight (the sandbox's ``requests_in_flight``), the peak of the
 service's connections to the database (``pg_stat_activity``, sampled every 100 ms), the web
 tier's RSS at that peak divided by the payments in flight, and CPU milliseconds per payment in
-the gunicorn processes. Then the ratios: 300 ms / instant, 1 s / instant, alone / 300 ms.
+the gunicorn processes, and their threads' voluntary context switches per payment (ADR 0053).
+Then the ratios: 300 ms / instant, 1 s / instant, alone / 300 ms.
 Asserted: every case made payments, and every 201 is a succeeded payment in the database.
 """
 
@@ -85,7 +87,11 @@ OPEN_LOOP_SEED = 30
 #: The standard normal's 99th percentile: a latency draw's p99 is mean + this x sd.
 NORMAL_P99_Z = 2.326
 #: The worker class and its knobs per ``--server``.
-SERVERS = {"gthread": "gthread", "gevent": "gevent"}
+SERVERS = {
+    "runslots": "config.gunicorn_worker.RunSlotThreadWorker",  # the Procfile's (ADR 0053)
+    "gthread": "gthread",  # gunicorn's own thread pool: every thread may run at once
+    "gevent": "gevent",
+}
 #: The label of ``--versus-before``'s stack, appended to its cases' names.
 BEFORE = " (before)"
 #: The label of ``--versus-gevent``'s stack.
@@ -94,7 +100,7 @@ GEVENT = " (gevent)"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", choices=sorted(SERVERS), default="gthread")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="runslots")
     parser.add_argument("--threads", type=int, default=None, help="WEB_THREADS (gthread)")
     parser.add_argument("--workers", type=int, default=None, help="WEB_CONCURRENCY")
     parser.add_argument("--duration", type=float, default=10, help="seconds per case and round")
@@ -173,6 +179,22 @@ def rss_bytes(pid: int) -> int:
     except OSError:
         return 0
     return 0
+
+
+def voluntary_switches(pids: list[int]) -> int:
+    """Voluntary context switches of every thread of ``pids`` so far (a thread that slept on
+    a lock, a socket or the GIL): ADR 0053's measure of threads taking turns."""
+    total = 0
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                text = status.read_text()
+            except OSError:
+                continue  # a thread that ended between the listing and the read
+            for line in text.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
 
 
 def load(
@@ -315,7 +337,7 @@ def run_case(
             keys["many"],
             open_rate,
             args.duration,
-            lambda: readings.append(cpu_snapshot()),
+            lambda: readings.append({**cpu_snapshot(), "switches": voluntary_switches(web_pids)}),
             random.Random(OPEN_LOOP_SEED),
         )
     else:
@@ -324,7 +346,7 @@ def run_case(
             keys["alone"] if case == "alone" else keys["many"],
             clients,
             args.duration,
-            lambda: readings.append(cpu_snapshot()),
+            lambda: readings.append({**cpu_snapshot(), "switches": voluntary_switches(web_pids)}),
         )
     before, after = readings
     sampler.stop.set()
@@ -341,6 +363,7 @@ def run_case(
         "peak_connections": sampler.peak_connections,
         "rss_at_peak": sampler.rss_at_peak,
         "web_cpu_seconds": web_cpu_seconds(before, after, web_pids),
+        "web_switches": after["switches"] - before["switches"],
     }
 
 
@@ -369,6 +392,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "rss_kb_per_in_flight": ratio(peak["rss_at_peak"] / 1024, peak["peak_in_flight"]),
             "cpu_ms_per_payment": 1000
             * ratio(sum(item["web_cpu_seconds"] for item in items), payments),
+            "switches_per_payment": ratio(
+                sum(item.get("web_switches", 0) for item in items), payments
+            ),
             "offered_per_second": ratio(
                 sum(item.get("arrivals", 0) for item in items),
                 sum(item["seconds"] for item in items),
@@ -452,10 +478,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(
         ["case", "payments", "per s", "p50 ms", "p99 ms", "peak in flight", "peak conns",
-         "RSS MB", "RSS KB / in flight", "web CPU ms / payment", "answers"],
+         "RSS MB", "RSS KB / in flight", "web CPU ms / payment", "web switches / payment",
+         "answers"],
         [(case, f["payments"], f["per_second"], f["p50_ms"], f["p99_ms"], f["peak_in_flight"],
           f["peak_connections"], f["rss_mb"], f["rss_kb_per_in_flight"],
-          f["cpu_ms_per_payment"], f["statuses"]) for case, f in summary.items()],
+          f["cpu_ms_per_payment"], f["switches_per_payment"], f["statuses"])
+         for case, f in summary.items()],
     )  # fmt: skip
     pairs = {
         "300ms / instant": ("300ms", "instant"),

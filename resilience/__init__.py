@@ -26,6 +26,7 @@ What lives where:
 * the server's wait: Retry-After (retry_after.py, RFC 9110), the quota headers (quota.py,
   draft-ietf-httpapi-ratelimit-headers and vendors' forms) read with an RFC 9651 structured
   field parser (structured_fields.py);
+* the server's own threads: many waiting on the network, few running (run_slots.py);
 * the client's own waits: backoff and jitter (backoff.py), a deadline over the whole call
   with deadline-aware sockets (deadline.py), an injectable clock (clock.py), counters
   (metrics.py), and the number checks of the frozen configs (validate.py).
@@ -67,6 +68,7 @@ from .limits import RATE_SCRIPT, SLOTS_SCRIPT
 from .metrics import CounterMetrics, Metrics, NullMetrics
 from .quota import ServerWait, parse_ratelimit, parse_ratelimit_policy, quota_profile
 from .retry_after import MAX_DELAY_SECONDS, parse_delay_seconds, parse_http_date, parse_retry_after
+from .run_slots import RunSlotPool, RunSlotSnapshot, run_slot_lent
 from .store import STORE_NOW, AtomicScript, MemoryKeyspace, MemoryStore, RedisStore, StateStore
 from .structured_fields import ParseError, parse_dictionary, parse_item, parse_list
 from .validate import positive_int, positive_number, positive_seconds
@@ -116,6 +118,10 @@ __all__ = [  # noqa: RUF022 - grouped by part, as the docstring lists them
     "parse_list",
     "parse_dictionary",
     "parse_item",
+    # the server's threads: run slots
+    "RunSlotPool",
+    "RunSlotSnapshot",
+    "run_slot_lent",
     # backoff, deadline, clock, metrics, config checks
     "Backoff",
     "ExponentialBackoff",

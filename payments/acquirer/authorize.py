@@ -32,7 +32,7 @@ from gateway_client import (
     RetryPolicy,
 )
 from observability.request_context import current_request_id
-from payments.acquirer.connection import connection_release_before_call
+from payments.acquirer.connection import waiting_on_acquirer
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.models import CaptureMethod, Payment
 
@@ -123,17 +123,19 @@ def payment_authorize(
 
     Outside any transaction (``RuntimeError`` otherwise): no network call holds a row lock,
     and the database connection goes back to the pool for the call
-    (:func:`~payments.acquirer.connection.connection_release_before_call`).
+    (:func:`~payments.acquirer.connection.waiting_on_acquirer`: the run slot lent too).
     The client retries within ``policy`` (None: its own; a failover passes the request's
     remaining deadline); nothing here retries. Never raises a
     :class:`~gateway_client.GatewayError`: each becomes an outcome. ``monotonic`` (seconds)
     times the call.
     """
     request = authorization_request(payment)
-    connection_release_before_call()
     started = monotonic()
     try:
-        authorization = client.authorize(request, policy=policy, request_id=current_request_id())
+        with waiting_on_acquirer():
+            authorization = client.authorize(
+                request, policy=policy, request_id=current_request_id()
+            )
     except GatewayError as exc:
         attempt = failed_attempt(exc, operation="authorize", elapsed=monotonic() - started)
         return replace(attempt, acquirer=client.config.name)

@@ -11,13 +11,22 @@ connection back to the pool; the next query (phase 2) takes one again, often the
 a pool (the Celery worker, or ``DATABASE_POOL=false``) closing would mean reconnecting, so the
 connection stays, as before. Behind PgBouncer in transaction mode the server connection is
 already free between transactions; the pool then bounds the client connections.
+
+:func:`waiting_on_acquirer` wraps a call out: the connection goes back first, and the web
+thread's run slot (ADR 0053, ``resilience.run_slot_lent``) may go to a queued request while
+the call lasts more than a few milliseconds, so a thread waiting on the acquirer holds neither.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.db import connection
 
-__all__ = ["connection_release_before_call"]
+from resilience import run_slot_lent
+
+__all__ = ["connection_release_before_call", "waiting_on_acquirer"]
 
 
 def connection_release_before_call() -> None:
@@ -32,3 +41,14 @@ def connection_release_before_call() -> None:
         raise RuntimeError("The acquirer must not be called inside a database transaction.")
     if connection.connection is not None and getattr(connection, "pool", None) is not None:
         connection.close()
+
+
+@contextmanager
+def waiting_on_acquirer() -> Iterator[None]:
+    """Around a call to the acquirer: this thread's database connection back to the pool
+    first (:func:`connection_release_before_call`, ``RuntimeError`` inside a transaction),
+    then its run slot lent for the call (``resilience.run_slot_lent``; nothing outside the
+    web process's run-slot pool). The next query takes a connection again."""
+    connection_release_before_call()
+    with run_slot_lent():
+        yield

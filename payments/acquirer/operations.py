@@ -32,7 +32,7 @@ from gateway_client import (
 )
 from observability.request_context import current_request_id
 from payments.acquirer.authorize import attempt_log_data, failed_attempt
-from payments.acquirer.connection import connection_release_before_call
+from payments.acquirer.connection import waiting_on_acquirer
 from payments.core.attempts import AcquirerAttempt, AuthorizationOutcome
 from payments.models import OperationKind, Payment, PaymentOperation
 
@@ -76,12 +76,12 @@ def _call(
     policy: RetryPolicy | None,
 ) -> Authorization | Refund | Received:
     request = operation_request(payment, operation)
-    connection_release_before_call()  # after the rows are read: none is read during the call
-    if isinstance(request, CaptureRequest):
-        return client.capture(request, policy=policy, request_id=current_request_id())
-    if isinstance(request, VoidRequest):
-        return client.void(request, policy=policy, request_id=current_request_id())
-    return client.refund(request, policy=policy, request_id=current_request_id())
+    with waiting_on_acquirer():  # after the rows are read: none is read during the call
+        if isinstance(request, CaptureRequest):
+            return client.capture(request, policy=policy, request_id=current_request_id())
+        if isinstance(request, VoidRequest):
+            return client.void(request, policy=policy, request_id=current_request_id())
+        return client.refund(request, policy=policy, request_id=current_request_id())
 
 
 def _answered(
@@ -182,16 +182,16 @@ def operation_lookup(
     (``GET /refunds?reference=<refund id>``). Outside any transaction (``RuntimeError``
     otherwise), the connection back in the pool for the call. Raises the gateway's errors (the
     caller reschedules)."""
-    connection_release_before_call()
-    if operation.kind == OperationKind.REFUND:
-        found = client.lookup_refunds(
-            operation.id,
-            acquirer_reference=payment.acquirer_reference,
-            policy=policy,
-            request_id=current_request_id(),
-        )
-        return operation_found(operation, found)
-    found_charges = client.lookup(payment.id, policy=policy, request_id=current_request_id())
+    with waiting_on_acquirer():
+        if operation.kind == OperationKind.REFUND:
+            found = client.lookup_refunds(
+                operation.id,
+                acquirer_reference=payment.acquirer_reference,
+                policy=policy,
+                request_id=current_request_id(),
+            )
+            return operation_found(operation, found)
+        found_charges = client.lookup(payment.id, policy=policy, request_id=current_request_id())
     return operation_found(operation, found_charges)
 
 

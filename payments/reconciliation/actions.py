@@ -57,7 +57,7 @@ from payments.acquirer.client import (
     client_for,
     reconciliation_retry_policy,
 )
-from payments.acquirer.connection import connection_release_before_call
+from payments.acquirer.connection import waiting_on_acquirer
 from payments.core.payment_states import (
     UnexpectedStatus,
     payment_answer_store,
@@ -200,12 +200,12 @@ def _look_up(
     ``policy`` (None: reconciliation's). Outside any transaction (``RuntimeError`` inside
     one), the database connection given back to the pool for the call (ADR 0048); raises
     GatewayError (and LookupUnsupported for a provider without one)."""
-    connection_release_before_call()
-    found = client.lookup(
-        payment.id,
-        policy=policy or reconciliation_retry_policy(),
-        request_id=current_request_id(),
-    )
+    with waiting_on_acquirer():
+        found = client.lookup(
+            payment.id,
+            policy=policy or reconciliation_retry_policy(),
+            request_id=current_request_id(),
+        )
     return found[0] if found else None
 
 
@@ -229,10 +229,10 @@ def _details(
         redirect_result=redirect_result,
         idempotency_key=f"details-{payment.pk}-{digest}",
     )
-    connection_release_before_call()
-    found = client.action_details(
-        request, policy=policy or reconciliation_retry_policy(), request_id=current_request_id()
-    )
+    with waiting_on_acquirer():
+        found = client.action_details(
+            request, policy=policy or reconciliation_retry_policy(), request_id=current_request_id()
+        )
     if found.acquirer_reference != payment.acquirer_reference:
         raise ValueError("the details answer names another payment at the acquirer")
     return found
@@ -324,15 +324,15 @@ def action_expire(
         if isinstance(found, Authorization):
             status = action_outcome_record(payment_id, found, how="expiry_lookup", now=clock())
             return status or _status(payment_id)
-        connection_release_before_call()
-        voided = acquirer.void(
-            VoidRequest(
-                acquirer_reference=payment.acquirer_reference or "",
-                idempotency_key=f"void-{payment.pk}",
-            ),
-            policy=reconciliation_retry_policy(),
-            request_id=current_request_id(),
-        )
+        with waiting_on_acquirer():
+            voided = acquirer.void(
+                VoidRequest(
+                    acquirer_reference=payment.acquirer_reference or "",
+                    idempotency_key=f"void-{payment.pk}",
+                ),
+                policy=reconciliation_retry_policy(),
+                request_id=current_request_id(),
+            )
     except PermanentError as exc:
         # Refused: the acquirer finished the action meanwhile (approved or declined); the next
         # sweep's look-up records it.

@@ -2,11 +2,13 @@
 acquirer thinks, and an exhausted pool answers ``503`` with ``Retry-After`` instead of hanging.
 
 One gunicorn worker whose pool holds ONE connection (``DATABASE_POOL_MAX_SIZE=1``) and waits
-at most 0.5 s for it, and the sandbox acquirer answering after 1.5 s. While the sandbox holds an
-authorization (its ``requests_in_flight``), another request of the same worker needs a
-connection: it gets the only one, so the payment's request thread gave it back before the call.
-Then the test holds a payment's row lock from its own connection, so a capture of that payment
-waits on the lock holding the only connection; a request meanwhile finds the pool empty.
+at most 0.5 s for it, ONE run slot (``WEB_RUN_SLOTS=1``, ADR 0053), and the sandbox acquirer
+answering after 1.5 s. While the sandbox holds an authorization (its ``requests_in_flight``),
+another request of the same worker needs a connection and a slot: it gets both, so the
+payment's request thread gave back its connection and lent its slot for the call. Then the
+test holds a payment's row lock from its own connection, so a capture of that payment waits on
+the lock holding the only connection and the only slot; a request meanwhile is queued until
+the slot's hold limit (1 s) lends it, and finds the pool empty: an answer, not a hang.
 """
 
 from __future__ import annotations
@@ -39,13 +41,15 @@ BODY = {"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "captur
 
 @pytest.fixture
 def stack(transactional_db, tmp_path) -> Iterator[dict]:
-    """The sandbox and one gunicorn worker with a pool of one connection; yields their URLs."""
+    """The sandbox and one gunicorn worker with a pool of one connection and one run slot;
+    yields their URLs."""
     with SandboxProcess.start() as sandbox:
         port = free_port()
         env = service_env(
             WEB_BIND=f"127.0.0.1:{port}",
             WEB_CONCURRENCY="1",
             WEB_THREADS="4",
+            WEB_RUN_SLOTS="1",
             DATABASE_POOL_MIN_SIZE="1",
             DATABASE_POOL_MAX_SIZE="1",
             DATABASE_POOL_TIMEOUT_SECONDS="0.5",

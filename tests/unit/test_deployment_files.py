@@ -18,6 +18,8 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from gunicorn.config import Config
 
+from config.gunicorn_worker import run_slot_pool
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Services that run until stopped (migrate runs once and exits).
 LONG_RUNNING = {
@@ -254,8 +256,8 @@ def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
 def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     """make run (the Procfile), docker-compose and the image start gunicorn with
     config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048: gthread,
-    2 workers x 64 threads, the database pool on in the web process only, 4 connections per
-    worker)."""
+    2 workers x 64 threads, 4 of them running at once (ADR 0053), the database pool on in the
+    web process only, 4 connections per worker)."""
     command = "gunicorn -c config/gunicorn.conf.py config.wsgi:application"
     procfile = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines())
     assert procfile["web"] == command
@@ -271,7 +273,15 @@ def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     )  # fmt: skip
     assert str(namespace["workers"]) == documented["WEB_CONCURRENCY"] == "2"
     assert str(namespace["threads"]) == documented["WEB_THREADS"] == "64"
-    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == "gthread"
+    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"]
+    assert documented["WEB_WORKER_CLASS"] == "config.gunicorn_worker.RunSlotThreadWorker"
+    for name in ("SLOTS", "SLOT_LEND_AFTER_SECONDS", "SLOT_HOLD_LIMIT_SECONDS"):
+        monkeypatch.delenv(f"WEB_RUN_{name}", raising=False)
+    pool = run_slot_pool(64)  # the run slots' defaults (ADR 0053)
+    assert str(pool._run_slots) == documented["WEB_RUN_SLOTS"] == "4"
+    assert str(pool._lend_after) == documented["WEB_RUN_SLOT_LEND_AFTER_SECONDS"] == "0.01"
+    assert f"{pool._hold_limit:g}" == documented["WEB_RUN_SLOT_HOLD_LIMIT_SECONDS"] == "1"
+    pool.shutdown()
     environ: dict[str, str] = {}
     namespace["web_environment_defaults"](environ)
     assert environ == {"DATABASE_POOL": "true", "DATABASE_POOL_MAX_SIZE": "4"}

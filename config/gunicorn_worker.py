@@ -1,0 +1,40 @@
+"""The web process's gunicorn worker: gthread, its threads in run slots (ADR 0053).
+
+gunicorn's ``gthread`` worker hands every request to a thread pool, and lets a subclass choose
+the pool (``ThreadWorker.get_thread_pool``). This one gives it a `resilience.RunSlotPool`:
+``WEB_THREADS`` threads hold payments in flight while the acquirer thinks, and at most
+``WEB_RUN_SLOTS`` of them run at once (default 4, the web process's database pool: a running
+request never queues for a connection). A request lends its slot around its acquirer call
+(payments/acquirer/connection.py) once the call has lasted ``WEB_RUN_SLOT_LEND_AFTER_SECONDS``
+(0.01); a request that holds a slot for ``WEB_RUN_SLOT_HOLD_LIMIT_SECONDS`` (1) without
+lending it has it lent anyway. ``WEB_WORKER_CLASS=gthread`` runs gunicorn's own pool instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gunicorn.workers.gthread import ThreadWorker
+
+from resilience import RunSlotPool
+
+__all__ = ["RunSlotThreadWorker", "run_slot_pool"]
+
+
+def run_slot_pool(threads: int) -> RunSlotPool:
+    """The pool of one web worker of ``threads`` threads, its run slots from the environment.
+    Raises ``ValueError`` for a count below 1 or a time that is not a number of seconds."""
+    return RunSlotPool(
+        max_workers=threads,
+        run_slots=int(os.environ.get("WEB_RUN_SLOTS", "4")),
+        lend_after=float(os.environ.get("WEB_RUN_SLOT_LEND_AFTER_SECONDS", "0.01")),
+        hold_limit=float(os.environ.get("WEB_RUN_SLOT_HOLD_LIMIT_SECONDS", "1")),
+        thread_name_prefix="web",
+    )
+
+
+class RunSlotThreadWorker(ThreadWorker):
+    """gunicorn's gthread worker with a `RunSlotPool` as its thread pool."""
+
+    def get_thread_pool(self) -> RunSlotPool:  # type: ignore[override]
+        return run_slot_pool(self.cfg.threads)
