@@ -7,8 +7,8 @@ One command (docs/benchmarks.md, "A slow acquirer")::
     .venv/bin/python bench/latency.py --server gevent --rounds 1 --duration 6
 
 It starts the sandbox and gunicorn as the Procfile does (``--server`` picks the worker class:
-``runslots``, the default, gthread with ``WEB_THREADS`` threads of which ``WEB_RUN_SLOTS`` run
-at once (ADR 0053); ``gthread``, gunicorn's own pool; or ``gevent``), with the per-merchant
+``gthread``, the default, with ``WEB_THREADS`` threads; ``runslots``, gthread of which
+``WEB_RUN_SLOTS`` threads run at once (ADR 0053); or ``gevent``), with the per-merchant
 limits at their defaults, and runs rotating rounds of five cases, each ``--duration`` seconds:
 the sandbox answering at once (``instant``), after a normal 300 ms (sd 60) and a normal 1 s
 (sd 200) (the sandbox's ``latency`` condition, set through its control API), each with
@@ -88,8 +88,8 @@ OPEN_LOOP_SEED = 30
 NORMAL_P99_Z = 2.326
 #: The worker class and its knobs per ``--server``.
 SERVERS = {
-    "runslots": "config.gunicorn_worker.RunSlotThreadWorker",  # the Procfile's (ADR 0053)
-    "gthread": "gthread",  # gunicorn's own thread pool: every thread may run at once
+    "gthread": "gthread",  # the Procfile's: gunicorn's own pool, every thread may run at once
+    "runslots": "config.gunicorn_worker.RunSlotThreadWorker",  # ADR 0053
     "gevent": "gevent",
 }
 #: The label of ``--versus-before``'s stack, appended to its cases' names.
@@ -100,7 +100,7 @@ GEVENT = " (gevent)"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", choices=sorted(SERVERS), default="runslots")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="gthread")
     parser.add_argument("--threads", type=int, default=None, help="WEB_THREADS (gthread)")
     parser.add_argument("--workers", type=int, default=None, help="WEB_CONCURRENCY")
     parser.add_argument("--duration", type=float, default=10, help="seconds per case and round")

@@ -8,11 +8,11 @@ from payments.api.server_errors import gunicorn_errors_as_problems
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-# The concurrency model (ADR 0048): gthread, one thread per request in flight, at most
-# WEB_RUN_SLOTS of them running at once (ADR 0053, config/gunicorn_worker.py); "gthread" is
-# gunicorn's own pool, "gevent" the alternative bench/latency.py measures
+# The concurrency model (ADR 0048): gthread, one thread per request in flight;
+# "config.gunicorn_worker.RunSlotThreadWorker" runs at most WEB_RUN_SLOTS of them at once (ADR
+# 0053: not the default yet); "gevent" is the alternative bench/latency.py measures
 # (WEB_WORKER_CONNECTIONS greenlets per worker).
-worker_class = os.environ.get("WEB_WORKER_CLASS", "config.gunicorn_worker.RunSlotThreadWorker")
+worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
 # A thread waits on the acquirer most of its request, cheaply (ADR 0048, docs/scaling.md): 64
 # per worker, 128 payments in flight on 2 workers, what 2 cores' throughput needs at a 1 s
 # acquirer (Little's law: payments/s x seconds in flight).

@@ -5,9 +5,11 @@ the pool (``ThreadWorker.get_thread_pool``). This one gives it a `resilience.Run
 ``WEB_THREADS`` threads hold payments in flight while the acquirer thinks, and at most
 ``WEB_RUN_SLOTS`` of them run at once (default 4, the web process's database pool: a running
 request never queues for a connection). A request lends its slot around its acquirer call
-(payments/acquirer/connection.py) once the call has lasted ``WEB_RUN_SLOT_LEND_AFTER_SECONDS``
-(0.01); a request that holds a slot for ``WEB_RUN_SLOT_HOLD_LIMIT_SECONDS`` (1) without
-lending it has it lent anyway. ``WEB_WORKER_CLASS=gthread`` runs gunicorn's own pool instead.
+(payments/acquirer/connection.py) once the call has lasted
+``WEB_RUN_SLOT_LEND_AFTER_SECONDS`` (0.01) and nothing else of the worker is on the CPU, or
+50 ms whatever the CPU does; a request that holds a slot for
+``WEB_RUN_SLOT_HOLD_LIMIT_SECONDS`` (1) without lending it has it lent anyway. Chosen with
+``WEB_WORKER_CLASS=config.gunicorn_worker.RunSlotThreadWorker``; not the default yet (ADR 0053).
 """
 
 from __future__ import annotations

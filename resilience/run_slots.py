@@ -17,10 +17,12 @@ as data, not as woken threads. A task that is about to wait on the network says 
 
 and its slot may go to a queued task while it waits: not at once, but once the wait has
 lasted ``lend_after`` seconds (10 ms by default) and no task of the pool is on the CPU (every
-one is waiting on the network). An acquirer that answers at once therefore costs no hand-over
-at all, nor does one delayed by a busy CPU, where another running task would only take turns
-on the GIL with those already running; a slow one lends the slot 10 ms into the call, or as
-soon as the CPU has nothing else to do. A task coming
+one is waiting on the network), or once it has lasted ``lend_after_busy`` (50 ms) whatever
+the CPU does. An acquirer that answers at once therefore costs no hand-over at all, nor does
+one delayed a little by a busy CPU, where another running task would only take turns on the
+GIL with those already running; a slow one lends the slot 10 ms into the call when the CPU
+has nothing else to do, and 50 ms into it at the latest, so queued tasks keep moving under a
+steady load. A task coming
 back from a wait whose slot was lent never queues (it holds a payment in flight): it takes a
 free slot if there is one, and otherwise runs on without one, not counted against the queued
 tasks (counted, the tasks coming back from a slow acquirer would keep new ones out for
@@ -69,13 +71,13 @@ class RunSlotSnapshot:
 
 
 class _Task:
-    """One running task's slot: held since ``since``, or lending due at ``lend_at``, or lent."""
+    """One running task's slot: held since ``since``; in a wait since ``waiting_since``; lent."""
 
-    __slots__ = ("depth", "lend_at", "lent", "since")
+    __slots__ = ("depth", "lent", "since", "waiting_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
-        self.lend_at: float | None = None
+        self.waiting_since: float | None = None
         self.lent = False
         self.depth = 0
 
@@ -87,7 +89,9 @@ class RunSlotPool(Executor):
     """A thread pool that runs at most ``run_slots`` tasks at once on up to ``max_workers``
     threads, a task's slot lent while it waits (module docstring).
 
-    ``lend_after`` and ``hold_limit`` are seconds; ``clock`` returns monotonic seconds. With
+    ``lend_after``, ``lend_after_busy`` and ``hold_limit`` are seconds (``lend_after_busy``:
+    how long a wait lasts before its slot is lent even while other tasks are on the CPU, at
+    least ``lend_after``); ``clock`` returns monotonic seconds. With
     ``watcher=False`` no watcher thread starts and lends happen only when `lend_due` is
     called. Raises ``ValueError`` for a count below 1, a negative ``lend_after`` or a
     ``hold_limit`` that is not positive, and ``RuntimeError`` from `submit` after `shutdown`.
@@ -99,6 +103,7 @@ class RunSlotPool(Executor):
         run_slots: int,
         *,
         lend_after: float = 0.01,
+        lend_after_busy: float = 0.05,
         hold_limit: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         watcher: bool = True,
@@ -107,6 +112,10 @@ class RunSlotPool(Executor):
         positive_int("max_workers", max_workers)
         positive_int("run_slots", run_slots)
         positive_seconds("lend_after", lend_after, allow_zero=True)
+        positive_seconds("lend_after_busy", lend_after_busy, allow_zero=True)
+        if lend_after_busy < lend_after:
+            raise ValueError("lend_after_busy must be at least lend_after")
+        self._lend_after_busy = float(lend_after_busy)
         positive_seconds("hold_limit", hold_limit)
         self._max_workers, self._run_slots = max_workers, run_slots
         self._lend_after, self._hold_limit = float(lend_after), float(hold_limit)
@@ -162,7 +171,8 @@ class RunSlotPool(Executor):
 
     def lend_due(self) -> float | None:
         """Lend every slot whose lend fell due (``lend_after`` into a wait while no task is on
-        the CPU, or ``hold_limit`` after it was taken), start queued tasks in the slots that
+        the CPU, ``lend_after_busy`` into it in any case, or ``hold_limit`` after the slot was
+        taken), start queued tasks in the slots that
         freed, and return the seconds until the next lend falls due (None: none is pending).
         The watcher's step; a task's wait beginning or a task ending, with no task left on
         the CPU, runs it too."""
@@ -186,14 +196,20 @@ class RunSlotPool(Executor):
             if task.lent:
                 continue
             hold_due = task.since + self._hold_limit
-            waited_enough = task.lend_at is not None and task.lend_at <= now
-            if hold_due <= now or (waited_enough and self._busy == 0):
+            since = task.waiting_since
+            quiet_due = None if since is None else since + self._lend_after
+            busy_due = None if since is None else since + self._lend_after_busy
+            if (
+                hold_due <= now
+                or (busy_due is not None and busy_due <= now)
+                or (quiet_due is not None and quiet_due <= now and self._busy == 0)
+            ):
                 task.lent = True
                 self._running -= 1
                 continue
-            due = hold_due
-            if task.lend_at is not None and task.lend_at > now and self._busy == 0:
-                due = min(due, task.lend_at)  # while a task is busy, its end re-checks
+            due = hold_due if busy_due is None else min(hold_due, busy_due)
+            if quiet_due is not None and quiet_due > now and self._busy == 0:
+                due = min(due, quiet_due)  # while a task is busy, its end re-checks
             if earliest is None or due < earliest:
                 earliest = due
         self._admit()
@@ -216,7 +232,8 @@ class RunSlotPool(Executor):
             return
         self._busy -= 1
         if not task.lent:
-            task.lend_at = self._clock() + self._lend_after
+            task.waiting_since = self._clock()
+            self._wake_watcher(task.waiting_since + self._lend_after_busy)
         if self._busy == 0:  # nothing on the CPU now: lends held back for that are made
             self._lend_now()
 
@@ -228,7 +245,7 @@ class RunSlotPool(Executor):
         if task.depth:
             return
         self._busy += 1
-        task.lend_at = None
+        task.waiting_since = None
         task.since = self._clock()
         if not task.lent:
             self._wake_watcher(task.since + self._hold_limit)

@@ -2,7 +2,8 @@
 acquirer thinks, and an exhausted pool answers ``503`` with ``Retry-After`` instead of hanging.
 
 One gunicorn worker whose pool holds ONE connection (``DATABASE_POOL_MAX_SIZE=1``) and waits
-at most 0.5 s for it, ONE run slot (``WEB_RUN_SLOTS=1``, ADR 0053), and the sandbox acquirer
+at most 0.5 s for it (gunicorn's gthread, and again the run-slot worker with ONE run slot,
+``WEB_RUN_SLOTS=1``, ADR 0053), and the sandbox acquirer
 answering after 1.5 s. While the sandbox holds an authorization (its ``requests_in_flight``),
 another request of the same worker needs a connection and a slot: it gets both, so the
 payment's request thread gave back its connection and lent its slot for the call. Then the
@@ -39,8 +40,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 BODY = {"amount": 1999, "currency": "EUR", "payment_method": "tok_visa", "capture_method": "manual"}
 
 
-@pytest.fixture
-def stack(transactional_db, tmp_path) -> Iterator[dict]:
+@pytest.fixture(params=["gthread", "config.gunicorn_worker.RunSlotThreadWorker"])
+def stack(request, transactional_db, tmp_path) -> Iterator[dict]:
     """The sandbox and one gunicorn worker with a pool of one connection and one run slot;
     yields their URLs."""
     with SandboxProcess.start() as sandbox:
@@ -49,6 +50,7 @@ def stack(transactional_db, tmp_path) -> Iterator[dict]:
             WEB_BIND=f"127.0.0.1:{port}",
             WEB_CONCURRENCY="1",
             WEB_THREADS="4",
+            WEB_WORKER_CLASS=request.param,  # the default, and the run slots (ADR 0053)
             WEB_RUN_SLOTS="1",
             DATABASE_POOL_MIN_SIZE="1",
             DATABASE_POOL_MAX_SIZE="1",

@@ -184,7 +184,7 @@ def test_a_due_lend_waits_while_another_task_is_on_the_cpu():
         pool.submit(computing)
         queued_future = pool.submit(queued)
         assert waiter.waiting.wait(WAIT) and computing.started.wait(WAIT)
-        clock.now += 0.05
+        clock.now += 0.03
         pool.lend_due()  # due, but a task is on the CPU: another would only take turns with it
         assert not queued.started.is_set()
         eventually(snapshot_is(pool, running=2, lent=0, queued=1), "nothing lent yet")
@@ -200,6 +200,23 @@ def test_a_due_lend_waits_while_another_task_is_on_the_cpu():
         queued.finish.set()
         assert queued_future.result(WAIT) == "done"
         eventually(snapshot_is(pool, running=0, lent=0, queued=0), "an empty pool")
+
+
+def test_a_long_wait_lends_its_slot_even_while_another_task_is_on_the_cpu():
+    with pool_of(run_slots=2, lend_after=0.01, lend_after_busy=0.05) as (pool, clock):
+        waiter, computing, queued = Task(lends=True), Task(), Task()
+        futures = [pool.submit(task) for task in (waiter, computing, queued)]
+        assert waiter.waiting.wait(WAIT) and computing.started.wait(WAIT)
+        clock.now += 0.049
+        assert pool.lend_due() == pytest.approx(0.001)  # the busy lend is next
+        assert not queued.started.is_set()
+        clock.now += 0.002
+        pool.lend_due()
+        assert queued.started.wait(WAIT)  # the queue moves under a steady load
+        waiter.resume.set()
+        for task in (waiter, computing, queued):
+            task.finish.set()
+        assert [f.result(WAIT) for f in futures] == ["done"] * 3
 
 
 def test_a_slot_held_past_the_hold_limit_is_lent_anyway():
@@ -301,6 +318,7 @@ def test_run_slot_lent_outside_a_pool_does_nothing():
         ({"lend_after": -0.1}, "lend_after"),
         ({"lend_after": float("nan")}, "lend_after"),
         ({"hold_limit": 0}, "hold_limit"),
+        ({"lend_after": 0.1, "lend_after_busy": 0.05}, "lend_after_busy"),
     ],
 )
 def test_a_bad_configuration_is_refused(options, message):

@@ -256,8 +256,8 @@ def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
 def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     """make run (the Procfile), docker-compose and the image start gunicorn with
     config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048: gthread,
-    2 workers x 64 threads, 4 of them running at once (ADR 0053), the database pool on in the
-    web process only, 4 connections per worker)."""
+    2 workers x 64 threads, the database pool on in the web process only, 4 connections per
+    worker; the run slots' defaults, ADR 0053, for RunSlotThreadWorker)."""
     command = "gunicorn -c config/gunicorn.conf.py config.wsgi:application"
     procfile = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines())
     assert procfile["web"] == command
@@ -273,8 +273,7 @@ def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     )  # fmt: skip
     assert str(namespace["workers"]) == documented["WEB_CONCURRENCY"] == "2"
     assert str(namespace["threads"]) == documented["WEB_THREADS"] == "64"
-    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"]
-    assert documented["WEB_WORKER_CLASS"] == "config.gunicorn_worker.RunSlotThreadWorker"
+    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == "gthread"
     for name in ("SLOTS", "SLOT_LEND_AFTER_SECONDS", "SLOT_HOLD_LIMIT_SECONDS"):
         monkeypatch.delenv(f"WEB_RUN_{name}", raising=False)
     pool = run_slot_pool(64)  # the run slots' defaults (ADR 0053)
