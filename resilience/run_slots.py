@@ -93,8 +93,9 @@ class RunSlotPool(Executor):
     how long a wait lasts before its slot is lent even while other tasks are on the CPU, at
     least ``lend_after``); ``clock`` returns monotonic seconds. With
     ``watcher=False`` no watcher thread starts and lends happen only when `lend_due` is
-    called. Raises ``ValueError`` for a count below 1, a negative ``lend_after`` or a
-    ``hold_limit`` that is not positive, and ``RuntimeError`` from `submit` after `shutdown`.
+    called. Raises ``ValueError`` for a count below 1, a negative ``lend_after``, a
+    ``lend_after_busy`` below it or a ``hold_limit`` that is not positive, and
+    ``RuntimeError`` from `submit` after `shutdown`.
     """
 
     def __init__(
@@ -172,10 +173,9 @@ class RunSlotPool(Executor):
     def lend_due(self) -> float | None:
         """Lend every slot whose lend fell due (``lend_after`` into a wait while no task is on
         the CPU, ``lend_after_busy`` into it in any case, or ``hold_limit`` after the slot was
-        taken), start queued tasks in the slots that
-        freed, and return the seconds until the next lend falls due (None: none is pending).
-        The watcher's step; a task's wait beginning or a task ending, with no task left on
-        the CPU, runs it too."""
+        taken), start queued tasks in the slots that freed, and return the seconds until the
+        next lend falls due (None: none is pending). The watcher's step; a task's wait
+        beginning or a task ending, with no task left on the CPU, runs it too."""
         with self._lock:
             return self._lend_due(self._clock())
 
