@@ -9,7 +9,9 @@ another request of the same worker needs a connection and a slot: it gets both, 
 payment's request thread gave back its connection and lent its slot for the call. Then the
 test holds a payment's row lock from its own connection, so a capture of that payment waits on
 the lock holding the only connection and the only slot; a request meanwhile is queued until
-the slot's hold limit (1 s) lends it, and finds the pool empty: an answer, not a hang.
+the slot's hold limit (2 s here, above the sandbox's 1.5 s, so the first request can only have
+been served through the lend around the acquirer call) lends it, and finds the pool empty: an
+answer, not a hang.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ def stack(request, transactional_db, tmp_path) -> Iterator[dict]:
             WEB_THREADS="4",
             WEB_WORKER_CLASS=request.param,  # the default, and the run slots (ADR 0053)
             WEB_RUN_SLOTS="1",
+            # Above the sandbox's 1.5 s: the request served during the payment's call got the
+            # slot lent around that call, not through the hold limit.
+            WEB_RUN_SLOT_HOLD_LIMIT_SECONDS="2",
+            DATABASE_LOCK_TIMEOUT_MS="10000",  # the capture waits on the lock past the limit
             DATABASE_POOL_MIN_SIZE="1",
             DATABASE_POOL_MAX_SIZE="1",
             DATABASE_POOL_TIMEOUT_SECONDS="0.5",
