@@ -392,9 +392,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "rss_kb_per_in_flight": ratio(peak["rss_at_peak"] / 1024, peak["peak_in_flight"]),
             "cpu_ms_per_payment": 1000
             * ratio(sum(item["web_cpu_seconds"] for item in items), payments),
-            "switches_per_payment": ratio(
-                sum(item.get("web_switches", 0) for item in items), payments
-            ),
+            "switches_per_payment": ratio(sum(item["web_switches"] for item in items), payments),
             "offered_per_second": ratio(
                 sum(item.get("arrivals", 0) for item in items),
                 sum(item["seconds"] for item in items),

@@ -20,23 +20,24 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from resilience import RunSlotPool
 
-__all__ = ["RunSlotThreadWorker", "run_slot_pool"]
+__all__ = ["RunSlotThreadWorker", "run_slot_settings"]
 
 
-def run_slot_pool(threads: int) -> RunSlotPool:
-    """The pool of one web worker of ``threads`` threads, its run slots from the environment.
-    Raises ``ValueError`` for a count below 1 or a time that is not a number of seconds."""
-    return RunSlotPool(
-        max_workers=threads,
-        run_slots=int(os.environ.get("WEB_RUN_SLOTS", "4")),
-        lend_after=float(os.environ.get("WEB_RUN_SLOT_LEND_AFTER_SECONDS", "0.01")),
-        hold_limit=float(os.environ.get("WEB_RUN_SLOT_HOLD_LIMIT_SECONDS", "1")),
-        thread_name_prefix="web",
-    )
+def run_slot_settings() -> dict[str, int | float]:
+    """The run slots of a web worker from the environment, as `RunSlotPool`'s keyword
+    arguments: ``run_slots`` (a count), ``lend_after`` and ``hold_limit`` (seconds). Raises
+    ``ValueError`` for a value that is not a number (the pool refuses one out of range)."""
+    return {
+        "run_slots": int(os.environ.get("WEB_RUN_SLOTS", "4")),
+        "lend_after": float(os.environ.get("WEB_RUN_SLOT_LEND_AFTER_SECONDS", "0.01")),
+        "hold_limit": float(os.environ.get("WEB_RUN_SLOT_HOLD_LIMIT_SECONDS", "1")),
+    }
 
 
 class RunSlotThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker with a `RunSlotPool` as its thread pool."""
+    """gunicorn's gthread worker with a `RunSlotPool` of ``threads`` threads as its pool."""
 
     def get_thread_pool(self) -> RunSlotPool:  # type: ignore[override]
-        return run_slot_pool(self.cfg.threads)
+        return RunSlotPool(
+            max_workers=self.cfg.threads, thread_name_prefix="web", **run_slot_settings()
+        )

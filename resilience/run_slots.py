@@ -53,7 +53,7 @@ from .validate import positive_int, positive_seconds
 
 __all__ = ["RunSlotPool", "RunSlotSnapshot", "run_slot_lent"]
 
-#: This thread's pool and task, set on a pool's threads only.
+#: ``pool``: the RunSlotPool whose thread this is (set on a pool's threads only).
 _local = threading.local()
 
 
@@ -116,10 +116,10 @@ class RunSlotPool(Executor):
         positive_seconds("lend_after_busy", lend_after_busy, allow_zero=True)
         if lend_after_busy < lend_after:
             raise ValueError("lend_after_busy must be at least lend_after")
-        self._lend_after_busy = float(lend_after_busy)
         positive_seconds("hold_limit", hold_limit)
         self._max_workers, self._run_slots = max_workers, run_slots
-        self._lend_after, self._hold_limit = float(lend_after), float(hold_limit)
+        self._lend_after, self._lend_after_busy = float(lend_after), float(lend_after_busy)
+        self._hold_limit = float(hold_limit)
         self._clock = clock
         self._name = thread_name_prefix
         self._lock = threading.Lock()
@@ -344,9 +344,10 @@ def _run(item: _WorkItem) -> None:
 @contextlib.contextmanager
 def run_slot_lent() -> Iterator[None]:
     """Around a network wait (an acquirer call): this task's run slot may go to a queued task
-    if the wait lasts more than the pool's ``lend_after``. When the block ends the task goes
-    on at once, in a free slot or without one; it never queues. Nested uses count as one.
-    Does nothing outside a `RunSlotPool` thread."""
+    once the wait has lasted the pool's ``lend_after`` with no task on the CPU, or its
+    ``lend_after_busy`` in any case. When the block ends the task goes on at once, in a free
+    slot or without one; it never queues. Nested uses count as one. Does nothing outside a
+    `RunSlotPool` thread."""
     pool: RunSlotPool | None = getattr(_local, "pool", None)
     if pool is None:
         yield

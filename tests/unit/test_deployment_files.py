@@ -18,7 +18,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from gunicorn.config import Config
 
-from config.gunicorn_worker import run_slot_pool
+from config.gunicorn_worker import run_slot_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Services that run until stopped (migrate runs once and exits).
@@ -276,11 +276,10 @@ def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == "gthread"
     for name in ("SLOTS", "SLOT_LEND_AFTER_SECONDS", "SLOT_HOLD_LIMIT_SECONDS"):
         monkeypatch.delenv(f"WEB_RUN_{name}", raising=False)
-    pool = run_slot_pool(64)  # the run slots' defaults (ADR 0053)
-    assert str(pool._run_slots) == documented["WEB_RUN_SLOTS"] == "4"
-    assert str(pool._lend_after) == documented["WEB_RUN_SLOT_LEND_AFTER_SECONDS"] == "0.01"
-    assert f"{pool._hold_limit:g}" == documented["WEB_RUN_SLOT_HOLD_LIMIT_SECONDS"] == "1"
-    pool.shutdown()
+    run_slots = run_slot_settings()  # the run slots' defaults (ADR 0053)
+    assert str(run_slots["run_slots"]) == documented["WEB_RUN_SLOTS"] == "4"
+    assert str(run_slots["lend_after"]) == documented["WEB_RUN_SLOT_LEND_AFTER_SECONDS"] == "0.01"
+    assert f"{run_slots['hold_limit']:g}" == documented["WEB_RUN_SLOT_HOLD_LIMIT_SECONDS"] == "1"
     environ: dict[str, str] = {}
     namespace["web_environment_defaults"](environ)
     assert environ == {"DATABASE_POOL": "true", "DATABASE_POOL_MAX_SIZE": "4"}
