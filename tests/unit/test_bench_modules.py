@@ -592,13 +592,16 @@ def test_the_latency_benchmarks_open_loop_sends_every_arrival_and_times_it_from_
     server = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     windows: list[float] = []
+    clients = [httpx.Client(timeout=10) for _ in range(8)]
     try:
         latencies, statuses, arrivals = latency.open_load(
-            f"http://127.0.0.1:{server.server_port}/payments", ["a", "b"], 200.0, 0.5,
+            f"http://127.0.0.1:{server.server_port}/payments", clients, ["a", "b"], 200.0, 0.5,
             lambda: windows.append(time.monotonic()), random.Random(30),
         )  # fmt: skip
     finally:
         server.shutdown()
+        for client in clients:
+            client.close()
     assert 60 <= arrivals <= 140  # 100 expected: Poisson at 200/s for 0.5 s
     assert statuses == {201: arrivals} and len(latencies) == arrivals
     assert min(latencies) >= 30
