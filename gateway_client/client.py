@@ -118,6 +118,10 @@ W = TypeVar(
 )
 
 USER_AGENT = "payment-service-gateway-client/0.2"
+#: The default transport's pool: uncapped (the concurrency limiter bounds the calls), 256 kept
+#: open 5 s between calls. httpx's defaults (100, 20 kept) closed every connection above 20
+#: after its call (a TLS handshake for the next) and made the 101st call wait (ADR 0054).
+CONNECTION_POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256)
 
 
 class Admits(NamedTuple):
@@ -211,7 +215,7 @@ class AcquirerClient(RetryLoop):
         deadline_sockets = False
         if transport is None:
             # Handed its config: no proxies, certificates or .netrc from the environment.
-            transport = httpx.HTTPTransport(trust_env=False)
+            transport = httpx.HTTPTransport(trust_env=False, limits=CONNECTION_POOL_LIMITS)
             deadline_sockets = install_deadline(transport)
         # Requests go straight to the transport (httpx's public `BaseTransport.handle_request`,
         # in Exchange), not through an `httpx.Client`: a client adds what an acquirer call never

@@ -305,6 +305,60 @@ def test_no_secret_in_logs_over_real_http(fault_server, caplog) -> None:
         assert "Bearer" not in text
 
 
+def test_calls_in_flight_keep_their_connections_open_for_the_next_calls() -> None:
+    """The default transport keeps a connection per call in flight open between calls
+    (`CONNECTION_POOL_LIMITS`, ADR 0054): two waves of 40 concurrent look-ups against a
+    keep-alive HTTP/1.1 server open 40 connections, not 40 and then 20 more (httpx's default
+    keeps 20 open and closes the rest after their call)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    wave = 40
+    together = threading.Barrier(wave, timeout=10)  # each wave's look-ups all in flight at once
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            together.wait()
+            body = b'{"data": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128
+        connections = 0
+
+        def verify_request(self, request: object, client_address: object) -> bool:
+            type(self).connections += 1  # one per accepted connection
+            return True
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = AcquirerConfig(
+        base_url=f"http://127.0.0.1:{server.server_port}", api_key=API_KEY,
+        connect_timeout=2.0, read_timeout=5.0, name="keep-alive",
+    )  # fmt: skip
+    try:
+        with AcquirerClient(config, policy=ONE_ATTEMPT) as client, ThreadPoolExecutor(wave) as pool:
+            for _ in range(2):
+                looked_up = list(
+                    pool.map(lambda i: client.lookup(f"pay_{uuid.uuid4().hex}"), range(wave))
+                )
+                assert looked_up == [[]] * wave
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert Server.connections == wave
+
+
 # -- against the sandbox acquirer ------------------------------------------------------------------
 
 
