@@ -11,7 +11,7 @@ limits and merchant_client:
     breaker = CircuitBreaker(store, "endpoint-7", BreakerConfig(), name="webhooks")
     admission = breaker.acquire()          # refused while open; record the outcome after
     budget = RetryBudget(store, "acme")    # retries as a share of calls, shared by the fleet
-    allowed, remaining, reset = store.run(RATE_SCRIPT, ["rate:42"], [100, 60, 42 % 60])
+    allowed, remaining, reset, window = store.run(RATE_SCRIPT, ["rate:42"], [100, 60, 42 % 60])
 
 What lives where:
 

@@ -10,7 +10,10 @@ tests/integration/test_merchant_limits_redis.py runs both on the same sequences.
 * `RATE_SCRIPT`, keys `[counter]`, args `[quota, window seconds, offset seconds]`: a fixed
   window of `window` seconds, shifted by `offset` (so every key's window does not restart at
   the same second), allows `quota` requests; a refused request is not counted. Answers
-  `[allowed (1/0), remaining, seconds until the window ends]`.
+  `[allowed (1/0), remaining, seconds until the window ends, the window's number]`. With
+  args `[quota, window, offset, "refund", window number]` it gives back one request counted in
+  that window, while it lasts (a request another limit refused after it was counted), and
+  answers `[given back (1/0), remaining, seconds until the window ends, the window's number]`.
 * `SLOTS_SCRIPT`, keys `[lease set]`, args `["acquire", lease id, limit, lease seconds]` or
   `["release", lease id]`: a set of leases, id -> expiry; an expired lease (a process killed
   while holding one) frees its slot by itself. Answers `[granted or released (1/0), leases held
@@ -28,22 +31,27 @@ __all__ = ["RATE_SCRIPT", "SLOTS_SCRIPT", "rate_twin", "slots_twin"]
 
 
 def rate_twin(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:
-    """lua/merchant_rate.lua in Python: `args` = quota, window, offset (seconds)."""
+    """lua/merchant_rate.lua in Python: `args` = quota, window, offset (seconds)[, "refund",
+    the window's number]."""
     now = float(_fmt(now))
     quota, window, offset = int(args[0]), float(args[1]), float(args[2])
     index = math.floor((now - offset) / window)
     ends = (index + 1) * window + offset
     stored = space.get(keys[0]) or {}
     count = int(stored["n"]) if stored.get("w") == str(index) else 0
-    allowed = 0
-    if count < quota:
-        allowed, count = 1, count + 1
+    done = 0
+    if len(args) > 3 and args[3] == "refund":
+        if str(args[4]) == str(index) and count > 0:
+            done, count = 1, count - 1
+    elif count < quota:
+        done, count = 1, count + 1
+    if done:
         space.set(
             keys[0],
             {"w": str(index), "n": str(count)},
             ttl=(math.ceil((ends - now) * 1000) + 1000) / 1000,
         )
-    return [float(allowed), float(quota - count), float(_fmt(ends - now))]
+    return [float(done), float(quota - count), float(_fmt(ends - now)), float(index)]
 
 
 def slots_twin(space: MemoryKeyspace, keys: list[str], args: list[str], now: float) -> list[float]:

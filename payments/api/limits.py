@@ -12,8 +12,10 @@ resilience kit's atomic scripts, :data:`~resilience.RATE_SCRIPT` and
 * **Request rate** (:func:`request_rate_check`): ``quota`` requests per ``window`` seconds per
   merchant, a fixed window shifted by the merchant id modulo the window. Every authenticated
   API request counts, replays included (a replay costs a database read, and a client's retry
-  loop of replays is what the limit is for); a refused request does not count. Refused: ``429
-  rate_limited`` with ``Retry-After``. Every counted answer carries the IETF
+  loop of replays is what the limit is for); a refused request does not count, whichever
+  limit refused it (a payment POST refused by the in-flight cap below gives its count back,
+  :func:`request_rate_refund`: a client honouring that ``Retry-After`` keeps its rate).
+  Refused: ``429 rate_limited`` with ``Retry-After``. Every counted answer carries the IETF
   ``RateLimit-Policy`` and ``RateLimit`` fields (draft-ietf-httpapi-ratelimit-headers-10, the
   form ``resilience.quota_profile`` reads): ``"merchant";q=<quota>;w=<window>`` and
   ``"merchant";r=<remaining>;t=<seconds to the window's end>``; ``t`` and ``Retry-After`` are
@@ -60,6 +62,7 @@ __all__ = [
     "POLICY_NAME",
     "RATE_SCRIPT",
     "SLOTS_SCRIPT",
+    "ConcurrencyLimited",
     "RateDecision",
     "authentication_failures_refusal",
     "authentication_window_offset",
@@ -68,6 +71,7 @@ __all__ = [
     "payment_slot",
     "rate_limit",
     "request_rate_check",
+    "request_rate_refund",
     "request_rate_window_offset",
 ]
 
@@ -92,13 +96,15 @@ def concurrency_limit(merchant: Merchant) -> int:
 @dataclass(frozen=True, slots=True)
 class RateDecision:
     """One counted request: ``quota`` requests per ``window`` seconds, ``remaining`` after
-    this one, ``reset`` seconds (float) until the window ends."""
+    this one, ``reset`` seconds (float) until the window ends; ``counted_in``: the number of
+    the window that counted it (None: not counted), for :func:`request_rate_refund`."""
 
     allowed: bool
     quota: int
     window: int
     remaining: int
     reset: float
+    counted_in: int | None = None
 
     def headers(self) -> dict[str, str]:
         """``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-10,
@@ -127,12 +133,37 @@ def request_rate_check(merchant: Merchant) -> RateDecision | None:
     if quota <= 0:
         return None
     window = settings.MERCHANT_RATE_LIMIT_WINDOW_SECONDS
-    allowed, remaining, reset = shared_state_store().run(
+    allowed, remaining, reset, index = shared_state_store().run(
         RATE_SCRIPT,
         [f"merchant_rate:{merchant.pk}"],
         [quota, window, request_rate_window_offset(merchant.pk, window)],
     )
-    return RateDecision(bool(allowed), quota, window, max(0, int(remaining)), reset)
+    counted_in = int(index) if allowed else None
+    return RateDecision(bool(allowed), quota, window, max(0, int(remaining)), reset, counted_in)
+
+
+def request_rate_refund(merchant: Merchant, decision: RateDecision) -> RateDecision:
+    """Give back the count of a request of ``merchant`` that ``decision`` allowed and another
+    limit then refused (the in-flight cap: :class:`ConcurrencyLimited`), while the window that
+    counted it lasts. Returns the decision to answer with: ``remaining`` after the refund, the
+    request no longer counted; ``decision`` itself when there is nothing to give back (not
+    counted, or its window has ended). Never raises for a store outage."""
+    if decision.counted_in is None:
+        return decision
+    given_back, remaining, reset, _ = shared_state_store().run(
+        RATE_SCRIPT,
+        [f"merchant_rate:{merchant.pk}"],
+        [
+            decision.quota,
+            decision.window,
+            request_rate_window_offset(merchant.pk, decision.window),
+            "refund",
+            decision.counted_in,
+        ],
+    )
+    if not given_back:
+        return decision
+    return RateDecision(True, decision.quota, decision.window, max(0, int(remaining)), reset)
 
 
 def rate_limited(decision: RateDecision) -> Problem:
@@ -148,11 +179,15 @@ def rate_limited(decision: RateDecision) -> Problem:
     )
 
 
+class ConcurrencyLimited(Problem):
+    """``429 concurrency_limited``: the merchant's in-flight payment slots are all taken."""
+
+
 @contextmanager
 def payment_slot(merchant: Merchant) -> Iterator[None]:
     """Hold one of ``merchant``'s in-flight payment slots for the ``with`` block.
 
-    Raises :class:`~payments.api.problems.Problem` ``429 concurrency_limited`` (``Retry-After``:
+    Raises :class:`ConcurrencyLimited` ``429 concurrency_limited`` (``Retry-After``:
     ``MERCHANT_CONCURRENCY_RETRY_AFTER_SECONDS``) when all are taken; the slot is released when
     the block ends, by an answer or an exception, and expires after
     ``MERCHANT_PAYMENT_LEASE_SECONDS`` if the process dies first.
@@ -166,7 +201,7 @@ def payment_slot(merchant: Merchant) -> Iterator[None]:
         SLOTS_SCRIPT, key, ["acquire", lease_id, limit, settings.MERCHANT_PAYMENT_LEASE_SECONDS]
     )
     if not granted:
-        raise Problem(
+        raise ConcurrencyLimited(
             f"{limit} payment requests of this merchant are already in progress; retry after "
             "the Retry-After seconds.",
             code="concurrency_limited",
@@ -221,7 +256,7 @@ def authentication_failures_refusal(client: str, *, count: bool) -> Problem | No
     if quota <= 0:
         return None
     window = settings.API_AUTH_FAILURE_WINDOW_SECONDS
-    allowed, remaining, reset = shared_state_store().run(
+    allowed, remaining, reset, _ = shared_state_store().run(
         RATE_SCRIPT,
         [f"auth_failures:{client}"],
         [quota if count else 0, window, authentication_window_offset(client, window)],

@@ -34,11 +34,13 @@ from payments.api.card_data import (
     query_card_data_fields,
 )
 from payments.api.limits import (
+    ConcurrencyLimited,
     authentication_failures_refusal,
     client_address,
     payment_slot,
     rate_limited,
     request_rate_check,
+    request_rate_refund,
 )
 from payments.api.openapi import idempotency_key_parameter
 from payments.api.parsers import request_json
@@ -116,9 +118,10 @@ class MerchantApi(APIView):
     it is counted against the merchant's request rate (a refusal is ``429 rate_limited``), then
     query parameters (names and values) holding card data are refused with ``400
     card_data_not_accepted`` before any view reads them. Every answer to a counted request
-    carries ``RateLimit-Policy`` and ``RateLimit``. Before that, a client with too many
-    failed authentications is refused ``429`` before its key is looked up
-    (:func:`~payments.api.limits.authentication_failures_refusal`)."""
+    carries ``RateLimit-Policy`` and ``RateLimit``; a payment POST refused by the in-flight cap
+    (``429 concurrency_limited``) gives its count back, and its ``RateLimit`` says so. Before
+    that, a client with too many failed authentications is refused ``429`` before its key is
+    looked up (:func:`~payments.api.limits.authentication_failures_refusal`)."""
 
     def perform_authentication(self, request: Request) -> None:
         """Authenticate, counting each failure (a missing or invalid key) against the
@@ -151,6 +154,13 @@ class MerchantApi(APIView):
         fields = query_card_data_fields(request.query_params)
         if fields:
             raise card_data_refusal(fields, detail=QUERY_REFUSAL)
+
+    def handle_exception(self, exc: Exception) -> HttpResponse:
+        decision = getattr(self.request, "rate_decision", None)
+        if isinstance(exc, ConcurrencyLimited) and decision is not None:
+            # Refused by the in-flight cap after the rate counted it: not counted (limits.py).
+            self.request.rate_decision = request_rate_refund(self.request.user, decision)
+        return super().handle_exception(exc)
 
     def finalize_response(
         self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any

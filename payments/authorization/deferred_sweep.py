@@ -129,7 +129,7 @@ def deferred_admission(client: AcquirerClient | None, policy: DeferralPolicy) ->
         wait, reason = min(refusals)
         return reason, wait
     if policy.submit_rate > 0:
-        allowed, _, reset = shared_state_store().run(
+        allowed, _, reset, _ = shared_state_store().run(
             RATE_SCRIPT, [f"deferred_submit:{current.scope}"], [policy.submit_rate, 1, 0]
         )
         if not allowed:

@@ -62,19 +62,46 @@ def _stores(namespace: str) -> tuple[ManualClock, MemoryStore, RedisStore]:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_lua_and_python_rate_give_the_same_answers(namespace: str, seed: int) -> None:
-    """300 random requests of three merchants (quota, window, offset of their own) and clock
-    steps: the same allowed / remaining / reset on both."""
+    """300 random requests of three merchants (quota, window, offset of their own), refunds
+    (of the window a request was counted in, of an earlier one, of one never counted) and
+    clock steps: the same allowed or given back / remaining / reset / window on both."""
     clock, memory, shared = _stores(namespace)
     rng = random.Random(seed)
     merchants = {"merchant_rate:1": [1, 1, 0], "merchant_rate:2": [5, 10, 3],
                  "merchant_rate:3": [2, 10, 7]}  # fmt: skip
+    counted: dict[str, list[int]] = {name: [] for name in merchants}
     for step in range(300):
-        if rng.random() < 0.75:
-            name = rng.choice(sorted(merchants))
-            key, args = [name], merchants[name]
+        choice = rng.random()
+        name = rng.choice(sorted(merchants))
+        key, args = [name], list(merchants[name])
+        if choice < 0.55:
+            answer = memory.run(RATE_SCRIPT, key, args)
+            assert answer == shared.run(RATE_SCRIPT, key, args), step
+            if answer[0]:
+                counted[name].append(int(answer[3]))
+        elif choice < 0.8:
+            window = counted[name].pop() if counted[name] and rng.random() < 0.8 else 12345
+            args += ["refund", window]
             assert memory.run(RATE_SCRIPT, key, args) == shared.run(RATE_SCRIPT, key, args), step
         else:
             clock.advance(rng.choice([0.1, 0.7, 2.0, 9.5]))
+
+
+def test_a_refund_gives_back_one_count_of_its_own_window_only(namespace: str) -> None:
+    """Quota 2 in a 10 s window: two counted, a third refused; a refund of the window lets one
+    more in; a refund once the window has ended, or with nothing counted, gives nothing back."""
+    clock, _, shared = _stores(namespace)
+    key, args = ["merchant_rate:5"], [2, 10, 0]
+    first = shared.run(RATE_SCRIPT, key, args)
+    window = int(first[3])
+    assert first[:2] == [1.0, 1.0]
+    assert shared.run(RATE_SCRIPT, key, args)[:2] == [1.0, 0.0]
+    assert shared.run(RATE_SCRIPT, key, args)[:2] == [0.0, 0.0]
+    assert shared.run(RATE_SCRIPT, key, [*args, "refund", window])[:2] == [1.0, 1.0]
+    assert shared.run(RATE_SCRIPT, key, args)[:2] == [1.0, 0.0]
+    clock.advance(10.0)
+    assert shared.run(RATE_SCRIPT, key, [*args, "refund", window])[:2] == [0.0, 2.0]
+    assert shared.run(RATE_SCRIPT, key, [*args, "refund", window + 1])[:2] == [0.0, 2.0]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -202,6 +229,30 @@ def test_the_lifecycle_posts_hold_a_slot_too(merchant_a, shared_limits, route) -
     assert answer.status_code == 429
     assert (answer.json()["code"], answer["Retry-After"]) == ("concurrency_limited", "1")
     assert not IdempotencyKey.objects.filter(key="op-1").exists()
+
+
+@pytest.mark.django_db
+def test_a_payment_refused_by_the_in_flight_cap_keeps_the_merchants_rate(
+    merchant_a, shared_limits
+) -> None:
+    """Quota 2, cap 1 with its slot held: three payment POSTs are 429 concurrency_limited,
+    each answered with r=2 (its count given back); then two requests are still served (r=1,
+    r=0) and the third is 429 rate_limited. A client honouring the cap's Retry-After keeps
+    its rate."""
+    merchant_a.merchant.rate_limit_requests = 2
+    merchant_a.merchant.concurrent_payments_limit = 1
+    merchant_a.merchant.save()
+    clear_of_window_ends([request_rate_window_offset(merchant_a.merchant.pk, 60)], 60)
+    with payment_slot(merchant_a.merchant):
+        for attempt in range(3):
+            refused = merchant_a.create_payment(PAYMENT_BODY, key=f"order-{attempt}")
+            assert (refused.status_code, refused.json()["code"]) == (429, "concurrency_limited")
+            assert parse_list(refused["RateLimit"])[0].params["r"] == 2
+    remaining = [parse_list(merchant_a.client.get("/payments")["RateLimit"])[0].params["r"]
+                 for _ in range(2)]  # fmt: skip
+    assert remaining == [1, 0]
+    assert merchant_a.client.get("/payments").json()["code"] == "rate_limited"
+    assert not IdempotencyKey.objects.filter(key__startswith="order-").exists()
 
 
 @pytest.mark.django_db
