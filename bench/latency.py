@@ -7,18 +7,20 @@ One command (docs/benchmarks.md, "A slow acquirer")::
     .venv/bin/python bench/latency.py --server gevent --rounds 1 --duration 6
 
 It starts the sandbox and gunicorn as the Procfile does (``--server`` picks the worker class:
-``gthread``, the default, with ``WEB_THREADS`` threads; ``runslots``, gthread of which
-``WEB_RUN_SLOTS`` threads run at once (ADR 0053); or ``gevent``), with the per-merchant
+``runslots``, the default, gthread with ``WEB_THREADS`` threads of which ``WEB_RUN_SLOTS``
+run at once (ADR 0053); ``gthread``, every thread may run; or ``gevent``), with the per-merchant
 limits at their defaults, and runs rotating rounds of five cases, each ``--duration`` seconds:
 the sandbox answering at once (``instant``), after a normal 300 ms (sd 60) and a normal 1 s
 (sd 200) (the sandbox's ``latency`` condition, set through its control API), each with
-``--clients`` client threads spread over ``--merchants`` merchants; and ``alone``: one merchant
-with ``--clients`` clients at 300 ms, which honour ``Retry-After`` on a ``429`` or ``503``;
-and ``open``: an open loop at 300 ms, Poisson arrivals at ``OPEN_LOAD_SHARE`` (0.8) of the
-same stack's ``300ms`` throughput in that round, each request sent when it arrives whatever
-the answers before it, its latency counted from its arrival (so a wait on our side counts).
-Rotating the cases in one run puts another engineer's load on a shared machine on every case
-alike, so the ratios mean something even when the absolute figures move.
+``--clients`` client threads (the 1 s case ``--slow-clients``: by Little's law a closed loop
+of C clients at 1 s serves at most C payments/s) spread over ``--merchants`` merchants; and
+``alone``: one merchant with ``--clients`` clients at 300 ms, which honour ``Retry-After`` on
+a ``429`` or ``503``; and ``open``: an open loop at 300 ms, Poisson arrivals at
+``OPEN_LOAD_SHARE`` (0.8) of the same stack's ``300ms`` throughput in that round, each request
+sent when it arrives whatever the answers before it, its latency counted from its arrival
+(so a wait on our side counts). Rotating the cases in one run puts another engineer's load on
+a shared machine on every case alike, so the ratios mean something even when the absolute
+figures move.
 
 Printed per case: payments per second (201s), p50 and p99 of their latency, the peak of
 requests the acquirer held in flight (the sandbox's ``requests_in_flight``), the peak of the
@@ -89,8 +91,8 @@ OPEN_LOOP_SEED = 30
 NORMAL_P99_Z = 2.326
 #: The worker class and its knobs per ``--server``.
 SERVERS = {
-    "gthread": "gthread",  # the Procfile's: gunicorn's own pool, every thread may run at once
-    "runslots": "config.gunicorn_worker.RunSlotThreadWorker",  # ADR 0053
+    "runslots": "config.gunicorn_worker.RunSlotThreadWorker",  # the Procfile's (ADR 0053)
+    "gthread": "gthread",  # gunicorn's own pool, every thread may run at once
     "gevent": "gevent",
 }
 #: The label of ``--versus-before``'s stack, appended to its cases' names.
@@ -101,12 +103,17 @@ GEVENT = " (gevent)"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", choices=sorted(SERVERS), default="gthread")
-    parser.add_argument("--threads", type=int, default=None, help="WEB_THREADS (gthread)")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="runslots")
+    parser.add_argument("--threads", type=int, default=None, help="WEB_THREADS")
     parser.add_argument("--workers", type=int, default=None, help="WEB_CONCURRENCY")
     parser.add_argument("--duration", type=float, default=10, help="seconds per case and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", type=int, default=128)
+    parser.add_argument(
+        "--slow-clients", type=int, default=256,
+        help="the 1s case's clients (Little's law: a closed loop of C clients at 1 s serves "
+        "at most C payments/s)",
+    )  # fmt: skip
     parser.add_argument("--merchants", type=int, default=8)
     parser.add_argument(
         "--cases", nargs="+", choices=list(LATENCIES), default=list(LATENCIES),
@@ -354,7 +361,7 @@ def run_case(
         latencies, statuses = load(
             f"{server.url}/payments",
             keys["alone"] if case == "alone" else keys["many"],
-            clients[: args.clients],
+            clients[: args.slow_clients if case == "1s" else args.clients],
             args.duration,
             lambda: readings.append({**cpu_snapshot(), "switches": voluntary_switches(web_pids)}),
         )
@@ -442,8 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.versus_gevent:
         variants[GEVENT] = {**env, "WEB_WORKER_CLASS": "gevent"}
     runs: list[dict[str, Any]] = []
-    # The closed loops' clients are the first --clients of these, the open loop's all of them.
-    clients = [httpx.Client(timeout=30) for _ in range(max(args.clients, OPEN_LOOP_THREADS))]
+    # The closed loops' clients are the first --clients (or --slow-clients) of these, the open
+    # loop's the first OPEN_LOOP_THREADS.
+    count = max(args.clients, args.slow_clients, OPEN_LOOP_THREADS)
+    clients = [httpx.Client(timeout=30) for _ in range(count)]
     with ExitStack() as started:
         stacks = {}
         for label, variant in variants.items():

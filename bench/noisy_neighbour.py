@@ -6,10 +6,10 @@ One command (docs/benchmarks.md, "Noisy neighbour")::
     .venv/bin/python bench/noisy_neighbour.py                 # 10 s per phase
     .venv/bin/python bench/noisy_neighbour.py --duration 5 --noisy-clients 24
 
-It starts the sandbox and gunicorn as the Procfile does (2 workers x 64 threads), twice: with the
-default cap (``MERCHANT_CONCURRENT_PAYMENTS``, 32: the settings' default unless ``--cap``) and
+It starts the sandbox and gunicorn as the Procfile does (2 workers x 128 threads), twice: with the
+default cap (``MERCHANT_CONCURRENT_PAYMENTS``, 64: the settings' default unless ``--cap``) and
 without one (``0``); the request rate limit is off in both, so only the cap differs. The noisy
-merchant's clients (160) outnumber the web tier's threads (128), as a flood must. Each stack runs
+merchant's clients (320) outnumber the web tier's threads (256), as a flood must. Each stack runs
 two phases of ``--duration`` seconds: **quiet**, the good merchant alone (``--good-clients`` clients
 in a loop of ``tok_visa`` payments), and **noisy**, the same while a second merchant floods the
 service with ``--noisy-clients`` clients sending slow payments (``tok_slow_<ms>``, ``--slow-ms``;
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10, help="seconds per phase")
     parser.add_argument("--good-clients", type=int, default=2)
-    parser.add_argument("--noisy-clients", type=int, default=160)
+    parser.add_argument("--noisy-clients", type=int, default=320)
     parser.add_argument("--slow-ms", type=int, default=2000, help="the noisy payments' delay")
     parser.add_argument(
         "--cap", type=int, default=None, help="MERCHANT_CONCURRENT_PAYMENTS (default: settings')"

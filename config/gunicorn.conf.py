@@ -8,15 +8,16 @@ from payments.api.server_errors import gunicorn_errors_as_problems
 
 bind = os.environ.get("WEB_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-# The concurrency model (ADR 0048): gthread, one thread per request in flight;
-# "config.gunicorn_worker.RunSlotThreadWorker" runs at most WEB_RUN_SLOTS of them at once (ADR
-# 0053: not the default yet); "gevent" is the alternative bench/latency.py measures
-# (WEB_WORKER_CONNECTIONS greenlets per worker).
-worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
-# A thread waits on the acquirer most of its request, cheaply (ADR 0048, docs/scaling.md): 64
-# per worker, 128 payments in flight on 2 workers, what 2 cores' throughput needs at a 1 s
-# acquirer (Little's law: payments/s x seconds in flight).
-threads = int(os.environ.get("WEB_THREADS", "64"))
+# The concurrency model (ADR 0048, 0053): gthread, one thread per request in flight, in run
+# slots: at most WEB_RUN_SLOTS of a worker's threads run at once, the others wait on the
+# acquirer or in the queue ("gthread" alone lets every thread run; "gevent" is the alternative
+# bench/latency.py measures, WEB_WORKER_CONNECTIONS greenlets per worker).
+worker_class = os.environ.get("WEB_WORKER_CLASS", "config.gunicorn_worker.RunSlotThreadWorker")
+# A thread waits on the acquirer most of its request, cheaply (ADR 0048, docs/scaling.md): 128
+# per worker, 256 payments in flight on 2 workers, what 2 cores' throughput (about 250
+# payments/s) needs at a 1 s acquirer (Little's law: payments/s x seconds in flight). Waiting
+# threads cost no CPU under the run slots, whatever their number (ADR 0053).
+threads = int(os.environ.get("WEB_THREADS", "128"))
 worker_connections = int(os.environ.get("WEB_WORKER_CONNECTIONS", "1000"))
 
 # Above the acquirer deadline (ACQUIRER_READ_TIMEOUT_SECONDS) so a slow acquirer answer is

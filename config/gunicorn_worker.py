@@ -7,9 +7,9 @@ the pool (``ThreadWorker.get_thread_pool``). This one gives it a `resilience.Run
 request never queues for a connection). A request lends its slot around its acquirer call
 (payments/acquirer/connection.py) once the call has lasted
 ``WEB_RUN_SLOT_LEND_AFTER_SECONDS`` (0.01) and nothing else of the worker is on the CPU, or
-50 ms whatever the CPU does; a request that holds a slot for
-``WEB_RUN_SLOT_HOLD_LIMIT_SECONDS`` (1) without lending it has it lent anyway. Chosen with
-``WEB_WORKER_CLASS=config.gunicorn_worker.RunSlotThreadWorker``; not the default yet (ADR 0053).
+``WEB_RUN_SLOT_LEND_AFTER_BUSY_SECONDS`` (0.05) whatever the CPU does; a request that holds a
+slot for ``WEB_RUN_SLOT_HOLD_LIMIT_SECONDS`` (1) without lending it has it lent anyway. The
+default ``WEB_WORKER_CLASS`` (config/gunicorn.conf.py, ADR 0053).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ __all__ = ["RunSlotThreadWorker", "run_slot_settings"]
 
 def run_slot_settings() -> dict[str, int | float]:
     """The run slots of a web worker from the environment, as `RunSlotPool`'s keyword
-    arguments: ``run_slots`` (a count), ``lend_after`` and ``hold_limit`` (seconds). Raises
-    ``ValueError`` for a value that is not a number (the pool refuses one out of range)."""
+    arguments: ``run_slots`` (a count), ``lend_after``, ``lend_after_busy`` and ``hold_limit``
+    (seconds). Raises ``ValueError`` for a value that is not a number (the pool refuses one
+    out of range)."""
     return {
         "run_slots": int(os.environ.get("WEB_RUN_SLOTS", "4")),
         "lend_after": float(os.environ.get("WEB_RUN_SLOT_LEND_AFTER_SECONDS", "0.01")),
+        "lend_after_busy": float(os.environ.get("WEB_RUN_SLOT_LEND_AFTER_BUSY_SECONDS", "0.05")),
         "hold_limit": float(os.environ.get("WEB_RUN_SLOT_HOLD_LIMIT_SECONDS", "1")),
     }
 

@@ -216,8 +216,11 @@ ACQUIRER_BREAKER_MAX_HALF_OPEN_SECONDS = env.float(
     "ACQUIRER_BREAKER_MAX_HALF_OPEN_SECONDS", default=None
 )
 # Adaptive (AIMD) concurrency per quota scope: lowered on rate limits, raised on successes.
+# It starts at 100 calls in flight and may grow to the default web tier's in-flight slots
+# (WEB_CONCURRENCY x WEB_THREADS, 2 x 128), so the acquirer's answers (its 429s), not a fixed
+# number below the tier, bound the calls (docs/scaling.md, "Payments in flight").
 ACQUIRER_CONCURRENCY_INITIAL_LIMIT = env.int("ACQUIRER_CONCURRENCY_INITIAL_LIMIT", default=100)
-ACQUIRER_CONCURRENCY_MAX_LIMIT = env.int("ACQUIRER_CONCURRENCY_MAX_LIMIT", default=100)
+ACQUIRER_CONCURRENCY_MAX_LIMIT = env.int("ACQUIRER_CONCURRENCY_MAX_LIMIT", default=256)
 ACQUIRER_CONCURRENCY_WAIT_SECONDS = env.float("ACQUIRER_CONCURRENCY_WAIT_SECONDS", default=0.1)
 RECONCILIATION_CONCURRENCY_WAIT_SECONDS = env.float(
     "RECONCILIATION_CONCURRENCY_WAIT_SECONDS", default=5.0
@@ -259,10 +262,10 @@ API_CLIENT_ADDRESS_HEADER = env.str("API_CLIENT_ADDRESS_HEADER", default="")
 # "Per-merchant limits"): far above one shop's checkout traffic, far below the tier's capacity.
 MERCHANT_RATE_LIMIT_REQUESTS = env.int("MERCHANT_RATE_LIMIT_REQUESTS", default=100)
 MERCHANT_RATE_LIMIT_WINDOW_SECONDS = env.int("MERCHANT_RATE_LIMIT_WINDOW_SECONDS", default=1)
-# A quarter of the default web tier's in-flight slots (WEB_CONCURRENCY x WEB_THREADS, 2 x 64):
-# 32 payments in flight carry ~100 payments/s at a 300 ms acquirer, the rate limit's pace, and
+# A quarter of the default web tier's in-flight slots (WEB_CONCURRENCY x WEB_THREADS, 2 x 128):
+# 64 payments in flight carry the rate limit's 100 payments/s up to a 600 ms acquirer, and
 # stay below WEB_THREADS, so one merchant's slow payments never hold every thread of a worker.
-MERCHANT_CONCURRENT_PAYMENTS = env.int("MERCHANT_CONCURRENT_PAYMENTS", default=32)
+MERCHANT_CONCURRENT_PAYMENTS = env.int("MERCHANT_CONCURRENT_PAYMENTS", default=64)
 # A slot's lease: the web timeout (WEB_TIMEOUT, 30 s), the longest a request may live.
 MERCHANT_PAYMENT_LEASE_SECONDS = env.int("MERCHANT_PAYMENT_LEASE_SECONDS", default=30)
 MERCHANT_CONCURRENCY_RETRY_AFTER_SECONDS = env.int(

@@ -255,9 +255,9 @@ def test_clients_reach_gunicorn_only_through_the_buffering_proxy():
 
 def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
     """make run (the Procfile), docker-compose and the image start gunicorn with
-    config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048: gthread,
-    2 workers x 64 threads, the database pool on in the web process only, 4 connections per
-    worker; the run slots' defaults, ADR 0053, for RunSlotThreadWorker)."""
+    config/gunicorn.conf.py, whose defaults are docs/configuration.md's (ADR 0048 and 0053:
+    gthread in run slots, 2 workers x 128 threads, the database pool on in the web process
+    only, 4 connections per worker, the run slots' defaults)."""
     command = "gunicorn -c config/gunicorn.conf.py config.wsgi:application"
     procfile = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines())
     assert procfile["web"] == command
@@ -272,13 +272,17 @@ def test_every_way_of_starting_the_web_runs_the_documented_server(monkeypatch):
                    re.MULTILINE)
     )  # fmt: skip
     assert str(namespace["workers"]) == documented["WEB_CONCURRENCY"] == "2"
-    assert str(namespace["threads"]) == documented["WEB_THREADS"] == "64"
-    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == "gthread"
-    for name in ("SLOTS", "SLOT_LEND_AFTER_SECONDS", "SLOT_HOLD_LIMIT_SECONDS"):
+    assert str(namespace["threads"]) == documented["WEB_THREADS"] == "128"
+    worker_class = "config.gunicorn_worker.RunSlotThreadWorker"  # ADR 0053
+    assert namespace["worker_class"] == documented["WEB_WORKER_CLASS"] == worker_class
+    for name in ("SLOTS", "SLOT_LEND_AFTER_SECONDS", "SLOT_LEND_AFTER_BUSY_SECONDS",
+                 "SLOT_HOLD_LIMIT_SECONDS"):  # fmt: skip
         monkeypatch.delenv(f"WEB_RUN_{name}", raising=False)
     run_slots = run_slot_settings()  # the run slots' defaults (ADR 0053)
     assert str(run_slots["run_slots"]) == documented["WEB_RUN_SLOTS"] == "4"
     assert str(run_slots["lend_after"]) == documented["WEB_RUN_SLOT_LEND_AFTER_SECONDS"] == "0.01"
+    busy = documented["WEB_RUN_SLOT_LEND_AFTER_BUSY_SECONDS"]
+    assert str(run_slots["lend_after_busy"]) == busy == "0.05"
     assert f"{run_slots['hold_limit']:g}" == documented["WEB_RUN_SLOT_HOLD_LIMIT_SECONDS"] == "1"
     environ: dict[str, str] = {}
     namespace["web_environment_defaults"](environ)
