@@ -156,9 +156,10 @@ class MerchantApi(APIView):
             raise card_data_refusal(fields, detail=QUERY_REFUSAL)
 
     def handle_exception(self, exc: Exception) -> HttpResponse:
+        """DRF's answer to ``exc``; a :class:`~payments.api.limits.ConcurrencyLimited` refusal
+        first gives back the rate count its request took (``RateLimit`` then shows it)."""
         decision = getattr(self.request, "rate_decision", None)
         if isinstance(exc, ConcurrencyLimited) and decision is not None:
-            # Refused by the in-flight cap after the rate counted it: not counted (limits.py).
             self.request.rate_decision = request_rate_refund(self.request.user, decision)
         return super().handle_exception(exc)
 
