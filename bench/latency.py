@@ -5,6 +5,7 @@ One command (docs/benchmarks.md, "A slow acquirer")::
 
     .venv/bin/python bench/latency.py                         # the Procfile's server, 2 rounds
     .venv/bin/python bench/latency.py --server gevent --rounds 1 --duration 6
+    .venv/bin/python bench/latency.py --versus WEB_RUN_SLOTS=8     # a setting's A/B, one run
 
 It starts the sandbox and gunicorn as the Procfile does (``--server`` picks the worker class:
 ``runslots``, the default, gthread with ``WEB_THREADS`` threads of which ``WEB_RUN_SLOTS``
@@ -99,6 +100,8 @@ SERVERS = {
 BEFORE = " (before)"
 #: The label of ``--versus-gevent``'s stack.
 GEVENT = " (gevent)"
+#: The label of ``--versus``'s stack.
+VERSUS = " (versus)"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -127,8 +130,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--versus-gevent", action="store_true",
         help="also the same settings on gunicorn's gevent worker, case by case",
     )  # fmt: skip
+    parser.add_argument(
+        "--versus", nargs="+", default=None, metavar="NAME=VALUE",
+        help="also a stack with these environment variables changed, case by case (an A/B of "
+        "a setting measured in one run)",
+    )  # fmt: skip
     parser.add_argument("--database", default=None, help="benchmark database name")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.versus and not all("=" in item for item in args.versus):
+        parser.error("--versus takes NAME=VALUE items")
+    return args
 
 
 class Sampler(threading.Thread):
@@ -448,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                             "WEB_WORKER_CLASS": "gthread"}  # fmt: skip
     if args.versus_gevent:
         variants[GEVENT] = {**env, "WEB_WORKER_CLASS": "gevent"}
+    if args.versus:
+        variants[VERSUS] = {**env, **dict(item.split("=", 1) for item in args.versus)}
     runs: list[dict[str, Any]] = []
     # The closed loops' clients are the first --clients (or --slow-clients) of these, the open
     # loop's the first OPEN_LOOP_THREADS.
@@ -511,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         "1s: before / now": ("1s" + BEFORE, "1s"),
         "300ms: gevent / gthread": ("300ms" + GEVENT, "300ms"),
         "1s: gevent / gthread": ("1s" + GEVENT, "1s"),
+        "300ms / instant, versus": ("300ms" + VERSUS, "instant" + VERSUS),
+        "300ms: versus / now": ("300ms" + VERSUS, "300ms"),
+        "1s: versus / now": ("1s" + VERSUS, "1s"),
     }
     ratios = {
         name: ratio(summary[top]["per_second"], summary[bottom]["per_second"])
@@ -529,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             acquirer_p99 = condition["mean_ms"] + NORMAL_P99_Z * condition["sd_ms"]
             bound = 2 * acquirer_p99 + summary["instant"]["p99_ms"]
             ratios[f"{case} p99 / its bound"] = ratio(summary[case]["p99_ms"], bound)
-    for label in (BEFORE, GEVENT):
+    for label in (BEFORE, GEVENT, VERSUS):
         if "instant" + label in summary:
             ratios[f"instant CPU per payment: now / {label.strip(' ()')}"] = ratio(
                 summary["instant"]["cpu_ms_per_payment"],

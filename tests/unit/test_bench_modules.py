@@ -558,6 +558,9 @@ def test_the_latency_benchmark_adds_its_rounds_up_per_case():
     assert figures["switches_per_payment"] == 30
     assert figures["statuses"] == {"201": 200}
     assert latency.parse_args(["--cases", "instant"]).cases == ["instant"]
+    assert latency.parse_args(["--versus", "WEB_RUN_SLOTS=8"]).versus == ["WEB_RUN_SLOTS=8"]
+    with pytest.raises(SystemExit):
+        latency.parse_args(["--versus", "WEB_RUN_SLOTS"])  # not NAME=VALUE
 
 
 def test_the_latency_benchmarks_open_loop_sends_every_arrival_and_times_it_from_its_arrival():
