@@ -27,8 +27,10 @@ Printed per case: payments per second (201s), p50 and p99 of their latency, the 
 requests the acquirer held in flight (the sandbox's ``requests_in_flight``), the peak of the
 service's connections to the database (``pg_stat_activity``, sampled every 100 ms), the web
 tier's RSS at that peak divided by the payments in flight, and CPU milliseconds per payment in
-the gunicorn processes, and their threads' voluntary context switches per payment (ADR 0053).
-Then the ratios: 300 ms / instant, 1 s / instant, alone / 300 ms.
+the gunicorn processes, and their threads' voluntary context switches per payment (ADR 0053);
+then the machine's busy cores and its CPU per payment by group (web, PostgreSQL, the sandbox,
+this load generator, the rest), as they share the cores. Then the ratios: 300 ms / instant,
+1 s / instant, alone / 300 ms.
 Asserted: every case made payments, and every 201 is a succeeded payment in the database.
 """
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import random
 import sys
@@ -102,6 +105,10 @@ BEFORE = " (before)"
 GEVENT = " (gevent)"
 #: The label of ``--versus``'s stack.
 VERSUS = " (versus)"
+#: The groups of the machine's CPU printed per payment (bench.common.cpu_snapshot's): where a
+#: case's CPU went, on the cores the service shares with its acquirer and load generator.
+CPU_GROUPS = ("web", "postgres", "postgres (shared processes)", "acquirer (sandbox)",
+              "load generator", "other")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -357,6 +364,8 @@ def run_case(
     sampler = Sampler(db, sandbox.url, web_pids, application)
     sampler.start()
     readings: list[dict] = []
+    own = {pid: "web" for pid in web_pids} | {sandbox.process.pid: "acquirer (sandbox)",
+                                              os.getpid(): "load generator"}  # fmt: skip
     arrivals = 0
     if case == "open":
         latencies, statuses, arrivals = open_load(
@@ -365,7 +374,9 @@ def run_case(
             keys["many"],
             open_rate,
             args.duration,
-            lambda: readings.append({**cpu_snapshot(), "switches": voluntary_switches(web_pids)}),
+            lambda: readings.append(
+                {**cpu_snapshot(own, db.name), "switches": voluntary_switches(web_pids)}
+            ),
             random.Random(OPEN_LOOP_SEED),
         )
     else:
@@ -374,7 +385,9 @@ def run_case(
             keys["alone"] if case == "alone" else keys["many"],
             clients[: args.slow_clients if case == "1s" else args.clients],
             args.duration,
-            lambda: readings.append({**cpu_snapshot(), "switches": voluntary_switches(web_pids)}),
+            lambda: readings.append(
+                {**cpu_snapshot(own, db.name), "switches": voluntary_switches(web_pids)}
+            ),
         )
     before, after = readings
     sampler.stop.set()
@@ -391,6 +404,7 @@ def run_case(
         "peak_connections": sampler.peak_connections,
         "rss_at_peak": sampler.rss_at_peak,
         "web_cpu_seconds": web_cpu_seconds(before, after, web_pids),
+        "cpu_groups": cpu_seconds_by_group(before, after),
         "web_switches": after["switches"] - before["switches"],
     }
 
@@ -426,6 +440,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 sum(item["seconds"] for item in items),
             ),
             "statuses": dict(statuses),
+            "machine_busy_cores": ratio(
+                sum(i.get("cpu_groups", {}).get("machine_busy_cores", 0.0) for i in items),
+                len(items),
+            ),
+            "cpu_ms_per_payment_by_group": {
+                group: 1000
+                * ratio(sum(i.get("cpu_groups", {}).get(group, 0.0) for i in items), payments)
+                for group in CPU_GROUPS
+            },
         }
     return summary
 
@@ -514,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         [(case, f["payments"], f["per_second"], f["p50_ms"], f["p99_ms"], f["peak_in_flight"],
           f["peak_connections"], f["rss_mb"], f["rss_kb_per_in_flight"],
           f["cpu_ms_per_payment"], f["switches_per_payment"], f["statuses"])
+         for case, f in summary.items()],
+    )  # fmt: skip
+    print()
+    print_table(
+        ["case", "machine busy cores", *(f"{group} CPU ms / payment" for group in CPU_GROUPS)],
+        [(case, f["machine_busy_cores"], *f["cpu_ms_per_payment_by_group"].values())
          for case, f in summary.items()],
     )  # fmt: skip
     pairs = {

@@ -541,10 +541,11 @@ def test_the_fuzz_campaign_counts_every_request_once(tmp_path):
 def test_the_latency_benchmark_adds_its_rounds_up_per_case():
     """bench/latency.py: throughput over every round of a case, the percentiles over all its
     latencies, memory per payment in flight at the case's peak, web CPU and context switches
-    per payment."""
+    per payment, and the machine's CPU per payment by group."""
     run = {"case": "300ms", "seconds": 10.0, "statuses": {"201": 100}, "peak_connections": 9,
            "latencies": [300.0] * 95 + [900.0] * 5, "web_cpu_seconds": 1.0,
-           "web_switches": 6000}  # fmt: skip
+           "web_switches": 6000, "cpu_groups": {"web": 1.0, "acquirer (sandbox)": 0.4,
+                                                "machine_busy_cores": 1.5}}  # fmt: skip
     runs = [
         {**run, "payments": 100, "peak_in_flight": 20, "rss_at_peak": 200 * 2**20},
         {**run, "payments": 300, "peak_in_flight": 40, "rss_at_peak": 210 * 2**20},
@@ -557,6 +558,9 @@ def test_the_latency_benchmark_adds_its_rounds_up_per_case():
     assert figures["cpu_ms_per_payment"] == 5
     assert figures["switches_per_payment"] == 30
     assert figures["statuses"] == {"201": 200}
+    assert figures["machine_busy_cores"] == 1.5
+    by_group = figures["cpu_ms_per_payment_by_group"]
+    assert (by_group["web"], by_group["acquirer (sandbox)"], by_group["other"]) == (5, 2, 0)
     assert latency.parse_args(["--cases", "instant"]).cases == ["instant"]
     assert latency.parse_args(["--versus", "WEB_RUN_SLOTS=8"]).versus == ["WEB_RUN_SLOTS=8"]
     with pytest.raises(SystemExit):
