@@ -330,14 +330,6 @@ def open_load(
     return latencies, statuses, len(arrivals)
 
 
-def web_cpu_seconds(before: dict, after: dict, web_pids: list[int]) -> float:
-    own = {pid: "web" for pid in web_pids}
-    return cpu_seconds_by_group(
-        {**before, "procs": {p: ("web", t) for p, (_, t) in before["procs"].items() if p in own}},
-        {**after, "procs": {p: ("web", t) for p, (_, t) in after["procs"].items() if p in own}},
-    ).get("web", 0.0)
-
-
 def run_case(
     case: str,
     stack: tuple[Any, Any],
@@ -392,6 +384,7 @@ def run_case(
     before, after = readings
     sampler.stop.set()
     sampler.join()
+    cpu_groups = cpu_seconds_by_group(before, after)  # the web pids are the group "web"
     return {
         "case": case,
         "payments": statuses.get(201, 0),
@@ -403,8 +396,8 @@ def run_case(
         "peak_in_flight": sampler.peak_in_flight,
         "peak_connections": sampler.peak_connections,
         "rss_at_peak": sampler.rss_at_peak,
-        "web_cpu_seconds": web_cpu_seconds(before, after, web_pids),
-        "cpu_groups": cpu_seconds_by_group(before, after),
+        "web_cpu_seconds": cpu_groups.get("web", 0.0),
+        "cpu_groups": cpu_groups,
         "web_switches": after["switches"] - before["switches"],
     }
 

@@ -52,7 +52,7 @@ def stack(request, transactional_db, tmp_path) -> Iterator[dict]:
             WEB_BIND=f"127.0.0.1:{port}",
             WEB_CONCURRENCY="1",
             WEB_THREADS="4",
-            WEB_WORKER_CLASS=request.param,  # the default, and the run slots (ADR 0053)
+            WEB_WORKER_CLASS=request.param,  # gunicorn's own pool, and the default run slots
             WEB_RUN_SLOTS="1",
             # Above the sandbox's 1.5 s: the request served during the payment's call got the
             # slot lent around that call, not through the hold limit.
