@@ -19,7 +19,10 @@ of C clients at 1 s serves at most C payments/s) spread over ``--merchants`` mer
 a ``429`` or ``503``; and ``open``: an open loop at 300 ms, Poisson arrivals at
 ``OPEN_LOAD_SHARE`` (0.8) of the same stack's ``300ms`` throughput in that round, each request
 sent when it arrives whatever the answers before it, its latency counted from its arrival
-(so a wait on our side counts). Rotating the cases in one run puts another engineer's load on
+(so a wait on our side counts). A closed-loop case's window opens after ``--warmup`` seconds
+of its load (3): a window opened with the load counted the first acquirer latency's silence
+(no answer can come sooner) and the concurrency limit's first growth against the slow cases,
+about 1 s of an 8 s window at 1 s. Rotating the cases in one run puts another engineer's load on
 a shared machine on every case alike, so the ratios mean something even when the absolute
 figures move.
 
@@ -117,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="WEB_THREADS")
     parser.add_argument("--workers", type=int, default=None, help="WEB_CONCURRENCY")
     parser.add_argument("--duration", type=float, default=10, help="seconds per case and round")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=3,
+        help="seconds of a closed-loop case's load before its window opens (its steady state)",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", type=int, default=128)
     parser.add_argument(
@@ -229,26 +238,32 @@ def load(
     clients: list[httpx.Client],
     duration: float,
     window: Callable[[], None] = lambda: None,
+    warmup: float = 0.0,
 ) -> tuple[list[float], Counter]:
     """A loop of fresh payments per client (made beforehand: an ``httpx.Client`` takes tens of
-    milliseconds to make) for ``duration`` s, client ``i`` with ``keys[i % len(keys)]``; a
-    ``429`` or ``503`` is followed by a wait of its ``Retry-After`` (capped by the time left).
-    ``window`` is called when the window opens and when it closes (the CPU readings). Returns
-    the latencies (ms) of the 201s answered within the window, and the count of each status
-    (``"201 late"``: answered after it, the requests then in flight; counted apart)."""
+    milliseconds to make) for ``warmup`` + ``duration`` s, client ``i`` with
+    ``keys[i % len(keys)]``; a ``429`` or ``503`` is followed by a wait of its ``Retry-After``
+    (capped by the time left). The window is the last ``duration`` s: the loop is in its steady
+    state by then (every client has a request in flight, the acquirer client's concurrency
+    limit has grown), where a window opened with the load would count the first acquirer
+    latency's silence against the slow cases. ``window`` is called when the window opens and
+    when it closes (the CPU readings). Returns the latencies (ms) of the 201s answered within
+    the window, and the count of each status (``"201 warm-up"``, ``"201 late"``: answered
+    before it and after it, the latter the requests then in flight; counted apart)."""
     latencies: list[float] = []
     statuses: Counter = Counter()
     lock = threading.Lock()
     start = threading.Barrier(len(clients))
-    end = 0.0
+    opens = end = 0.0
 
     def loop(index: int) -> None:
-        nonlocal end
+        nonlocal opens, end
         client = clients[index]
         if start.wait() == 0:
-            end = time.monotonic() + duration
-            window()
-            threading.Timer(duration, window).start()
+            opens = time.monotonic() + warmup
+            end = opens + duration
+            threading.Timer(warmup, window).start()
+            threading.Timer(warmup + duration, window).start()
         start.wait()  # everyone sees the end
         while (left := end - time.monotonic()) > 0:
             started = time.perf_counter()
@@ -258,10 +273,12 @@ def load(
             except httpx.HTTPError as exc:
                 answer, status = None, type(exc).__name__
             elapsed = (time.perf_counter() - started) * 1000
-            late = time.monotonic() > end  # answered after the window: not in its throughput
+            now = time.monotonic()
+            # answered before the window or after it: not in its throughput
+            phase = " warm-up" if now < opens else " late" if now > end else ""
             with lock:
-                statuses[f"{status} late" if late else status] += 1
-                if status == 201 and not late:
+                statuses[f"{status}{phase}" if phase else status] += 1
+                if status == 201 and not phase:
                     latencies.append(elapsed)
             if answer is not None and status in (429, 503):
                 time.sleep(min(left, float(answer.headers.get("Retry-After", "1"))))
@@ -380,6 +397,7 @@ def run_case(
             lambda: readings.append(
                 {**cpu_snapshot(own, db.name), "switches": voluntary_switches(web_pids)}
             ),
+            warmup=args.warmup,
         )
     before, after = readings
     sampler.stop.set()
@@ -388,7 +406,7 @@ def run_case(
     return {
         "case": case,
         "payments": statuses.get(201, 0),
-        "answered_201": statuses.get(201, 0) + statuses.get("201 late", 0),
+        "answered_201": sum(statuses.get(key, 0) for key in (201, "201 late", "201 warm-up")),
         "seconds": args.duration,
         "arrivals": arrivals,
         "latencies": latencies,

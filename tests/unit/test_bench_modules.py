@@ -614,3 +614,44 @@ def test_the_latency_benchmarks_open_loop_sends_every_arrival_and_times_it_from_
     assert min(latencies) >= 30
     assert keys_seen == {"Bearer a": (arrivals + 1) // 2, "Bearer b": arrivals // 2}
     assert len(windows) == 2
+
+
+def test_the_latency_benchmarks_closed_loop_opens_its_window_after_the_warm_up():
+    """bench/latency.py's closed loop: the answers of the first ``warmup`` seconds (the loop
+    filling up) are counted apart as ``warm-up``, the window (its CPU readings) opens after
+    them, and every answer the server gave is counted once, in one of the three phases."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answered: list[float] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(0.03)
+            answered.append(time.monotonic())
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    windows: list[float] = []
+    clients = [httpx.Client(timeout=10) for _ in range(4)]
+    try:
+        latencies, statuses = latency.load(
+            f"http://127.0.0.1:{server.server_port}/payments", ["a"], clients, 0.3,
+            lambda: windows.append(time.monotonic()), warmup=0.5,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        for client in clients:
+            client.close()
+    assert set(statuses) <= {201, "201 warm-up", "201 late"}
+    assert statuses["201 warm-up"] > 0 and statuses[201] > 0
+    assert sum(statuses.values()) == len(answered) and len(latencies) == statuses[201]
+    assert len(windows) == 2 and min(answered) < windows[0]
