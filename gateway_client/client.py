@@ -82,7 +82,6 @@ from resilience import (
     RetryBudget,
     StateStore,
     SystemClock,
-    install_deadline,
     scope_for,
 )
 
@@ -93,6 +92,7 @@ from ._exchange import Exchange
 from ._lookup_pages import lookup_pages
 from ._request_build import check_reference, request_builder
 from ._retry_loop import RetryLoop
+from ._transport import ShardedTransport
 from .dialect import Dialect, LookupUnsupported, Operation, WireRequest
 from .policy import RetryPolicy
 from .sandbox_dialect import SandboxDialect
@@ -118,10 +118,6 @@ W = TypeVar(
 )
 
 USER_AGENT = "payment-service-gateway-client/0.2"
-#: The default transport's pool: uncapped (the concurrency limiter bounds the calls), 256 kept
-#: open 5 s between calls. httpx's defaults (100, 20 kept) closed every connection above 20
-#: after its call (a TLS handshake for the next) and made the 101st call wait (ADR 0054).
-CONNECTION_POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256)
 
 
 class Admits(NamedTuple):
@@ -141,7 +137,8 @@ class AcquirerClient(RetryLoop):
     Arguments (all but `config` keyword-only):
         config: the AcquirerConfig (URL, key, timeouts, key honouring, quota profile).
         transport: replaces the network (e.g. `httpx.MockTransport` in tests); None uses a
-            real HTTP transport whose sockets honour each call's deadline.
+            `ShardedTransport`: httpx's pools, one per group of threads, whose sockets honour
+            each call's deadline.
         policy: the default RetryPolicy of every call; None: `RetryPolicy()` with the
             config's connect and read timeouts.
         store: where the rate gate and the retry budget live (store.py); None: an in-memory
@@ -162,8 +159,8 @@ class AcquirerClient(RetryLoop):
             sandbox acquirer's. The retry loop, deadline, budget, breakers, gate, limiter and
             attempt records are the same whatever the dialect.
 
-    Thread-safe: one `httpx.HTTPTransport` (with its connection pool) is shared by concurrent
-    calls; each attempt is sent on it directly (ADR 0033).
+    Thread-safe: one transport (its connection pools) is shared by concurrent calls; each
+    attempt is sent on it directly (ADR 0033).
     Use as a context manager, or call `close()`.
     """
 
@@ -213,10 +210,9 @@ class AcquirerClient(RetryLoop):
         self._dialect: Dialect = dialect if dialect is not None else SandboxDialect()
         self._base_url = config.base_url.rstrip("/")
         deadline_sockets = False
-        if transport is None:
-            # Handed its config: no proxies, certificates or .netrc from the environment.
-            transport = httpx.HTTPTransport(trust_env=False, limits=CONNECTION_POOL_LIMITS)
-            deadline_sockets = install_deadline(transport)
+        if transport is None:  # pools sharded by thread, a connection per call in flight kept
+            transport = ShardedTransport()
+            deadline_sockets = transport.deadline_sockets
         # Requests go straight to the transport (httpx's public `BaseTransport.handle_request`,
         # in Exchange), not through an `httpx.Client`: a client adds what an acquirer call never
         # uses (a cookie jar read on every answer, auth and redirect flows, event hooks), a

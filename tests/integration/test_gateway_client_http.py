@@ -305,46 +305,65 @@ def test_no_secret_in_logs_over_real_http(fault_server, caplog) -> None:
         assert "Bearer" not in text
 
 
+class WaveServer:
+    """A keep-alive HTTP/1.1 server on 127.0.0.1 answering every GET with ``{"data": []}`` once
+    ``wave`` requests are in flight together (a barrier), counting the connections it accepted
+    and those its clients closed."""
+
+    def __init__(self, wave: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        together = threading.Barrier(wave, timeout=10)
+        counts = self.counts = {"accepted": 0, "closed": 0}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                together.wait()
+                body = b'{"data": []}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def finish(self) -> None:
+                super().finish()
+                counts["closed"] += 1  # the client closed it (or the server is shutting down)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 128
+
+            def verify_request(self, request: object, client_address: object) -> bool:
+                counts["accepted"] += 1  # one per accepted connection
+                return True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_calls_in_flight_keep_their_connections_open_for_the_next_calls() -> None:
     """The default transport keeps a connection per call in flight open between calls
-    (`CONNECTION_POOL_LIMITS`, ADR 0054): two waves of 40 concurrent look-ups against a
-    keep-alive HTTP/1.1 server open 40 connections, not 40 and then 20 more (httpx's default
-    keeps 20 open and closes the rest after their call)."""
+    (`ShardedTransport`, ADR 0054): two waves of 40 concurrent look-ups against a keep-alive
+    HTTP/1.1 server open 40 connections, not 40 and then 20 more (httpx's default keeps 20
+    open and closes the rest after their call)."""
     from concurrent.futures import ThreadPoolExecutor
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     wave = 40
-    together = threading.Barrier(wave, timeout=10)  # each wave's look-ups all in flight at once
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            together.wait()
-            body = b'{"data": []}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 128
-        connections = 0
-
-        def verify_request(self, request: object, client_address: object) -> bool:
-            type(self).connections += 1  # one per accepted connection
-            return True
-
-    server = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = WaveServer(wave)
     config = AcquirerConfig(
-        base_url=f"http://127.0.0.1:{server.server_port}", api_key=API_KEY,
-        connect_timeout=2.0, read_timeout=5.0, name="keep-alive",
+        base_url=server.url, api_key=API_KEY, connect_timeout=2.0, read_timeout=5.0,
+        name="keep-alive",
     )  # fmt: skip
     try:
         with AcquirerClient(config, policy=ONE_ATTEMPT) as client, ThreadPoolExecutor(wave) as pool:
@@ -354,9 +373,51 @@ def test_calls_in_flight_keep_their_connections_open_for_the_next_calls() -> Non
                 )
                 assert looked_up == [[]] * wave
     finally:
-        server.shutdown()
-        server.server_close()
-    assert Server.connections == wave
+        server.close()
+    assert server.counts["accepted"] == wave
+
+
+def test_the_sharded_transport_keeps_connections_per_pool_and_closes_them_all() -> None:
+    """`ShardedTransport`: a thread's calls go to one pool, each pool keeps its own
+    ``keep_alive_per_shard``: four threads over two pools keeping one each open four
+    connections, then two more in the second wave (two pools kept one each); with two kept per
+    pool, no more than the first four. `close` closes every pool's connections."""
+    import httpx
+
+    from gateway_client._transport import ShardedTransport
+
+    def two_waves(keep_alive_per_shard: int) -> dict[str, int]:
+        server = WaveServer(4)
+        transport = ShardedTransport(shards=2, keep_alive_per_shard=keep_alive_per_shard)
+        go = threading.Barrier(4, timeout=10)
+
+        def calls() -> None:
+            for _ in range(2):
+                go.wait()
+                answer = transport.handle_request(httpx.Request("GET", server.url + "/"))
+                assert answer.read() == b'{"data": []}'
+                answer.close()
+
+        threads = [threading.Thread(target=calls) for _ in range(4)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            assert transport.deadline_sockets
+            transport.close()
+            for _ in range(1000):  # the server's threads see the closes (never a timed check)
+                if server.counts["closed"] == server.counts["accepted"]:
+                    break
+                time.sleep(0.01)
+        finally:
+            server.close()
+        return server.counts
+
+    assert two_waves(keep_alive_per_shard=1) == {"accepted": 6, "closed": 6}
+    assert two_waves(keep_alive_per_shard=2) == {"accepted": 4, "closed": 4}
+    with pytest.raises(ValueError, match="at least 1"):
+        ShardedTransport(shards=0)
 
 
 # -- against the sandbox acquirer ------------------------------------------------------------------
