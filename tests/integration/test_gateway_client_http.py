@@ -382,6 +382,8 @@ def test_the_sharded_transport_keeps_connections_per_pool_and_closes_them_all() 
     ``keep_alive_per_shard``: four threads over two pools keeping one each open four
     connections, then two more in the second wave (two pools kept one each); with two kept per
     pool, no more than the first four. `close` closes every pool's connections."""
+    import ssl
+
     import httpx
 
     from gateway_client._transport import ShardedTransport
@@ -414,6 +416,12 @@ def test_the_sharded_transport_keeps_connections_per_pool_and_closes_them_all() 
             server.close()
         return server.counts
 
+    # One TLS context for every pool (a context per pool cost 0.5 s a client), verifying.
+    probe = ShardedTransport()
+    contexts = {pool._pool._ssl_context for pool in probe._pools}
+    probe.close()
+    assert len(contexts) == 1
+    assert all(c.verify_mode == ssl.CERT_REQUIRED and c.check_hostname for c in contexts)
     assert two_waves(keep_alive_per_shard=1) == {"accepted": 6, "closed": 6}
     assert two_waves(keep_alive_per_shard=2) == {"accepted": 4, "closed": 4}
     with pytest.raises(ValueError, match="at least 1"):
