@@ -5,9 +5,10 @@ A web process holds a hundred acquirer calls in flight while the acquirer thinks
 each on a connection of its own, kept open for the next call (ADR 0054). httpcore's
 `ConnectionPool` walks every connection it holds twice per request, under one lock, and for
 each idle one checks its socket with a system call; it also recounts the idle connections for
-each idle connection (quadratic; encode/httpcore pull request 1035, open). With 128
-connections in one pool that walk cost a call about 0.3-0.6 ms of CPU and made a hundred
-threads queue on the pool's lock (docs/benchmarks.md, "httpcore's pool walk").
+each idle connection (quadratic; encode/httpcore pull request 1035, open). A request through
+a pool holding 128 idle connections cost 0.58 ms more CPU than through a pool holding one,
+and at a 1 s acquirer the web workers spent 2.7 ms more per payment with one pool, their
+threads queueing on its lock (ADR 0055; docs/benchmarks.md, "2026-12-04, late").
 
 `ShardedTransport` keeps the library and bounds the walk: ``shards`` pools, each thread sent
 to one of them (assigned in turn at its first call, then always the same), so a pool holds
