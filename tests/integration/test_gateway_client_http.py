@@ -315,6 +315,7 @@ class WaveServer:
 
         together = threading.Barrier(wave, timeout=10)
         counts = self.counts = {"accepted": 0, "closed": 0}
+        counting = threading.Lock()  # the handlers' threads end together
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -330,7 +331,8 @@ class WaveServer:
 
             def finish(self) -> None:
                 super().finish()
-                counts["closed"] += 1  # the client closed it (or the server is shutting down)
+                with counting:
+                    counts["closed"] += 1  # the client closed it (or the server is shutting down)
 
             def log_message(self, *args: object) -> None:
                 pass
