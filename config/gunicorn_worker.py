@@ -15,6 +15,7 @@ default ``WEB_WORKER_CLASS`` (config/gunicorn.conf.py, ADR 0053).
 from __future__ import annotations
 
 import os
+import threading
 
 from gunicorn.workers.gthread import ThreadWorker
 
@@ -37,9 +38,23 @@ def run_slot_settings() -> dict[str, int | float]:
 
 
 class RunSlotThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker with a `RunSlotPool` of ``threads`` threads as its pool."""
+    """gunicorn's gthread worker with a `RunSlotPool` of ``threads`` threads as its pool, its
+    counts published once a second as ``payments_web_run_slot_requests{state}``
+    (observability/run_slot_metrics.py)."""
 
     def get_thread_pool(self) -> RunSlotPool:  # type: ignore[override]
-        return RunSlotPool(
+        pool = RunSlotPool(
             max_workers=self.cfg.threads, thread_name_prefix="web", **run_slot_settings()
         )
+        # Imported here, in the worker: prometheus_client picks its multiprocess values when
+        # first imported, which must be after the master's on_starting set the directory.
+        from observability.run_slot_metrics import publish_run_slots
+
+        never = threading.Event()
+        threading.Thread(
+            target=publish_run_slots,
+            args=(pool.snapshot, never.wait),
+            name="web-run-slot-metrics",
+            daemon=True,
+        ).start()
+        return pool

@@ -122,6 +122,24 @@ def test_one_scrape_counts_the_requests_of_every_worker(web):
     assert scrapes == [total] * 6, (scrapes, per_worker)
 
 
+def test_every_worker_publishes_its_run_slots_and_a_scrape_adds_them_up(web):
+    """Each worker's thread sets ``payments_web_run_slot_requests{state}`` (its run slots,
+    observability/run_slot_metrics.py) in a file of its own; a scrape reports one sample per
+    state, the live workers added up: idle, nothing queued or lent."""
+    url, metrics_dir = web
+    wait_until(
+        lambda: len(list(metrics_dir.glob("gauge_livesum_*.db"))) >= 3,
+        timeout=30,
+        what="three workers' run-slot gauges",
+    )
+    states = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        if family.name == "payments_web_run_slot_requests":
+            states = {sample.labels["state"]: sample.value for sample in family.samples}
+    assert set(states) == {"running", "lent", "queued"}, states
+    assert states["queued"] == 0 and states["lent"] == 0 and 0 <= states["running"] <= 3
+
+
 def test_the_celery_worker_serves_the_counts_of_its_pool_processes(transactional_db, tmp_path):
     """A prefork worker (2 pool processes) with CELERY_METRICS_PORT: the tasks run in the pool
     processes, and the worker's exposition (served by its main process) counts all of them."""
