@@ -15,12 +15,15 @@ a scrape between two settings reads values up to a second old.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Gauge
 
 __all__ = ["RUN_SLOT_REQUESTS", "RUN_SLOT_STATES", "publish_run_slots"]
+
+logger = logging.getLogger(__name__)
 
 RUN_SLOT_STATES = ("running", "lent", "queued")
 
@@ -41,14 +44,17 @@ def publish_run_slots(
 ) -> None:
     """Set ``gauge``'s three states from ``snapshot()`` (an object with ``running``, ``lent``
     and ``queued`` counts, `resilience.RunSlotSnapshot`), then ``wait(interval)`` seconds, until
-    ``wait`` returns True (an `threading.Event`'s ``wait``: set it to stop). A snapshot that
-    raises stops nothing: the gauge keeps its last values and the next second tries again."""
+    ``wait`` returns True (a `threading.Event`'s ``wait``: set it to stop). A snapshot that
+    raises is logged and stops nothing: the gauge keeps its last values and the next interval
+    tries again."""
     while True:
         try:
             counts = snapshot()
-        except Exception:  # noqa: BLE001 - a metric never takes the worker's thread down
-            counts = None
-        if counts is not None:
+        except Exception:  # a metric never takes the worker's thread down
+            logger.warning(
+                "run-slot snapshot failed; the gauge keeps its last values", exc_info=True
+            )
+        else:
             for state in RUN_SLOT_STATES:
                 gauge.labels(state=state).set(getattr(counts, state))
         if wait(interval):

@@ -57,8 +57,8 @@ def test_the_gauge_shows_a_pools_running_and_queued_requests():
     assert values(registry) == {"running": 0.0, "lent": 0.0, "queued": 0.0}
 
 
-def test_a_snapshot_that_fails_keeps_the_last_values_and_the_loop_going():
-    """A snapshot that raises leaves the gauge as it was; the next one sets it."""
+def test_a_snapshot_that_fails_keeps_the_last_values_and_the_loop_going(caplog):
+    """A snapshot that raises is logged and leaves the gauge as it was; the next one sets it."""
     gauge, registry = fresh_gauge()
     gauge.labels(state="running").set(3)
     answers = iter(
@@ -80,4 +80,7 @@ def test_a_snapshot_that_fails_keeps_the_last_values_and_the_loop_going():
 
     publish_run_slots(snapshot, wait, interval=0.5, gauge=gauge)
     assert seen == [3.0, 2.0]
+    assert [
+        r.getMessage() for r in caplog.records if r.name == "observability.run_slot_metrics"
+    ] == ["run-slot snapshot failed; the gauge keeps its last values"]
     assert values(registry) == {"running": 2.0, "lent": 5.0, "queued": 0.0}
